@@ -1,0 +1,46 @@
+"""`tilec.compile`: .tile program -> verified graph -> Triton source, as one call."""
+
+from __future__ import annotations
+
+import os
+
+from tilec.codegen.emit import build_model
+from tilec.codegen.render import render
+from tilec.frontend.parser import parse, parse_file
+from tilec.frontend.sema import check
+from tilec.passes.base import run_pipeline
+from tilec.passes.lower import Lower
+from tilec.passes.schedules import SCHEDULES, pipeline
+from tilec.passes.verify import verify
+from tilec.program import CompiledProgram
+
+
+def compile(  # noqa: A001 - the public name the docs promise
+    program: str | os.PathLike,
+    world: int = 1,
+    schedule: str = "fused-push",
+    dims: dict[str, int] | None = None,
+    *,
+    granularity: str = "tile",
+    group_m: int = 8,
+    wait_timeout: float = 60.0,
+    source: str | None = None,
+) -> CompiledProgram:
+    """Compile a .tile program (a path, or `source=` text) for `world` ranks with the given schedule.
+
+    dims: values for the program's dims and tile sizes (like -D on the command line).
+    Raises CompileError (bad program), ScheduleError (schedule does not apply, with the reason) or VerifyError.
+    """
+    if schedule not in SCHEDULES:
+        from tilec.errors import ScheduleError
+
+        raise ScheduleError(f"unknown schedule '{schedule}' (choose from {', '.join(SCHEDULES)})")
+    ast = parse(source, str(program)) if source is not None else parse_file(program)
+    bound = check(ast, world, dims)
+    g = Lower()(bound)
+    verify(g, "lower")
+    snaps = {"lower": g}
+    g = run_pipeline(g, pipeline(schedule, granularity), verify, snaps)
+    model = build_model(g, schedule, {"group_m": group_m})
+    src = render(model)
+    return CompiledProgram(bound, schedule, src, g, snaps, wait_timeout)

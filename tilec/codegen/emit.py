@@ -1,0 +1,472 @@
+"""The render-model pass: the final graph -> a ModuleModel of plain strings that the jinja2 templates only print.
+
+Each kernel is a persistent loop over the tasks of its stages (`for task in range(pid, TOTAL, NPROG)`); each task
+decodes its loop variables, waits for the producer tiles it reads, computes, stores, and releases its flags.
+Dims are compile-time constants, so masks are emitted only where a tile really overhangs its loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from tilec.errors import TilecError
+from tilec.ir.graph import Flag, Kernel, Pull, flags, stage, tensor, waits
+from tilec.ir.tiling import DimInverse, invert, strides
+from tilec.ir.types import ME, Access, Const, Dot, Load, Op, Sum, Var
+from tilec.passes.replace_barriers import flag_dims
+
+TL_DTYPE = {"f16": "tl.float16", "bf16": "tl.bfloat16", "f32": "tl.float32", "i32": "tl.int32"}
+UNARY = {
+    "exp": "tl.exp({})", "log": "tl.log({})", "sqrt": "tl.sqrt({})", "abs": "tl.abs({})",
+    "relu": "tl.maximum({}, 0.0)", "sigmoid": "tl.sigmoid({})", "silu": "({0} * tl.sigmoid({0}))",
+    "tanh": "(2.0 * tl.sigmoid(2.0 * {}) - 1.0)", "neg": "(-{})",
+}
+
+
+@dataclass(frozen=True)
+class KernelModel:
+    name: str
+    stages: tuple[str, ...]
+    params: tuple[str, ...]  # pointer parameters, in order
+    lines: tuple[str, ...]  # body of the persistent loop, indented relative to it
+    total: int
+    persistent: bool
+    concurrent: bool
+    barrier_before: bool
+    share: float  # fraction of the co-resident programs this kernel takes when launched concurrently
+
+
+@dataclass(frozen=True)
+class FlagModel:
+    name: str
+    param: str
+    size: int
+    count: int
+    producer: str
+    key: str
+    number: int
+
+
+@dataclass(frozen=True)
+class TensorModel:
+    name: str
+    kind: str
+    dtype: str
+    shape: tuple[int, ...]
+    symmetric: bool
+
+
+@dataclass(frozen=True)
+class ModuleModel:
+    header: tuple[str, ...]
+    program: str
+    world: int
+    schedule: str
+    tensors: tuple[TensorModel, ...]
+    flags: tuple[FlagModel, ...]
+    kernels: tuple[KernelModel, ...]
+    entry_barrier: bool
+
+
+class _Emitter:
+    """Emits the lines of one task of one stage."""
+
+    def __init__(self, g: nx.DiGraph, st, flag_no: dict[str, int]):
+        self.g, self.st = g, st
+        self.world = g.graph["program"].world
+        self.lines: list[str] = []
+        self.prologue: list[str] = []
+        self.n = 0
+        self.flag_no = flag_no
+        self.scope: dict[str, Var] = {v.name: v for v in st.loops} | {ME: Var(ME, "me", self.world, 1, st.loc)}
+        self.loop_vars: set[str] = set()  # reduction vars bound by an enclosing emitted loop
+        self.waits: dict[str, list] = {}
+        for w in waits(g, st.name):
+            self.waits.setdefault(str(w.read), []).append(w)
+        self.params: list[str] = []
+        self.fl = {f.name: f for f in flags(g)}
+
+    def tmp(self, prefix: str = "x") -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+    def param(self, name: str) -> str:
+        if name not in self.params:
+            self.params.append(name)
+        return name
+
+    # -- index arithmetic --------------------------------------------------------------------------
+    @staticmethod
+    def scalar(terms, const: int, names: dict[str, str] | None = None) -> str:
+        parts = []
+        for v, k in terms:
+            v = (names or {}).get(v, v)
+            parts.append(v if k == 1 else f"{k} * {v}")
+        if const or not parts:
+            parts.append(str(const))
+        return " + ".join(parts)
+
+    def start(self, aff) -> str:
+        return self.scalar(aff.terms, aff.const)
+
+    def mask_of(self, v: Var) -> str | None:
+        return f"({v.name}_r < {v.extent})" if v.extent % v.step else None
+
+    def bind_tile(self, v: Var, out: list[str], indent: str) -> None:
+        out.append(f"{indent}{v.name}_r = {v.name} + tl.arange(0, {v.step})")
+
+    def offsets(self, a: Access) -> tuple[str, str | None]:
+        """Pointer offset (broadcast over the tile's dims) and mask for an affine access."""
+        t = tensor(self.g, a.tensor)
+        st = _strides(t.shape)
+        nd = len(a.index)
+        offs, masks = [], []
+        wide = t.numel >= 2**31
+        for d, (aff, tv) in enumerate(zip(a.index, a.tile, strict=True)):
+            rest = [(v, k) for v, k in aff.terms if v != tv]
+            base = self.scalar(rest, aff.const)
+            if tv:
+                e = f"{tv}_r" if base == "0" else f"({base} + {tv}_r)"
+                e = _bcast(e, d, nd)
+                m = self.mask_of(self.scope[tv])
+                if m:
+                    masks.append(_bcast(m, d, nd))
+            else:
+                e = f"({base})"
+            if wide and d == 0:
+                e = f"{e}.to(tl.int64)"
+            offs.append(e if st[d] == 1 else f"{e} * {st[d]}")
+        return " + ".join(offs), " & ".join(masks) or None
+
+    # -- expressions -----------------------------------------------------------------------------
+    def expr(self, e, out: list[str], indent: str) -> str:
+        if isinstance(e, Const):
+            return repr(float(e.value))
+        if isinstance(e, Load):
+            return self.load(e, out, indent)
+        if isinstance(e, Pull):
+            return self.pull(e, out, indent)
+        if isinstance(e, Op):
+            args = [self.expr(a, out, indent) for a in e.args]
+            args = [f"{a}.to(tl.float32)" if isinstance(x, Load | Pull) else a for a, x in zip(args, e.args,
+                                                                                             strict=True)]
+            if e.op in "+-*/":
+                r = f"({args[0]} {e.op} {args[1]})"
+            elif e.op in ("max", "min"):
+                r = f"tl.{e.op}imum({args[0]}, {args[1]})"
+            elif e.op.startswith("cast_"):
+                r = f"{args[0]}.to({TL_DTYPE[e.dtype]})"
+            else:
+                r = UNARY[e.op].format(args[0])
+            name = self.tmp()
+            out.append(f"{indent}{name} = {r}")
+            return name
+        if isinstance(e, Dot):
+            a, b = self.expr(e.lhs, out, indent), self.expr(e.rhs, out, indent)
+            name = self.tmp("acc")
+            out.append(f"{indent}{name} = {self.dot(e, a, b, None)}")
+            return name
+        if isinstance(e, Sum):
+            return self.sum(e, out, indent)
+        raise TilecError(f"codegen: unsupported expression {type(e).__name__}")
+
+    def dot(self, e: Dot, a: str, b: str, acc: str | None) -> str:
+        ieee = e.lhs.dtype == "f32"
+        args = f"{a}, {b}" + (f", {acc}" if acc else "")
+        return f"_tilec_dot({args}, UPCAST_DOT, {ieee})" if acc else f"_tilec_dot({a}, {b}, None, UPCAST_DOT, {ieee})"
+
+    def sum(self, e: Sum, out: list[str], indent: str) -> str:
+        acc = self.tmp("acc")
+        shape = ", ".join(map(str, e.shape)) or "1"
+        out.append(f"{indent}{acc} = tl.zeros(({shape},), dtype=tl.float32)" if len(e.shape) == 1 else
+                   f"{indent}{acc} = tl.zeros(({shape}), dtype=tl.float32)")
+        v = e.var
+        self.scope[v.name] = v
+        self.loop_vars.add(v.name)
+        inner = indent + "    "
+        if v.is_rank:
+            out.append(f"{indent}for {v.name} in range(0, {self.world}):")
+        else:
+            out.append(f"{indent}for {v.name} in range(0, {v.extent}, {v.step}):")
+            self.bind_tile(v, out, inner)
+        if isinstance(e.body, Dot):
+            a = self.expr(e.body.lhs, out, inner)
+            b = self.expr(e.body.rhs, out, inner)
+            out.append(f"{inner}{acc} = {self.dot(e.body, a, b, acc)}")
+        else:
+            x = self.expr(e.body, out, inner)
+            if isinstance(e.body, Load | Pull):
+                x = f"{x}.to(tl.float32)"
+            out.append(f"{inner}{acc} += {x}")
+        self.loop_vars.discard(v.name)
+        return acc
+
+    def load(self, e: Load, out: list[str], indent: str) -> str:
+        a = e.access
+        for w in self.waits.get(str(a), []):
+            self.wait(w, out, indent)
+        off, mask = self.offsets(a)
+        ptr = self.param(a.tensor)
+        m = f", mask={mask}, other=0" if mask else ""
+        name = self.tmp()
+        if a.remote:
+            out.append(f"{indent}{name} = iris.load({ptr} + {off}, rank, {a.rank}, heap_bases{m})")
+        else:
+            out.append(f"{indent}{name} = tl.load({ptr} + {off}{m})")
+        return name
+
+    def pull(self, e: Pull, out: list[str], indent: str) -> str:
+        """Read the copy's source directly: solve the copy's variables per element of the buffer tile."""
+        prog = self.g.graph["program"]
+        ploops = {v.name: v for v in e.producer} | {ME: Var(ME, "me", prog.world, 1, e.loc)}
+        dims = invert(e.write, ploops, set(), prog.world, "fused-pull")
+        nd = len(e.read.index)
+        vals: dict[str, str] = {}
+        masks = []
+        for d, (inv, aff, tv) in enumerate(zip(dims, e.read.index, e.read.tile, strict=True)):
+            span = e.read.shape[d]
+            start = self.start(aff)
+            cm = self.mask_of(self.scope[tv]) if tv else None
+            if cm:
+                masks.append(_bcast(cm, d, nd))
+            uniform = all(x % span == 0 for x in (aff.const - inv.const, inv.rank_coef, inv.extent)) and \
+                all(k % span == 0 for v, k in aff.terms if v != tv)
+            x = self.tmp("e")
+            if uniform or not tv:
+                out.append(f"{indent}{x} = {start} - {inv.const}")
+                if inv.rank_var:
+                    out.append(f"{indent}{x}_rk = {x} // {inv.rank_coef}")
+                    out.append(f"{indent}{x} = {x} - {inv.rank_coef} * {x}_rk")
+                    vals[inv.rank_var] = f"{x}_rk"
+                if tv:
+                    out.append(f"{indent}{x} = {x} + tl.arange(0, {span})")
+            else:
+                out.append(f"{indent}{x} = {start} + tl.arange(0, {span}) - {inv.const}")
+                if inv.rank_var:
+                    out.append(f"{indent}{x}_rk = {x} // {inv.rank_coef}")
+                    out.append(f"{indent}{x} = {x} - {inv.rank_coef} * {x}_rk")
+                    vals[inv.rank_var] = _bcast(f"{x}_rk", d, nd)
+            if inv.tile_var:
+                vals[inv.tile_var] = _bcast(x, d, nd) if tv else x
+                if inv.extent % span or not uniform:
+                    masks.append(_bcast(f"({x} < {inv.extent})", d, nd) if tv else f"({x} < {inv.extent})")
+        t = tensor(self.g, e.source.tensor)
+        st = _strides(t.shape)
+        offs = []
+        for j, aff in enumerate(e.source.index):
+            terms = [(vals[v], k) for v, k in aff.terms]
+            ex = self.scalar(terms, aff.const)
+            if t.numel >= 2**31 and j == 0:
+                ex = f"({ex}).to(tl.int64)"
+            offs.append(f"({ex})" if st[j] == 1 else f"({ex}) * {st[j]}")
+        ptr = self.param(e.source.tensor)
+        m = f", mask={' & '.join(masks)}, other=0" if masks else ""
+        name = self.tmp()
+        src_rank = vals.get(e.source.rank, "rank") if e.source.rank != ME else None
+        if src_rank is None:
+            out.append(f"{indent}{name} = tl.load({ptr} + {' + '.join(offs)}{m})")
+        else:
+            out.append(f"{indent}{name} = iris.load({ptr} + {' + '.join(offs)}, rank, {src_rank}, heap_bases{m})")
+        return name
+
+    # -- flags -----------------------------------------------------------------------------------
+    def wait(self, w, out: list[str], indent: str) -> None:
+        f: Flag = self.fl[w.flag]
+        dims = flag_dims(self.g, f)
+        st = strides(dims)
+        read = w.read
+        keyed = [d for d in dims if d.size > 1]
+        # hoist the wait out of reduction loops when the counters it needs do not depend on them
+        dep_vars = {v for d in keyed for v in read.index[d.dim].vars}
+        target_lines = out if dep_vars & self.loop_vars else self.prologue
+        ind = indent if target_lines is out else "    "
+        fp = self.param(f"F_{_ident(f.name)}")
+        owner = "rank" if read.rank == ME else read.rank
+        target_lines.append(f"{ind}# wait until stage {f.producer} has written the tiles of {read} this call")
+        idx_parts = []
+        for d in keyed:
+            aff, tv = read.index[d.dim], read.tile[d.dim]
+            lo = self.tmp("lo")
+            target_lines.append(f"{ind}{lo} = {self.start(aff)}")
+            if tv:
+                v = self.scope[tv]
+                hi_span = f"tl.minimum({v.step}, {v.extent} - {tv})" if v.extent % v.step else str(v.step)
+                hi = f"{lo} + {hi_span} - 1"
+            else:
+                hi = lo
+            fvar = self.tmp("f")
+            target_lines.append(f"{ind}for {fvar} in range({_lin(d, lo)}, {_lin(d, f'({hi})')} + 1):")
+            ind += "    "
+            stride = st[dims.index(d)]
+            idx_parts.append(fvar if stride == 1 else f"{fvar} * {stride}")
+        idx = " + ".join(idx_parts) or "0"
+        target_lines.append(f"{ind}_tilec_wait({fp} + {idx}, epoch * {f.count}, rank, {owner}, heap_bases, ERR,"
+                            f" max_spin, {self.flag_no[f.name]}, {idx})")
+
+    def release(self, f: Flag, out: list[str], indent: str) -> None:
+        dims = flag_dims(self.g, f)
+        st = strides(dims)
+        parts = []
+        for d, s in zip(dims, st, strict=True):
+            if d.size == 1:
+                continue
+            r = d.rank_var if d.key_rank else "0"
+            t = f"({d.tile_var} // {d.step})" if d.key_tile else "0"
+            lin = _lin_of(d, r, t)
+            parts.append(lin if s == 1 else f"({lin}) * {s}")
+        idx = " + ".join(parts) or "0"
+        fp = self.param(f"F_{_ident(f.name)}")
+        owner = "rank" if f.write.rank == ME else f.write.rank
+        out.append(f"{indent}_tilec_release({fp} + {idx}, rank, {owner}, heap_bases)")
+
+    # -- one task ----------------------------------------------------------------------------------
+    def task(self, task_var: str, group_m: int) -> list[str]:
+        st = self.st
+        head = [f"    # stage {st.name} over " + ", ".join(
+            f"{v.name} in ranks" if v.is_rank else f"{v.name} in {v.extent} by {v.step}" for v in st.loops)]
+        head += self.decode(task_var, group_m)
+        body: list[str] = []
+        for s in st.body:
+            val = self.expr(s.value, body, "    ")
+            a = s.access
+            off, mask = self.offsets(a)
+            ptr = self.param(a.tensor)
+            dt = TL_DTYPE[tensor(self.g, a.tensor).dtype]
+            m = f", mask={mask}" if mask else ""
+            shape = ", ".join(map(str, a.shape))
+            v = f"tl.broadcast_to({val}, ({shape},))" if isinstance(s.value, Const | Op) and len(a.shape) == 1 \
+                else (f"tl.broadcast_to({val}, ({shape}))" if isinstance(s.value, Const) else val)
+            if a.remote:
+                body.append(f"    iris.store({ptr} + {off}, {v}.to({dt}), rank, {a.rank}, heap_bases{m})")
+            else:
+                body.append(f"    tl.store({ptr} + {off}, {v}.to({dt}){m})")
+        for f in flags(self.g):
+            if f.producer == st.name:
+                self.release(f, body, "    ")
+        return head + self.prologue + body
+
+    def decode(self, task_var: str, group_m: int) -> list[str]:
+        loops = list(self.st.loops)
+        out = []
+        tiles = [v for v in loops if not v.is_rank]
+        if group_m > 1 and len(loops) == 2 and len(tiles) == 2:
+            m, n = loops
+            out += [
+                f"    # grouped order: {group_m} rows of {m.name}-tiles share the {n.name}-tiles in L2",
+                f"    g_size = {group_m} * {n.trips}",
+                f"    g_first = ({task_var} // g_size) * {group_m}",
+                f"    g_rows = tl.minimum({m.trips} - g_first, {group_m})",
+                f"    {m.name} = (g_first + ({task_var} % g_size) % g_rows) * {m.step}",
+                f"    {n.name} = (({task_var} % g_size) // g_rows) * {n.step}",
+            ]
+        else:
+            rest = task_var
+            for i, v in enumerate(reversed(loops)):
+                last = i == len(loops) - 1
+                val = rest if last else f"{rest} % {v.trips}"
+                out.append(f"    {v.name} = {val}" if v.step == 1 else f"    {v.name} = ({val}) * {v.step}")
+                if not last:
+                    out.append(f"    {task_var}_{i} = {rest} // {v.trips}")
+                    rest = f"{task_var}_{i}"
+        for v in tiles:
+            self.bind_tile(v, out, "    ")
+        return out
+
+
+def _lin(d: DimInverse, e: str) -> str:
+    x = f"({e} - {d.const})" if d.const else e
+    if d.rank_var:
+        r = f"({x} // {d.rank_coef})"
+        off = f"({x} - {d.rank_coef} * {r})"
+    else:
+        r, off = "0", x
+    t = f"({off} // {d.step})" if d.tile_var and d.key_tile else "0"
+    return _lin_of(d, r if d.key_rank else "0", t)
+
+
+def _lin_of(d: DimInverse, r: str, t: str) -> str:
+    parts = []
+    if d.key_rank:
+        parts.append(f"{r} * {d.trips}" if d.key_tile and d.trips != 1 else r)
+    if d.key_tile:
+        parts.append(t)
+    return " + ".join(parts) or "0"
+
+
+def _ident(s: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in s)
+
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+    out, s = [], 1
+    for n in reversed(shape):
+        out.append(s)
+        s *= n
+    return out[::-1]
+
+
+def _bcast(e: str, d: int, nd: int) -> str:
+    if nd == 1:
+        return e
+    idx = ", ".join(":" if i == d else "None" for i in range(nd))
+    return f"{e}[{idx}]"
+
+
+def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
+    prog = g.graph["program"]
+    flag_no = {f.name: i + 1 for i, f in enumerate(flags(g))}
+    kernels = []
+    nconc = sum(1 for k in g.graph["kernels"] if k.concurrent) or 1
+    for k in g.graph["kernels"]:
+        kernels.append(_kernel(g, k, flag_no, options.get("group_m", 8), 1.0 / nconc if k.concurrent else 1.0))
+    tensors_used = []
+    for _, d in sorted(g.nodes(data=True)):
+        if d["kind"] == "tensor":
+            t = d["payload"]
+            tensors_used.append(TensorModel(t.name, t.kind, t.dtype, t.shape, t.symmetric))
+    fms = tuple(FlagModel(f.name, f"F_{_ident(f.name)}", f.size, f.count, f.producer, ", ".join(f.key),
+                          flag_no[f.name]) for f in flags(g))
+    header = (
+        f"source: {prog.file}",
+        f"program: {prog.name}   world: {prog.world}   schedule: {schedule}",
+        "passes: " + ", ".join(g.graph.get("passes", ())),
+        "dims: " + " ".join(f"{k}={v}" for k, v in prog.dims) + "   tiles: " + " ".join(f"{k}={v}" for k, v in
+                                                                                       prog.tiles),
+    )
+    return ModuleModel(header, prog.name, prog.world, schedule, tuple(tensors_used), fms, tuple(kernels), True)
+
+
+def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], group_m: int, share: float) -> KernelModel:
+    lines: list[str] = []
+    params: list[str] = []
+    offset = 0
+    total = sum(_trips(stage(g, s).loops) for s in k.stages)
+    for i, sname in enumerate(k.stages):
+        st = stage(g, sname)
+        n = _trips(st.loops)
+        em = _Emitter(g, st, flag_no)
+        has_sum = any(isinstance(x.value, Sum) for x in st.body)
+        body = em.task("t", group_m if has_sum else 1)
+        if len(k.stages) == 1:
+            lines += ["t = task"] + [b[4:] for b in body]
+        else:
+            cond = "if" if i == 0 else "elif" if i < len(k.stages) - 1 else "else"
+            test = f" task < {offset + n}" if cond != "else" else ""
+            lines.append(f"{cond}{test}:")
+            lines.append(f"    t = task - {offset}" if offset else "    t = task")
+            lines += body
+        offset += n
+        for p in em.params:
+            if p not in params:
+                params.append(p)
+    return KernelModel(k.name, k.stages, tuple(params), tuple(lines), total, k.persistent, k.concurrent,
+                       k.barrier_before, share)
+
+
+def _trips(loops) -> int:
+    n = 1
+    for v in loops:
+        n *= v.trips
+    return n

@@ -1,0 +1,79 @@
+"""Diagnostics: every user-facing error carries a source location and prints as `file:line:col: message`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A source span; `line`/`col` are 1-based, as editors show them."""
+
+    file: str
+    line: int
+    col: int
+    end_line: int = 0
+    end_col: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+NOWHERE = Loc("<tilec>", 0, 0)
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    loc: Loc
+    message: str
+
+    def render(self, source: str | None = None) -> str:
+        head = f"{self.loc}: error: {self.message}"
+        if not source or self.loc.line <= 0:
+            return head
+        lines = source.splitlines()
+        if self.loc.line > len(lines):
+            return head
+        text = lines[self.loc.line - 1]
+        width = 1
+        if self.loc.end_line == self.loc.line and self.loc.end_col > self.loc.col:
+            width = self.loc.end_col - self.loc.col
+        return f"{head}\n  {text}\n  {' ' * (self.loc.col - 1)}{'^' * width}"
+
+
+class TilecError(Exception):
+    """Base of all errors tilec reports to users (the CLI prints them without a traceback, exit code 2)."""
+
+    exit_code = 2
+
+    def render(self) -> str:
+        return str(self)
+
+
+class CompileError(TilecError):
+    """One or more diagnostics about a .tile program, reported together."""
+
+    def __init__(self, diagnostics: list[Diagnostic], source: str | None = None):
+        self.diagnostics = list(diagnostics)
+        self.source = source
+        super().__init__("\n".join(d.render(None) for d in self.diagnostics))
+
+    def render(self) -> str:
+        return "\n".join(d.render(self.source) for d in self.diagnostics)
+
+
+class ScheduleError(TilecError):
+    """A schedule (pass pipeline) cannot legally apply to a program; the message says why."""
+
+
+class VerifyError(TilecError):
+    """The verifier rejected a graph after a pass: a compiler bug or an illegal forced schedule."""
+
+    def __init__(self, pass_name: str, problems: list[str]):
+        self.pass_name = pass_name
+        self.problems = problems
+        super().__init__(f"verifier failed after pass '{pass_name}': " + "; ".join(problems))
+
+
+class ArgumentError(TilecError):
+    """A runtime argument (tensor) does not match the program's declaration."""

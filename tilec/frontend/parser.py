@@ -1,0 +1,205 @@
+"""Text -> AST. Syntax errors become `file:line:col` diagnostics with a caret and a friendly message."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+
+from tilec.errors import CompileError, Diagnostic, Loc
+from tilec.frontend import ast
+
+# Common mistakes, recognised by lark's match_examples, mapped to messages users can act on.
+_EXAMPLES: dict[str, list[str]] = {
+    "a program starts with `program NAME(world W)`": ["dims M", "stage s over m in M by BM:\n X[m] = Y[m]"],
+    "expected `(world W)` after the program name": ["program p\n", "program p(W)"],
+    "a stage needs `over LOOPS:` before its body": ["program p(world W)\nstage s:\n"],
+    "a tile loop is `VAR in EXTENT by TILE` (or `VAR in ranks`)": [
+        "program p(world W)\nstage s over m in M:",
+        "program p(world W)\nstage s over m by BM:",
+    ],
+    "a stage body is one or more assignments `X[...] = expr`": [
+        "program p(world W)\nstage s over m in M by BM:\nbarrier",
+        "program p(world W)\nstage s over m in M by BM:\n",
+    ],
+    "tensor declarations look like `in A : f16[M, K] symmetric`": [
+        "program p(world W)\nin A f16[M]",
+        "program p(world W)\nin A : [M]",
+        "program p(world W)\nin A : f64[M]",
+    ],
+    "unbalanced brackets in an index": ["program p(world W)\nstage s over m in M by BM:\n X[m = Y[m]"],
+}
+
+
+@cache
+def _parser() -> Lark:
+    grammar = (Path(__file__).parent / "tile.lark").read_text()
+    return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=False)
+
+
+def _binop(op: str):
+    @v_args(meta=True)
+    def f(self, meta, children):
+        return ast.BinOp(op, children[0], children[1], self._loc(meta))
+
+    return f
+
+
+class _ToAst(Transformer):
+    def __init__(self, file: str, source: str):
+        super().__init__()
+        self.file = file
+        self.source = source
+
+    def _loc(self, meta_or_tok) -> Loc:
+        m = meta_or_tok
+        if isinstance(m, Token):
+            return Loc(self.file, m.line, m.column, m.end_line or m.line, m.end_column or m.column + 1)
+        if getattr(m, "empty", False):
+            return Loc(self.file, 0, 0)
+        return Loc(self.file, m.line, m.column, m.end_line, m.end_column)
+
+    @v_args(meta=True)
+    def program(self, meta, children):
+        name, world, *rest = children
+        dims, tiles, tensors, items = [], [], [], []
+        for c in rest:
+            if isinstance(c, list) and c and isinstance(c[0], ast.DimDef):
+                dims += c
+            elif isinstance(c, list) and c and isinstance(c[0], ast.TileDef):
+                tiles += c
+            elif isinstance(c, ast.TensorDecl):
+                tensors.append(c)
+            else:
+                items.append(c)
+        return ast.Program(str(name), str(world), tuple(dims), tuple(tiles), tuple(tensors), tuple(items),
+                           self._loc(meta), self.source)
+
+    def start(self, children):
+        return children[0]
+
+    def dims_decl(self, children):
+        return list(children)
+
+    tiles_decl = dims_decl
+
+    @v_args(meta=True)
+    def dimdef(self, meta, children):
+        default = int(children[1]) if len(children) > 1 else None
+        return ast.DimDef(str(children[0]), default, self._loc(meta))
+
+    @v_args(meta=True)
+    def tiledef(self, meta, children):
+        return ast.TileDef(str(children[0]), int(children[1]), self._loc(meta))
+
+    @v_args(meta=True)
+    def tensor_decl(self, meta, children):
+        kind, name, dtype, *rest = children
+        symmetric = bool(rest) and isinstance(rest[-1], Token) and rest[-1].type == "SYMMETRIC"
+        shape = tuple(rest[:-1] if symmetric else rest)
+        return ast.TensorDecl(str(kind), str(name), str(dtype), shape, symmetric, self._loc(meta))
+
+    @v_args(meta=True)
+    def barrier(self, meta, children):
+        return ast.Barrier(self._loc(meta))
+
+    @v_args(meta=True)
+    def stage(self, meta, children):
+        name, *rest = children
+        loops = tuple(c for c in rest if isinstance(c, ast.Loop))
+        body = tuple(c for c in rest if isinstance(c, ast.Assign))
+        return ast.Stage(str(name), loops, body, self._loc(name))
+
+    @v_args(meta=True)
+    def rank_loop(self, meta, children):
+        return ast.Loop(str(children[0]), "rank", None, None, self._loc(meta))
+
+    @v_args(meta=True)
+    def tile_loop(self, meta, children):
+        return ast.Loop(str(children[0]), "tile", children[1], children[2], self._loc(meta))
+
+    @v_args(meta=True)
+    def assign(self, meta, children):
+        return ast.Assign(children[0], children[1], self._loc(meta))
+
+    @v_args(meta=True)
+    def ref(self, meta, children):
+        head, *index = children
+        tensor, _, rank = str(head).partition("@")
+        return ast.Ref(tensor, rank or None, tuple(index), self._loc(meta))
+
+    @v_args(meta=True)
+    def reduce(self, meta, children):
+        var = str(children[0])
+        if len(children) == 3:  # sum v in ranks: body
+            return ast.Reduce(var, None, None, children[2], self._loc(meta))
+        return ast.Reduce(var, children[1], children[2], children[3], self._loc(meta))
+
+    add, sub, mul, div, mod, matmul = (_binop(o) for o in "+-*/%@")
+
+    @v_args(meta=True)
+    def neg(self, meta, children):
+        return ast.Neg(children[0], self._loc(meta))
+
+    @v_args(meta=True)
+    def call(self, meta, children):
+        return ast.Call(str(children[0]), tuple(children[1:]), self._loc(meta))
+
+    def int(self, children):
+        t = children[0]
+        return ast.Int(int(t), self._loc(t))
+
+    def float(self, children):
+        t = children[0]
+        return ast.Float(float(t), self._loc(t))
+
+    def name(self, children):
+        t = children[0]
+        return ast.Name(str(t), self._loc(t))
+
+
+def _describe(tok: Token | None) -> str:
+    if tok is None or tok.type == "$END":
+        return "end of file"
+    return f"'{tok}'"
+
+
+def parse(source: str, file: str = "<string>") -> ast.Program:
+    """Parse .tile source text; raises CompileError with one located, caret-marked diagnostic."""
+    try:
+        tree = _parser().parse(source)
+    except UnexpectedInput as e:
+        friendly = e.match_examples(_parser().parse, _EXAMPLES, use_accepts=True)
+        line, col = max(e.line, 1), max(e.column, 1)
+        if isinstance(e, UnexpectedCharacters):
+            msg = f"unexpected character {source[e.pos_in_stream]!r}"
+        elif isinstance(e, UnexpectedEOF):
+            msg = "unexpected end of file"
+        elif isinstance(e, UnexpectedToken):
+            msg = f"unexpected {_describe(e.token)}"
+            if e.token.type == "$END":
+                lines = source.rstrip().splitlines() or [""]
+                line, col = len(lines), len(lines[-1]) + 1
+            expected = sorted(x for x in e.expected if not x.startswith("_") and x.isupper())[:6]
+            if expected and not friendly:
+                msg += " (expected " + ", ".join(expected) + ")"
+        else:
+            msg = "syntax error"
+        if friendly:
+            msg += f": {friendly}"
+        raise CompileError([Diagnostic(Loc(file, line, col), msg)], source) from None
+    try:
+        return _ToAst(file, source).transform(tree)
+    except VisitError as e:  # pragma: no cover - transformer bugs surface as compile errors, not tracebacks
+        raise CompileError([Diagnostic(Loc(file, 1, 1), f"internal parse error: {e.orig_exc}")], source) from None
+
+
+def parse_file(path: str | Path) -> ast.Program:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise CompileError([Diagnostic(Loc(str(path), 0, 0), f"cannot read program: {e.strerror}")]) from None
+    return parse(text, str(path))

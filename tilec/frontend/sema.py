@@ -1,0 +1,413 @@
+"""Semantic checks: bind dims, resolve names, type tiles, prove indexes affine and accesses in bounds.
+
+Every problem is collected (with its location) and reported together as one CompileError. The result is a
+`BoundProgram`: the AST with every number resolved, ready for the `lower` pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from tilec.errors import CompileError, Diagnostic, Loc
+from tilec.frontend import ast
+from tilec.ir.types import (
+    ME,
+    Access,
+    Affine,
+    Const,
+    Dot,
+    Load,
+    Op,
+    Store,
+    Sum,
+    Tensor,
+    TExpr,
+    Var,
+    loads,
+)
+
+UNARY_FNS = {"exp", "log", "sqrt", "relu", "silu", "sigmoid", "tanh", "abs"}
+BINARY_FNS = {"max", "min"}
+CASTS = {"f16", "bf16", "f32"}
+
+
+@dataclass(frozen=True)
+class StageIR:
+    name: str
+    loops: tuple[Var, ...]
+    body: tuple[Store, ...]
+    loc: Loc = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class BarrierIR:
+    loc: Loc = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class BoundProgram:
+    name: str
+    world: int
+    world_name: str
+    dims: tuple[tuple[str, int], ...]
+    tiles: tuple[tuple[str, int], ...]
+    tensors: tuple[Tensor, ...]
+    items: tuple[StageIR | BarrierIR, ...]
+    file: str
+    source: str = field(compare=False, repr=False)
+
+    def tensor(self, name: str) -> Tensor:
+        return next(t for t in self.tensors if t.name == name)
+
+
+class _Err(Exception):
+    def __init__(self, loc: Loc, msg: str):
+        self.loc, self.msg = loc, msg
+
+
+def _affine(e: ast.Expr, consts: dict[str, int], vars_: dict[str, Var]) -> tuple[dict[str, Fraction], Fraction]:
+    """Evaluate an index expression to (coefficients, constant) with exact rational arithmetic."""
+    if isinstance(e, ast.Int):
+        return {}, Fraction(e.value)
+    if isinstance(e, ast.Name):
+        if e.id in consts:
+            return {}, Fraction(consts[e.id])
+        if e.id in vars_:
+            return {e.id: Fraction(1)}, Fraction(0)
+        raise _Err(e.loc, f"unknown name '{e.id}'")
+    if isinstance(e, ast.Neg):
+        t, c = _affine(e.operand, consts, vars_)
+        return {v: -k for v, k in t.items()}, -c
+    if isinstance(e, ast.BinOp) and e.op in "+-*/%":
+        lt, lc = _affine(e.lhs, consts, vars_)
+        rt, rc = _affine(e.rhs, consts, vars_)
+        if e.op in "+-":
+            s = 1 if e.op == "+" else -1
+            terms = dict(lt)
+            for v, k in rt.items():
+                terms[v] = terms.get(v, 0) + s * k
+            return {v: k for v, k in terms.items() if k}, lc + s * rc
+        if e.op == "*":
+            if lt and rt:
+                raise _Err(e.loc, "index is not affine: product of two loop variables")
+            if lt:
+                return {v: k * rc for v, k in lt.items() if k * rc}, lc * rc
+            return {v: k * lc for v, k in rt.items() if k * lc}, lc * rc
+        if rt:
+            raise _Err(e.loc, f"index is not affine: '{e.op}' by a loop variable")
+        if rc == 0:
+            raise _Err(e.loc, "division by zero")
+        if e.op == "/":
+            return {v: k / rc for v, k in lt.items()}, lc / rc
+        if lt:
+            raise _Err(e.loc, "index is not affine: '%' of a loop variable")
+        return {}, Fraction(lc % rc)
+    raise _Err(e.loc, "only integer arithmetic on dims and loop variables may appear here")
+
+
+def _const(e: ast.Expr, consts: dict[str, int], what: str) -> int:
+    terms, c = _affine(e, consts, {})
+    if c.denominator != 1:
+        raise _Err(e.loc, f"{what} is not an integer ({c.numerator}/{c.denominator})")
+    return int(c)
+
+
+class _Checker:
+    def __init__(self, prog: ast.Program, world: int, dims: dict[str, int]):
+        self.prog, self.world = prog, world
+        self.errors: list[Diagnostic] = []
+        self.consts: dict[str, int] = {prog.world: world}
+        self.overrides = dict(dims)
+        self.tensors: dict[str, Tensor] = {}
+        self.dims: list[tuple[str, int]] = []
+        self.tiles: list[tuple[str, int]] = []
+
+    def err(self, loc: Loc, msg: str) -> None:
+        self.errors.append(Diagnostic(loc, msg))
+
+    # -- declarations ---------------------------------------------------------------------------
+    def declare(self) -> None:
+        p = self.prog
+        if self.world < 1:
+            self.err(p.loc, f"world size must be >= 1, got {self.world}")
+        seen: dict[str, Loc] = {p.world: p.loc}
+        for d in (*p.dims, *p.tiles):
+            if d.name in seen:
+                self.err(d.loc, f"'{d.name}' is already defined")
+            seen[d.name] = d.loc
+        for d in p.dims:
+            v = self.overrides.pop(d.name, d.default)
+            if v is None:
+                self.err(d.loc, f"dim '{d.name}' has no value: give one in the program or with -D {d.name}=N")
+                v = 1
+            elif v < 1:
+                self.err(d.loc, f"dim '{d.name}' must be >= 1, got {v}")
+            self.consts[d.name] = v
+            self.dims.append((d.name, v))
+        for t in p.tiles:
+            v = self.overrides.pop(t.name, t.value)
+            if v < 1 or v & (v - 1):
+                self.err(t.loc, f"tile size '{t.name}' = {v} must be a power of two (Triton block shapes are)")
+            self.consts[t.name] = v
+            self.tiles.append((t.name, v))
+        for name in self.overrides:
+            self.err(p.loc, f"-D {name}: the program has no dim or tile size named '{name}'")
+        for t in p.tensors:
+            if t.name in seen or t.name in self.tensors:
+                self.err(t.loc, f"'{t.name}' is already defined")
+            shape = []
+            for s in t.shape:
+                try:
+                    n = _const(s, self.consts, "tensor size")
+                    if n < 1:
+                        self.err(s.loc, f"size of '{t.name}' must be >= 1, got {n}")
+                    shape.append(max(n, 1))
+                except _Err as e:
+                    self.err(e.loc, f"{e.msg} in the shape of '{t.name}'" + self._values_hint(s))
+                    shape.append(1)
+            self.tensors[t.name] = Tensor(t.name, t.kind, t.dtype, tuple(shape), t.symmetric, t.loc)
+
+    def _values_hint(self, e: ast.Expr) -> str:
+        names = sorted({n.id for n in _names(e) if n.id in self.consts})
+        return f" ({', '.join(f'{n}={self.consts[n]}' for n in names)})" if names else ""
+
+    # -- stages ---------------------------------------------------------------------------------
+    def stage(self, s: ast.Stage) -> StageIR | None:
+        vars_: dict[str, Var] = {ME: Var(ME, "me", self.world, 1, s.loc)}
+        loops = []
+        for lp in s.loops:
+            if lp.var in vars_ or lp.var in self.consts or lp.var in self.tensors:
+                self.err(lp.loc, f"loop variable '{lp.var}' shadows another name")
+                continue
+            try:
+                if lp.kind == "rank":
+                    v = Var(lp.var, "rank", self.world, 1, lp.loc)
+                else:
+                    v = self._tile_var(lp.var, lp.extent, lp.step, lp.loc)
+            except _Err as e:
+                self.err(e.loc, e.msg)
+                v = Var(lp.var, lp.kind, 1, 1, lp.loc)  # placeholder keeps later uses from cascading
+            vars_[lp.var] = v
+            loops.append(v)
+        body = []
+        for a in s.body:
+            try:
+                body.append(self.assign(a, vars_, tuple(loops), s.name))
+            except _Err as e:
+                self.err(e.loc, e.msg)
+        return StageIR(s.name, tuple(loops), tuple(body), s.loc)
+
+    def _tile_var(self, name: str, extent: ast.Expr, step: ast.Expr, loc: Loc) -> Var:
+        n = _const(extent, self.consts, "loop extent")
+        b = _const(step, self.consts, "tile size")
+        if n < 1:
+            raise _Err(extent.loc, f"loop extent of '{name}' must be >= 1, got {n}" + self._values_hint(extent))
+        tile_name = isinstance(step, ast.Name) and step.id in dict(self.tiles)  # already reported at its definition
+        if (b < 1 or b & (b - 1)) and not tile_name:
+            raise _Err(step.loc, f"tile size of '{name}' = {b} must be a power of two")
+        return Var(name, "tile", n, b, loc)
+
+    def assign(self, a: ast.Assign, vars_: dict[str, Var], loops: tuple[Var, ...], stage: str) -> Store:
+        target = self.access(a.target, vars_, write=True)
+        t = self.tensors[target.tensor]
+        if t.kind == "in":
+            raise _Err(a.target.loc, f"'{t.name}' is an input ('in') and cannot be written")
+        value = self.expr(a.value, vars_)
+        if t.dtype == "i32" and value.dtype != "i32":
+            raise _Err(a.loc, f"cannot store a {value.dtype} tile into '{t.name}' of dtype i32")
+        if _broadcast(value.shape, target.shape) != target.shape:
+            raise _Err(a.loc, f"shape mismatch: storing a {_shp(value.shape)} tile into a {_shp(target.shape)} tile"
+                              f" of '{t.name}'")
+        self._check_injective(target, loops, stage, a.target.loc)
+        return Store(target, value, a.loc)
+
+    def _check_injective(self, target: Access, loops: tuple[Var, ...], stage: str, loc: Loc) -> None:
+        used = target.vars
+        for v in loops:
+            if v.name not in used:
+                raise _Err(loc, f"write conflict in stage '{stage}': tasks that differ only in '{v.name}' write the same"
+                                f" tile of '{target.tensor}'")
+        by_name = {v.name: v for v in loops}
+        for dim, (aff, tv) in enumerate(zip(target.index, target.tile, strict=True)):
+            span = by_name[tv].extent if tv in by_name else 1
+            for v, k in aff.terms:
+                if v in by_name and by_name[v].is_rank and abs(k) < span:
+                    raise _Err(loc, f"write conflict in stage '{stage}': tiles of different '{v}' overlap in dim {dim}"
+                                    f" of '{target.tensor}' (stride {k} < extent {span})")
+
+    def access(self, r: ast.Ref, vars_: dict[str, Var], write: bool = False) -> Access:
+        t = self.tensors.get(r.tensor)
+        if t is None:
+            raise _Err(r.loc, f"unknown tensor '{r.tensor}'")
+        rank = ME
+        if r.rank is not None:
+            rv = vars_.get(r.rank)
+            if rv is None or not rv.is_rank:
+                raise _Err(r.loc, f"'{r.rank}' in '{r.tensor}@{r.rank}' must be a rank loop variable or 'rank'")
+            if not t.symmetric:
+                raise _Err(r.loc, f"'{t.name}' is not symmetric: only symmetric tensors can be accessed on a peer")
+            rank = r.rank
+        if len(r.index) != len(t.shape):
+            raise _Err(r.loc, f"'{t.name}' has {len(t.shape)} dims but is indexed with {len(r.index)}")
+        index, tiles, shape = [], [], []
+        for d, e in enumerate(r.index):
+            terms, c = _affine(e, self.consts, vars_)
+            bad = [v for v, k in terms.items() if k.denominator != 1] + ([""] if c.denominator != 1 else [])
+            if bad:
+                raise _Err(e.loc, "index is not an integer for every tile" + self._values_hint(e))
+            tile_vars = [v for v in terms if vars_[v].kind == "tile"]
+            if len(tile_vars) > 1:
+                raise _Err(e.loc, f"index combines tile loops {' and '.join(tile_vars)} in one dimension")
+            if tile_vars and terms[tile_vars[0]] != 1:
+                raise _Err(e.loc, f"tile loop '{tile_vars[0]}' must appear with coefficient 1 (strided tiles are not"
+                                  " supported)")
+            aff = Affine(tuple(sorted((v, int(k)) for v, k in terms.items() if k)), int(c))
+            tv = tile_vars[0] if tile_vars else None
+            ext = vars_[tv].step if tv else 1
+            lo, hi = aff.const, aff.const
+            for v, k in aff.terms:
+                top = vars_[v].extent - 1
+                lo, hi = lo + min(0, k * top), hi + max(0, k * top)
+            if lo < 0 or hi >= t.shape[d]:
+                raise _Err(e.loc, f"index out of bounds: dim {d} of '{t.name}' reaches [{lo}, {hi}] but its size is"
+                                  f" {t.shape[d]}")
+            index.append(aff)
+            tiles.append(tv)
+            shape.append(ext)
+        return Access(t.name, rank, tuple(index), tuple(tiles), tuple(shape), r.loc)
+
+    def expr(self, e: ast.Expr, vars_: dict[str, Var]) -> TExpr:
+        if isinstance(e, ast.Ref):
+            a = self.access(e, vars_)
+            return Load(a, self.tensors[a.tensor].dtype, a.shape, e.loc)
+        if isinstance(e, ast.Int | ast.Float):
+            return Const(e.value, "f32", (), e.loc)
+        if isinstance(e, ast.Name):
+            if e.id in self.consts:
+                return Const(self.consts[e.id], "f32", (), e.loc)
+            if e.id in vars_:
+                raise _Err(e.loc, f"loop variable '{e.id}' used as a tile value; index a tensor with it instead")
+            raise _Err(e.loc, f"unknown name '{e.id}'")
+        if isinstance(e, ast.Neg):
+            x = self.expr(e.operand, vars_)
+            return Op("neg", (x,), "f32", x.shape, e.loc)
+        if isinstance(e, ast.BinOp) and e.op == "@":
+            a, b = self.expr(e.lhs, vars_), self.expr(e.rhs, vars_)
+            if len(a.shape) != 2 or len(b.shape) != 2:
+                raise _Err(e.loc, f"'@' needs 2-d tiles, got {_shp(a.shape)} @ {_shp(b.shape)}")
+            if a.shape[1] != b.shape[0]:
+                raise _Err(e.loc, f"shape mismatch in '@': {_shp(a.shape)} @ {_shp(b.shape)}")
+            if a.dtype != b.dtype:
+                raise _Err(e.loc, f"dtype mismatch in '@': {a.dtype} @ {b.dtype} (cast one side, e.g. f32(x))")
+            return Dot(a, b, "f32", (a.shape[0], b.shape[1]), e.loc)
+        if isinstance(e, ast.BinOp):
+            a, b = self.expr(e.lhs, vars_), self.expr(e.rhs, vars_)
+            shape = _broadcast(a.shape, b.shape)
+            if shape is None:
+                raise _Err(e.loc, f"shape mismatch in '{e.op}': {_shp(a.shape)} and {_shp(b.shape)}")
+            return Op(e.op, (a, b), "f32", shape, e.loc)
+        if isinstance(e, ast.Call):
+            args = [self.expr(x, vars_) for x in e.args]
+            if e.fn in CASTS and len(args) == 1:
+                return Op("cast_" + e.fn, tuple(args), e.fn, args[0].shape, e.loc)
+            if e.fn in UNARY_FNS and len(args) == 1:
+                return Op(e.fn, tuple(args), "f32", args[0].shape, e.loc)
+            if e.fn in BINARY_FNS and len(args) == 2:
+                shape = _broadcast(args[0].shape, args[1].shape)
+                if shape is None:
+                    raise _Err(e.loc, f"shape mismatch in {e.fn}(): {_shp(args[0].shape)} and {_shp(args[1].shape)}")
+                return Op(e.fn, tuple(args), "f32", shape, e.loc)
+            known = sorted(UNARY_FNS | BINARY_FNS | CASTS)
+            raise _Err(e.loc, f"unknown tile function '{e.fn}' with {len(args)} argument(s) (known: {', '.join(known)})")
+        if isinstance(e, ast.Reduce):
+            if e.var in vars_ or e.var in self.consts:
+                raise _Err(e.loc, f"reduction variable '{e.var}' shadows another name")
+            if e.extent is None:
+                v = Var(e.var, "rank", self.world, 1, e.loc)
+            else:
+                v = self._tile_var(e.var, e.extent, e.step, e.loc)
+            body = self.expr(e.body, {**vars_, e.var: v})
+            if not any(e.var in ld.access.vars for ld in loads(body)):
+                raise _Err(e.loc, f"'sum {e.var}' does not index any tensor with '{e.var}'")
+            return Sum(v, body, "f32", body.shape, e.loc)
+        raise _Err(e.loc, "unsupported expression")
+
+    # -- ordering: what may be read where --------------------------------------------------------
+    def phases(self, items: list[StageIR | BarrierIR], ast_items) -> None:
+        written_before: set[str] = set()  # by stages in earlier phases
+        phase_writes: dict[str, tuple[str, bool]] = {}  # tensor -> (stage, written remotely)
+        for it, src in zip(items, ast_items, strict=True):
+            if isinstance(it, BarrierIR):
+                written_before |= set(phase_writes)
+                phase_writes = {}
+                continue
+            for st in it.body:
+                for ld in loads(st.value):
+                    a, name = ld.access, ld.access.tensor
+                    t = self.tensors[name]
+                    if t.kind != "in" and name not in written_before and name not in phase_writes:
+                        self.err(ld.loc, f"stage '{it.name}' reads '{name}' before any stage writes it")
+                    elif name in phase_writes and (a.remote or phase_writes[name][1]):
+                        who = phase_writes[name][0]
+                        self.err(ld.loc, f"race: stage '{it.name}' reads '{a}' which stage '{who}' writes in the same"
+                                         " phase on another rank; put a `barrier` between them")
+            for st in it.body:
+                name = st.access.tensor
+                if name in phase_writes and phase_writes[name][0] != it.name:
+                    self.err(st.loc, f"write conflict: stages '{phase_writes[name][0]}' and '{it.name}' both write"
+                                     f" '{name}' with no barrier between them")
+                phase_writes[name] = (it.name, st.access.remote or phase_writes.get(name, ("", False))[1])
+        written = written_before | set(phase_writes)
+        for t in self.tensors.values():
+            if t.kind == "out" and t.name not in written:
+                self.err(t.loc, f"output '{t.name}' is never written")
+
+
+def _names(e: ast.Expr):
+    if isinstance(e, ast.Name):
+        yield e
+    for f in ("lhs", "rhs", "operand", "body"):
+        if hasattr(e, f):
+            yield from _names(getattr(e, f))
+
+
+def _shp(s: tuple[int, ...]) -> str:
+    return "[" + ", ".join(map(str, s)) + "]"
+
+
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    if not a or not b:
+        return a or b
+    if len(a) != len(b):
+        return None
+    out = []
+    for x, y in zip(a, b, strict=True):
+        if x != y and 1 not in (x, y):
+            return None
+        out.append(max(x, y))
+    return tuple(out)
+
+
+def check(prog: ast.Program, world: int, dims: dict[str, int] | None = None) -> BoundProgram:
+    """Resolve and check `prog` for `world` ranks; raises CompileError with every problem found."""
+    c = _Checker(prog, world, dims or {})
+    c.declare()
+    items: list[StageIR | BarrierIR] = []
+    names: set[str] = set()
+    for it in prog.items:
+        if isinstance(it, ast.Barrier):
+            items.append(BarrierIR(it.loc))
+            continue
+        if it.name in names:
+            c.err(it.loc, f"stage '{it.name}' is already defined")
+        names.add(it.name)
+        items.append(c.stage(it))
+    if not any(isinstance(i, StageIR) for i in items):
+        c.err(prog.loc, "program has no stages")
+    if not c.errors:
+        c.phases(items, prog.items)
+    if c.errors:
+        raise CompileError(sorted(c.errors, key=lambda d: (d.loc.line, d.loc.col)), prog.source)
+    return BoundProgram(prog.name, world, prog.world, tuple(c.dims), tuple(c.tiles), tuple(c.tensors.values()),
+                        tuple(items), prog.loc.file, prog.source)

@@ -1,0 +1,189 @@
+"""The tile dataflow graph: a networkx DiGraph whose nodes carry immutable payloads.
+
+Nodes (id -> attrs):
+  "t:NAME"  kind=tensor   payload=Tensor
+  "s:NAME"  kind=stage    payload=Stage       (tile tasks over loops; body of stores)
+  "b:I"     kind=barrier  payload=Barrier     (a global cross-rank barrier)
+  "f:NAME"  kind=flag     payload=Flag        (per-tile ready counters replacing a barrier)
+Edges:
+  tensor -> stage  kind=read      ;  stage -> tensor  kind=write
+  stage/barrier -> stage/barrier  kind=order (program order)
+  stage -> flag  kind=release     ;  flag -> stage  kind=wait, waits=(Wait, ...)
+Graph attributes: program (BoundProgram: name, world, dims, source), order (tuple of stage/barrier ids in program
+order), kernels (tuple of Kernel, set by `persist`), passes (names applied so far), options.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from tilec.errors import Loc
+from tilec.ir.types import Access, Affine, Load, Store, TExpr, Var, loads, map_expr, walk
+
+
+@dataclass(frozen=True)
+class Pull:
+    """A read of buffer `via.tensor` rewritten by fuse-comm(pull) into a read of the copy's source.
+
+    `read` is what the consumer read (a tile of the buffer); `write`/`source` are the copy stage's write and read
+    accesses, whose variables `producer` are solved per element from the buffer index."""
+
+    read: Access
+    write: Access
+    source: Access
+    producer: tuple[Var, ...]
+    dtype: str
+    shape: tuple[int, ...]
+    loc: Loc = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    loops: tuple[Var, ...]
+    body: tuple[Store, ...]
+    loc: Loc = field(compare=False, repr=False)
+    note: str = ""  # what a pass did to it, printed by the IR printer
+
+    def reads(self) -> list[Load | Pull]:
+        out = []
+        for st in self.body:
+            out += [x for x in walk(st.value) if isinstance(x, Load | Pull)]
+        return out
+
+
+@dataclass(frozen=True)
+class Barrier:
+    index: int
+    loc: Loc = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """Ready counters for the tiles that `producer` writes into `tensor`. One counter per value of the `key` vars
+    (the producer's loop vars that index the written tile); each counter is bumped `count` times per call, on the
+    rank whose copy was written (`owner`: a producer rank var, or ME). Consumers wait for epoch * count."""
+
+    name: str
+    tensor: str
+    producer: str
+    write: Access
+    key: tuple[str, ...]
+    size: int
+    count: int
+    granularity: str
+    loc: Loc = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Wait:
+    flag: str
+    read: Access  # the consumer's read of the flagged tensor (local or on a peer)
+    loc: Loc = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One launch: stages whose tasks run in this order inside a persistent loop when `persistent`."""
+
+    name: str
+    stages: tuple[str, ...]
+    persistent: bool
+    concurrent: bool  # launched on its own stream, overlapping the other kernels of its phase
+    barrier_before: bool  # a global barrier precedes this launch
+
+
+def sid(name: str) -> str:
+    return f"s:{name}"
+
+
+def tid(name: str) -> str:
+    return f"t:{name}"
+
+
+def stages(g: nx.DiGraph) -> list[Stage]:
+    return [g.nodes[n]["payload"] for n in g.graph["order"] if g.nodes[n]["kind"] == "stage"]
+
+
+def stage(g: nx.DiGraph, name: str) -> Stage:
+    return g.nodes[sid(name)]["payload"]
+
+
+def tensors(g: nx.DiGraph):
+    return [d["payload"] for _, d in g.nodes(data=True) if d["kind"] == "tensor"]
+
+
+def tensor(g: nx.DiGraph, name: str):
+    return g.nodes[tid(name)]["payload"]
+
+
+def flags(g: nx.DiGraph) -> list[Flag]:
+    return sorted((d["payload"] for _, d in g.nodes(data=True) if d["kind"] == "flag"), key=lambda f: f.name)
+
+
+def waits(g: nx.DiGraph, stage_name: str) -> list[Wait]:
+    out = []
+    for f, _, d in g.in_edges(sid(stage_name), data=True):
+        if d["kind"] == "wait":
+            out += d["waits"]
+    return out
+
+
+def barriers(g: nx.DiGraph) -> list[str]:
+    return [n for n in g.graph["order"] if g.nodes[n]["kind"] == "barrier"]
+
+
+def phases(g: nx.DiGraph) -> list[list[Stage]]:
+    """Stages grouped by the barriers that separate them."""
+    out: list[list[Stage]] = [[]]
+    for n in g.graph["order"]:
+        if g.nodes[n]["kind"] == "barrier":
+            out.append([])
+        else:
+            out[-1].append(g.nodes[n]["payload"])
+    return [p for p in out if p]
+
+
+def rebuild_edges(g: nx.DiGraph) -> None:
+    """Recompute read/write/order edges from the stage payloads and the program order (flags are kept)."""
+    for u, v, d in list(g.edges(data=True)):
+        if d["kind"] in ("read", "write", "order"):
+            g.remove_edge(u, v)
+    order = g.graph["order"]
+    for a, b in zip(order, order[1:], strict=False):
+        g.add_edge(a, b, kind="order")
+    for n in order:
+        if g.nodes[n]["kind"] != "stage":
+            continue
+        st: Stage = g.nodes[n]["payload"]
+        for s in st.body:
+            g.add_edge(n, tid(s.access.tensor), kind="write")
+        for r in st.reads():
+            t = r.source.tensor if isinstance(r, Pull) else r.access.tensor  # a pulled buffer no longer exists
+            g.add_edge(tid(t), n, kind="read")
+
+
+def copy_graph(g: nx.DiGraph) -> nx.DiGraph:
+    h = g.copy()
+    h.graph = dict(g.graph)
+    return h
+
+
+def replace_stage(g: nx.DiGraph, st: Stage) -> None:
+    g.nodes[sid(st.name)]["payload"] = st
+
+
+def map_stage_exprs(st: Stage, fn) -> tuple[Store, ...]:
+    from dataclasses import replace
+
+    return tuple(replace(s, value=map_expr(s.value, fn)) for s in st.body)
+
+
+def expr_reads(e: TExpr) -> list[Load]:
+    return loads(e)
+
+
+def affine_eval(a: Affine, env: dict[str, int]) -> int:
+    return a.const + sum(k * env[v] for v, k in a.terms)

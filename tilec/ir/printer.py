@@ -1,0 +1,74 @@
+"""Deterministic text form of the tile dataflow graph (what `tilec show --after PASS` prints; golden-tested)."""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from tilec.ir.graph import Pull, flags, waits
+from tilec.ir.types import ME, Const, Dot, Load, Op, Sum, TExpr, Var
+
+_INFIX = {"+": "+", "-": "-", "*": "*", "/": "/"}
+
+
+def fmt_expr(e: TExpr) -> str:
+    if isinstance(e, Load):
+        return str(e.access)
+    if isinstance(e, Pull):
+        return f"pull({e.source} via {e.read})"
+    if isinstance(e, Const):
+        return repr(e.value)
+    if isinstance(e, Dot):
+        return f"({fmt_expr(e.lhs)} @ {fmt_expr(e.rhs)})"
+    if isinstance(e, Sum):
+        return f"sum {fmt_loop(e.var)}: {fmt_expr(e.body)}"
+    if isinstance(e, Op):
+        if e.op in _INFIX:
+            return f"({fmt_expr(e.args[0])} {_INFIX[e.op]} {fmt_expr(e.args[1])})"
+        if e.op == "neg":
+            return f"-{fmt_expr(e.args[0])}"
+        return f"{e.op.removeprefix('cast_')}({', '.join(fmt_expr(a) for a in e.args)})"
+    raise TypeError(e)
+
+
+def fmt_loop(v: Var) -> str:
+    if v.is_rank:
+        return f"{v.name} in ranks"
+    return f"{v.name} in {v.extent} by {v.step}"
+
+
+def print_graph(g: nx.DiGraph) -> str:
+    p = g.graph["program"]
+    out = [f"program {p.name}  world={p.world}  " + " ".join(f"{k}={v}" for k, v in (*p.dims, *p.tiles))]
+    out.append("passes: " + ", ".join(g.graph.get("passes", ())))
+    for n in sorted(n for n, d in g.nodes(data=True) if d["kind"] == "tensor"):
+        t = g.nodes[n]["payload"]
+        sym = " symmetric" if t.symmetric else ""
+        out.append(f"{t.kind:<3} {t.name} : {t.dtype}[{', '.join(map(str, t.shape))}]{sym}")
+    kernel_of = {s: k for k in g.graph.get("kernels", ()) for s in k.stages}
+    for n in g.graph["order"]:
+        d = g.nodes[n]
+        if d["kind"] == "barrier":
+            out.append("barrier")
+            continue
+        st = d["payload"]
+        k = kernel_of.get(st.name)
+        where = f"  [kernel {k.name}]" if k else ""
+        note = f"  # {st.note}" if st.note else ""
+        out.append(f"stage {st.name} over {', '.join(fmt_loop(v) for v in st.loops)}:{where}{note}")
+        for w in waits(g, st.name):
+            out.append(f"  wait {w.flag} before reading {w.read}")
+        for s in st.body:
+            out.append(f"  {s.access} = {fmt_expr(s.value)}")
+        rel = [v for _, v, e in g.out_edges(n, data=True) if e["kind"] == "release"]
+        for f in sorted(rel):
+            out.append(f"  release {f[2:]}")
+    for f in flags(g):
+        owner = "the writing rank" if f.write.rank == ME else f"rank {f.write.rank} (the destination)"
+        key = ", ".join(f.key) or "-"
+        out.append(f"flag {f.name}: {f.size} counter(s) [{key}] on {owner}, +{f.count} per call from stage"
+                   f" {f.producer} ({f.granularity})")
+    for k in g.graph.get("kernels", ()):
+        attrs = [a for a, on in (("persistent", k.persistent), ("concurrent", k.concurrent),
+                                 ("after-barrier", k.barrier_before)) if on]
+        out.append(f"kernel {k.name}: {', '.join(k.stages)}" + (f"  ({', '.join(attrs)})" if attrs else ""))
+    return "\n".join(out) + "\n"

@@ -1,0 +1,101 @@
+"""Inverting affine tile writes: which producer task wrote element e of a tensor.
+
+A write index is solvable per dimension when each dimension is `c + a*r + t`: at most one rank variable r (a > 0)
+and at most one tile variable t (coefficient 1). Then for an element e of that dimension:
+    r = (e - c) // a,   offset = e - c - a*r,   tile = offset // step      (offset >= extent: a gap, never written)
+This one fact turns barriers into per-tile flags (consumers compute the producer tiles they read), lets fused-pull
+read a buffer's source directly, and lets the verifier check both by brute force.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tilec.errors import ScheduleError
+from tilec.ir.types import Access, Var
+
+
+@dataclass(frozen=True)
+class DimInverse:
+    dim: int
+    const: int
+    rank_var: str | None
+    rank_coef: int
+    tile_var: str | None
+    step: int
+    extent: int
+    key_rank: bool  # the rank var indexes the flag
+    key_tile: bool  # the tile var indexes the flag
+    world: int
+
+    @property
+    def trips(self) -> int:
+        return -(-self.extent // self.step) if self.tile_var else 1
+
+    @property
+    def size(self) -> int:
+        return (self.world if self.key_rank else 1) * (self.trips if self.key_tile else 1)
+
+    def solve(self, e):
+        """Element index (int or numpy array) -> (rank value, offset within the tile var's range)."""
+        x = e - self.const
+        r = x // self.rank_coef if self.rank_var else x * 0
+        return r, x - (self.rank_coef * r if self.rank_var else 0)
+
+    def written(self, e):
+        """Whether element e of this dim is written by some producer task."""
+        r, off = self.solve(e)
+        ok = (off >= 0) & (off < (self.extent if self.tile_var else 1))
+        if self.rank_var:
+            ok = ok & (r >= 0) & (r < self.world)
+        return ok
+
+    def lin(self, e):
+        """Flag coordinate of element e along this dim (clamped into range for gap elements)."""
+        r, off = self.solve(e)
+        t = np.clip(off // self.step, 0, self.trips - 1) if self.tile_var else 0
+        r = np.clip(r, 0, self.world - 1) if self.rank_var else 0
+        return self.lin_of(r, t)
+
+    def lin_of(self, r, t):
+        """Flag coordinate from the producer's own (rank value, tile number)."""
+        out = r * (self.trips if self.key_tile else 1) if self.key_rank else 0
+        return out + (t if self.key_tile else 0)
+
+
+def invert(write: Access, loops: dict[str, Var], key: set[str], world: int, what: str) -> list[DimInverse]:
+    """Per-dim inverses of `write` (a stage's store) or a ScheduleError saying why it is not invertible."""
+    out = []
+    for d, aff in enumerate(write.index):
+        ranks = [(v, k) for v, k in aff.terms if loops[v].is_rank]
+        tiles = [(v, k) for v, k in aff.terms if not loops[v].is_rank]
+        if len(ranks) > 1 or (ranks and ranks[0][1] <= 0):
+            raise ScheduleError(f"{what}: dim {d} of {write} mixes rank variables or uses a negative rank stride,"
+                                " so its producer tiles cannot be solved per element")
+        rv, rk = ranks[0] if ranks else (None, 1)
+        tv = tiles[0][0] if tiles else None
+        if tv is None and rv is None:
+            step, extent = 1, 1
+        elif tv is None:
+            step, extent = 1, 1
+        else:
+            step, extent = loops[tv].step, loops[tv].extent
+        out.append(DimInverse(d, aff.const, rv, rk, tv, step, extent, rv in key, tv in key if tv else False, world))
+    return out
+
+
+def strides(dims: list[DimInverse]) -> list[int]:
+    s, out = 1, []
+    for d in reversed(dims):
+        out.append(s)
+        s *= d.size
+    return out[::-1]
+
+
+def flag_size(dims: list[DimInverse]) -> int:
+    n = 1
+    for d in dims:
+        n *= d.size
+    return n

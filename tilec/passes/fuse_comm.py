@@ -1,0 +1,133 @@
+"""fuse-comm: fuse the communication of tile-copy stages into their neighbours.
+
+A copy stage moves tiles and computes nothing: `T[w(p)] = X@r[s(p)]` (T a buffer, X read on rank r).
+
+mode=pull (the consumer reads the source directly; the buffer disappears):
+  Before:  stage gather over r, m, k:  Ag[r*M/W + m, k] = A@r[m, k]     barrier
+           stage gemm over m, n:       C[m, n] = sum k: Ag[m, k] @ B[k, n]
+  After:   stage gemm over m, n:       C[m, n] = sum k: pull(A@r[m, k] via Ag[m, k]) @ B[k, n]
+  (per element of the Ag tile the copy's variables r, m are solved from the Ag index, so tiles that straddle
+  two ranks' shards are read from both.)
+
+mode=push (the owner stores its tiles into every peer's buffer):
+  Before:  stage gather over r, m, k:  Ag[r*M/W + m, k] = A@r[m, k]       (rank `rank` pulls from r)
+  After:   stage gather over r, m, k:  Ag@r[rank*M/W + m, k] = A[m, k]    (rank `rank` pushes to r)
+  The task that rank q ran for r = p is the task that rank p now runs for r = q: same tiles, other executor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import networkx as nx
+
+from tilec.errors import ScheduleError
+from tilec.ir.graph import Pull, Stage, rebuild_edges, sid, stages, tid
+from tilec.ir.tiling import invert
+from tilec.ir.types import ME, Access, Load, Var, map_expr
+
+from .base import Pass
+
+
+def copy_stages(g: nx.DiGraph) -> list[Stage]:
+    """Stages whose body is one store of a plain tile load."""
+    return [s for s in stages(g) if len(s.body) == 1 and isinstance(s.body[0].value, Load)]
+
+
+def _swap_rank(a: Access, r: str) -> Access:
+    rank = {r: ME, ME: r}.get(a.rank, a.rank)
+    return replace(a, rank=rank, index=tuple(i.rename({r: ME, ME: r}) for i in a.index))
+
+
+@dataclass(frozen=True)
+class FuseComm(Pass):
+    mode: str = "pull"
+    name = "fuse-comm"
+
+    def apply(self, g: nx.DiGraph) -> nx.DiGraph:
+        if self.mode not in ("pull", "push"):
+            raise ScheduleError(f"fuse-comm: unknown mode '{self.mode}' (pull or push)")
+        return self._pull(g) if self.mode == "pull" else self._push(g)
+
+    def _pull(self, g: nx.DiGraph) -> nx.DiGraph:
+        prog = g.graph["program"]
+        fused, why = 0, []
+        for cp in copy_stages(g):
+            st = cp.body[0]
+            buf, src = st.access, st.value.access
+            tb = g.nodes[tid(buf.tensor)]["payload"]
+            writers = [s for s in stages(g) if any(x.access.tensor == buf.tensor for x in s.body)]
+            if tb.kind != "buf" or len(writers) != 1 or buf.remote:
+                why.append(f"'{buf.tensor}' is not a buffer written only locally by stage '{cp.name}'")
+                continue
+            if g.nodes[tid(src.tensor)]["payload"].kind != "in":
+                why.append(f"the source '{src.tensor}' of stage '{cp.name}' is computed in the program; pulling it"
+                           " would need flags on the source (use fused-push or flags)")
+                continue
+            loops = {v.name: v for v in cp.loops} | {ME: Var(ME, "me", prog.world, 1, cp.loc)}
+            invert(buf, loops, set(), prog.world, f"fused-pull of stage '{cp.name}'")
+            if not all(v.name in buf.vars for v in cp.loops):
+                why.append(f"stage '{cp.name}' writes the same tile from several tasks")
+                continue
+
+            def to_pull(e, buf=buf, src=src, cp=cp):
+                if isinstance(e, Load) and e.access.tensor == buf.tensor:
+                    return Pull(e.access, buf, src, cp.loops, src_dtype(g, src), e.shape, e.loc)
+                return e
+
+            for c in stages(g):
+                if c.name != cp.name:
+                    body = tuple(replace(s, value=map_expr(s.value, to_pull)) for s in c.body)
+                    if body != c.body:
+                        note = f"pulls {buf.tensor} from {src.tensor}@{src.rank}"
+                        g.nodes[sid(c.name)]["payload"] = replace(c, body=body, note=_join(c.note, note))
+            g.remove_node(sid(cp.name))
+            g.remove_node(tid(buf.tensor))
+            g.graph["order"] = _drop_dangling_barriers([n for n in g.graph["order"] if n != sid(cp.name)], g)
+            fused += 1
+        if not fused:
+            raise ScheduleError("fused-pull does not apply: " + ("; ".join(why) or "no stage is a pure tile copy"))
+        rebuild_edges(g)
+        return g
+
+    def _push(self, g: nx.DiGraph) -> nx.DiGraph:
+        pushed, why = 0, []
+        for cp in copy_stages(g):
+            st = cp.body[0]
+            dst, src = st.access, st.value.access
+            rv = src.rank
+            if not src.remote or dst.remote or rv not in {v.name for v in cp.loops}:
+                why.append(f"stage '{cp.name}' does not pull from a peer chosen by a rank loop into a local tile")
+                continue
+            if not g.nodes[tid(dst.tensor)]["payload"].symmetric:
+                why.append(f"'{dst.tensor}' is not symmetric, so peers cannot store into it")
+                continue
+            new_dst, new_src = _swap_rank(dst, rv), _swap_rank(src, rv)
+            body = (replace(st, access=new_dst, value=replace(st.value, access=new_src)),)
+            g.nodes[sid(cp.name)]["payload"] = replace(cp, body=body, note=_join(cp.note, f"pushes to {dst.tensor}@{rv}"))
+            pushed += 1
+        if not pushed:
+            raise ScheduleError("fused-push does not apply: " + ("; ".join(why) or "no stage is a pure tile copy"))
+        rebuild_edges(g)
+        return g
+
+
+def src_dtype(g: nx.DiGraph, a: Access) -> str:
+    return g.nodes[tid(a.tensor)]["payload"].dtype
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b
+
+
+def _drop_dangling_barriers(order: list[str], g: nx.DiGraph) -> tuple[str, ...]:
+    """Barriers with no stage before them (or doubled) separate nothing once a stage is gone."""
+    out: list[str] = []
+    for n in order:
+        if g.nodes[n]["kind"] == "barrier" and (not out or g.nodes[out[-1]]["kind"] == "barrier"):
+            g.remove_node(n)
+            continue
+        out.append(n)
+    while out and g.nodes[out[-1]]["kind"] == "barrier":
+        g.remove_node(out.pop())
+    return tuple(out)

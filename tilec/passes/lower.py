@@ -1,0 +1,40 @@
+"""lower: checked AST (BoundProgram) -> tile dataflow graph.
+
+Before:  stage gather over r in ranks, m in M/W by BM, k in K by BK:  Ag[r*M/W + m, k] = A@r[m, k]
+         barrier
+         stage gemm over m in M by BM, n in N by BN:  C[m, n] = sum k ...: Ag[m, k] @ B[k, n]
+After:   nodes t:A t:B t:C t:Ag, s:gather, b:0, s:gemm; edges t:A -read-> s:gather -write-> t:Ag -read-> s:gemm
+         -write-> t:C and program order s:gather -> b:0 -> s:gemm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from tilec.frontend.sema import BarrierIR, BoundProgram
+from tilec.ir.graph import Barrier, Stage, rebuild_edges, sid, tid
+
+
+@dataclass(frozen=True)
+class Lower:
+    name = "lower"
+
+    def __call__(self, prog: BoundProgram) -> nx.DiGraph:
+        g = nx.DiGraph(program=prog, passes=("lower",), options={})
+        for t in prog.tensors:
+            g.add_node(tid(t.name), kind="tensor", payload=t)
+        order, nb = [], 0
+        for it in prog.items:
+            if isinstance(it, BarrierIR):
+                n = f"b:{nb}"
+                g.add_node(n, kind="barrier", payload=Barrier(nb, it.loc))
+                nb += 1
+            else:
+                n = sid(it.name)
+                g.add_node(n, kind="stage", payload=Stage(it.name, it.loops, it.body, it.loc))
+            order.append(n)
+        g.graph["order"] = tuple(order)
+        rebuild_edges(g)
+        return g

@@ -1,0 +1,104 @@
+"""replace-barriers: turn global barriers into per-tile ready flags.
+
+For every tensor a stage reads that an earlier stage wrote, the producer bumps a counter per written tile
+(release, system scope) on the rank whose copy it wrote, and the consumer waits (acquire) only for the counters of
+the tiles it reads, found by inverting the producer's affine write (see ir/tiling.py). Counters carry an epoch:
+they are never reset, a consumer in call e waits for e * count.
+
+  Before:  stage gather ...: Ag[r*M/W + m, k] = A@r[m, k]
+           barrier
+           stage gemm ...:   C[m, n] = sum k: Ag[m, k] @ B[k, n]
+  After:   stage gather ...: Ag[r*M/W + m, k] = A@r[m, k];  release Ag.gather[r, m, k]
+           stage gemm ...:   wait Ag.gather before reading Ag[m, k];  C[m, n] = ...
+
+granularity: tile (a counter per producer tile), rank (per source rank: fewer waits, later start), or tensor
+(one counter: a barrier that only the readers of this tensor wait on).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from tilec.errors import ScheduleError
+from tilec.ir.graph import Flag, Pull, Wait, flags, rebuild_edges, sid, stages
+from tilec.ir.tiling import flag_size, invert
+from tilec.ir.types import ME, Var
+
+from .base import Pass
+
+GRANULARITIES = ("tile", "rank", "tensor")
+
+
+def flag_dims(g: nx.DiGraph, f: Flag):
+    """The per-dim inverses that define flag `f`'s counters (shared by codegen and the verifier)."""
+    prog = g.graph["program"]
+    p = g.nodes[sid(f.producer)]["payload"]
+    loops = {v.name: v for v in p.loops} | {ME: Var(ME, "me", prog.world, 1, p.loc)}
+    return invert(f.write, loops, set(f.key), prog.world, f"flag {f.name}")
+
+
+@dataclass(frozen=True)
+class ReplaceBarriers(Pass):
+    granularity: str = "tile"
+    name = "replace-barriers"
+
+    def apply(self, g: nx.DiGraph) -> nx.DiGraph:
+        if self.granularity not in GRANULARITIES:
+            raise ScheduleError(f"replace-barriers: granularity must be one of {', '.join(GRANULARITIES)}")
+        prog = g.graph["program"]
+        writer: dict[str, str] = {}
+        for s in stages(g):
+            for st in s.body:
+                t = st.access.tensor
+                if t in writer and writer[t] != s.name:
+                    raise ScheduleError(f"replace-barriers: '{t}' is written by stages '{writer[t]}' and '{s.name}';"
+                                        " per-tile flags cannot order the second write after the first one's readers")
+                writer[t] = s.name
+        made: dict[str, Flag] = {f.name: f for f in flags(g)}
+        for c in stages(g):
+            for r in c.reads():
+                if isinstance(r, Pull):
+                    continue  # reads an input (fuse-comm only pulls inputs)
+                t = r.access.tensor
+                if t not in writer or writer[t] == c.name:
+                    continue
+                p = g.nodes[sid(writer[t])]["payload"]
+                st = next(x for x in p.body if x.access.tensor == t)
+                fname = f"{t}.{p.name}"
+                if fname not in made:
+                    made[fname] = self._flag(fname, p, st.access, prog.world)
+                    g.add_node(f"f:{fname}", kind="flag", payload=made[fname])
+                    g.add_edge(sid(p.name), f"f:{fname}", kind="release")
+                fn = f"f:{fname}"
+                if g.has_edge(fn, sid(c.name)):
+                    g.edges[fn, sid(c.name)]["waits"] += (Wait(fname, r.access, r.loc),)
+                else:
+                    g.add_edge(fn, sid(c.name), kind="wait", waits=(Wait(fname, r.access, r.loc),))
+        for n in [n for n in g.graph["order"] if g.nodes[n]["kind"] == "barrier"]:
+            g.remove_node(n)
+        g.graph["order"] = tuple(n for n in g.graph["order"] if n in g)
+        g.graph["barriers_replaced"] = True
+        rebuild_edges(g)
+        return g
+
+    def _flag(self, name: str, p, write, world: int) -> Flag:
+        loops = {v.name: v for v in p.loops} | {ME: Var(ME, "me", world, 1, p.loc)}
+        idx_vars = [v for a in write.index for v in a.vars]
+        if self.granularity == "tile":
+            key = idx_vars
+        elif self.granularity == "rank":
+            key = [v for v in idx_vars if loops[v].is_rank]
+        else:
+            key = []
+        dims = invert(write, loops, set(key), world, f"replace-barriers for stage '{p.name}'")
+        # counters are bumped by every producer task that maps onto them; the destination rank var only selects
+        # which rank's counters, so it does not multiply the count
+        count = 1
+        for v in p.loops:
+            if v.name not in key and v.name != write.rank:
+                count *= v.trips
+        if ME in idx_vars and ME not in key:  # every rank pushes into the same counters
+            count *= world
+        return Flag(name, write.tensor, p.name, write, tuple(key), flag_size(dims), count, self.granularity, p.loc)

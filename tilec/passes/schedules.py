@@ -1,0 +1,34 @@
+"""Schedules are pipelines of passes. `lower` always runs first; the verifier runs after every pass."""
+
+from __future__ import annotations
+
+from tilec.errors import ScheduleError
+
+from .base import Pass
+from .fuse_comm import FuseComm
+from .persist import Persist
+from .replace_barriers import ReplaceBarriers
+
+SCHEDULES = ("bsp", "flags", "fused-pull", "fused-push")
+
+DESCRIPTIONS = {
+    "bsp": "one kernel per stage, a global barrier where the program has one (the baseline)",
+    "flags": "one persistent kernel per stage on its own stream, per-tile flags instead of barriers",
+    "fused-pull": "consumers read the copy's source from peers directly; the buffer and its stage disappear",
+    "fused-push": "owners store tiles into peers and release their flags; one persistent kernel",
+}
+
+
+def pipeline(schedule: str, granularity: str = "tile") -> list[Pass]:
+    if schedule == "bsp":
+        return [Persist(merge=False)]
+    if schedule == "flags":
+        return [ReplaceBarriers(granularity), Persist(merge=False)]
+    if schedule == "fused-pull":
+        return [FuseComm("pull"), ReplaceBarriers(granularity), Persist(merge=True)]
+    if schedule == "fused-push":
+        return [FuseComm("push"), ReplaceBarriers(granularity), Persist(merge=True)]
+    raise ScheduleError(f"unknown schedule '{schedule}' (choose from {', '.join(SCHEDULES)})")
+
+
+PASS_NAMES = ("lower", "fuse-comm", "replace-barriers", "persist", "codegen")

@@ -1,0 +1,251 @@
+"""The compiled program: its Triton source, its graph, and a callable that runs it on the active heap."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import networkx as nx
+
+from tilec.errors import ArgumentError, TilecError
+from tilec.frontend.sema import BoundProgram
+from tilec.ir.graph import flags
+from tilec.ir.printer import print_graph
+
+
+class WaitTimeout(TilecError):
+    """A flag wait that could not be satisfied: named rank, flag, tile and what was seen."""
+
+
+def cache_dir() -> Path:
+    d = Path(os.environ.get("TILEC_CACHE", Path.home() / ".cache" / "tilec"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def load_module(source: str, name: str):
+    """Import generated source from a file (Triton reads kernels' source with inspect, so exec() won't do)."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    mod_name = f"tilec_gen_{name}_{digest}"
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    path = cache_dir() / f"{mod_name}.py"
+    if not path.exists() or path.read_text() != source:
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(source)
+        os.replace(tmp, path)  # atomic: concurrent rank processes never see half a file
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class LaunchContext:
+    """What generated host code needs from the runtime: rank, barrier, heap bases, grid sizes and streams."""
+
+    def __init__(self, heap, max_spin: int):
+        self.heap = heap
+        self.rank = heap.rank
+        self.interpret = heap.interpret
+        self.upcast_dot = heap.interpret  # the interpreter's bf16 tl.dot is wrong; multiply in f32 there
+        self.max_spin = max_spin
+        self._bases = None
+        self._streams: dict[int, object] = {}
+        if heap.interpret:
+            self.capacity = 1  # the interpreter runs a launch's programs one after another
+        else:
+            import torch
+
+            self.capacity = torch.cuda.get_device_properties(heap.device).multi_processor_count
+
+    def barrier(self) -> None:
+        self.heap.barrier()
+
+    def heap_bases(self):
+        if self._bases is None:
+            self._bases = self.heap.heap_bases()
+        return self._bases
+
+    def grid(self, total: int, persistent: bool, share: float) -> int:
+        """Persistent kernels get at most their share of the co-resident programs, so every program they wait
+        on is running; others get one program per task."""
+        if not persistent:
+            return total
+        return max(1, min(total, int(self.capacity * share)))
+
+    def stream(self, i: int):
+        if self.interpret or i == 0:
+            return contextlib.nullcontext()
+        import torch
+
+        if i not in self._streams:
+            self._streams[i] = torch.cuda.Stream(device=self.heap.device)
+        self._streams[i].wait_stream(torch.cuda.current_stream(self.heap.device))
+        return torch.cuda.stream(self._streams[i])
+
+    def join_streams(self) -> None:
+        if self._streams:
+            import torch
+
+            cur = torch.cuda.current_stream(self.heap.device)
+            for s in self._streams.values():
+                cur.wait_stream(s)
+
+
+# Spin budgets per second of waiting (rough: a remote acquire on a GPU takes ~1 us; an interpreted spin ~50 us).
+SPINS_PER_SECOND = {True: 20_000, False: 1_000_000}
+
+
+@dataclass
+class CompiledProgram:
+    """`tilec.compile(...)` returns this. `.source` is the Triton module, `.graph` the final tile dataflow graph;
+    calling it inside a rank process (with an active heap) runs one call of the program on that rank."""
+
+    program: BoundProgram
+    schedule: str
+    source: str
+    graph: nx.DiGraph
+    snapshots: dict[str, nx.DiGraph] = field(repr=False)
+    wait_timeout: float = 60.0
+    _state: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def world(self) -> int:
+        return self.program.world
+
+    @property
+    def dims(self) -> dict[str, int]:
+        return dict(self.program.dims)
+
+    @property
+    def module(self):
+        return load_module(self.source, self.program.name)
+
+    def show(self, after: str | None = None) -> str:
+        """The graph as text, after the named pass (default: the last)."""
+        if after is None:
+            return print_graph(self.graph)
+        if after not in self.snapshots:
+            raise TilecError(f"no pass named '{after}' ran in schedule {self.schedule}; passes: "
+                             f"{', '.join(self.snapshots)}")
+        return print_graph(self.snapshots[after])
+
+    def save(self, path: str | os.PathLike) -> None:
+        p = Path(path)
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text(self.source)
+        os.replace(tmp, p)
+
+    def __getstate__(self):
+        d = dict(self.__dict__)
+        d["_state"] = {}
+        return d
+
+    # -- running ---------------------------------------------------------------------------------
+    def signature(self) -> dict[str, tuple[str, str, tuple[int, ...], bool]]:
+        """Arguments a call takes: name -> (kind, dtype, shape, symmetric); `buf` tensors are internal."""
+        return {t.name: (t.kind, t.dtype, t.shape, t.symmetric) for t in self.program.tensors if t.kind != "buf"}
+
+    def _buffers(self, heap) -> dict:
+        key = id(heap)
+        st = self._state.get(key)
+        if st is None:
+            import torch
+
+            from tilec.reference import TORCH_DTYPE
+
+            bufs = {}
+            for n, (kind, dtype, shape, _sym) in self.module.TENSORS.items():
+                if kind == "buf":
+                    bufs[n] = heap.alloc(shape, TORCH_DTYPE[dtype])
+            for param, (size, *_rest) in self.module.FLAGS.items():
+                bufs[param] = heap.alloc((size,), torch.int32)
+            bufs["ERR"] = heap.alloc((8,), torch.int32)
+            spins = int(self.wait_timeout * SPINS_PER_SECOND[heap.interpret])
+            st = {"heap": heap, "bufs": bufs, "epoch": 0, "ctx": LaunchContext(heap, spins), "warm": False}
+            self._state[key] = st
+        return st
+
+    def check_args(self, heap, tensors: dict) -> None:
+        import torch
+
+        from tilec.reference import TORCH_DTYPE
+
+        sig = self.signature()
+        for name in tensors:
+            if name not in sig:
+                internal = any(t.name == name for t in self.program.tensors)
+                why = " (it is an internal buffer)" if internal else ""
+                raise ArgumentError(f"{self.program.name}: unexpected argument '{name}'{why}; it takes "
+                                    f"{', '.join(sig)}")
+        for name, (kind, dtype, shape, sym) in sig.items():
+            if name not in tensors:
+                raise ArgumentError(f"{self.program.name}: missing argument '{name}' ({kind} {dtype}{list(shape)})")
+            t = tensors[name]
+            if not isinstance(t, torch.Tensor):
+                raise ArgumentError(f"argument '{name}': expected a torch.Tensor, got {type(t).__name__}")
+            if tuple(t.shape) != shape:
+                raise ArgumentError(f"argument '{name}': shape {list(t.shape)} but the program declares "
+                                    f"{dtype}{list(shape)} (dims {self.dims})")
+            if t.dtype != TORCH_DTYPE[dtype]:
+                raise ArgumentError(f"argument '{name}': dtype {str(t.dtype).removeprefix('torch.')} but the program"
+                                    f" declares {dtype}")
+            if t.device.type != heap.device.type:
+                raise ArgumentError(f"argument '{name}': on device {t.device} but rank {heap.rank}'s heap is on"
+                                    f" {heap.device}")
+            if not t.is_contiguous():
+                raise ArgumentError(f"argument '{name}': must be contiguous")
+            if sym and not heap.owns(t):
+                raise ArgumentError(f"argument '{name}': declared symmetric, so it must be allocated on the heap"
+                                    " (heap.alloc / tilec.runtime.active_heap().alloc)")
+
+    def __call__(self, heap=None, **tensors):
+        if heap is None:
+            from tilec.runtime import active_heap
+
+            heap = active_heap()
+        if heap.world != self.world:
+            raise ArgumentError(f"{self.program.name} was compiled for world {self.world}, the heap has "
+                                f"{heap.world} ranks")
+        self.check_args(heap, tensors)
+        st = self._buffers(heap)
+        bufs = {**st["bufs"], **tensors}
+        mod = self.module
+        if not st["warm"]:
+            mod.warmup(st["ctx"], bufs)
+            st["warm"] = True
+        st["epoch"] += 1
+        mod.launch(st["ctx"], bufs, st["epoch"])
+        if not heap.interpret:
+            import torch
+
+            torch.cuda.synchronize(heap.device)
+        self._check_timeout(heap, st)
+        return {n: tensors[n] for n, (kind, *_r) in self.signature().items() if kind == "out"}
+
+    def _check_timeout(self, heap, st) -> None:
+        err = st["bufs"]["ERR"]
+        vals = err.tolist()
+        if not vals[0]:
+            return
+        err.zero_()
+        fl = flags(self.graph)[vals[1] - 1]
+        from tilec.passes.replace_barriers import flag_dims
+
+        dims = flag_dims(self.graph, fl)
+        coords, rest = [], vals[2]
+        for d in reversed(dims):
+            if d.size > 1:
+                coords.append((d, rest % d.size))
+                rest //= d.size
+        where = ", ".join(f"dim{d.dim}={c}" for d, c in reversed(coords)) or "all"
+        raise WaitTimeout(f"rank {heap.rank} waited on flag {fl.name}[{vals[2]}] ({where}) on rank {vals[3]} for"
+                          f" ~{self.wait_timeout:g}s: it reached {vals[4]} of {vals[5]}; stage {fl.producer} on the"
+                          " producing rank never released it (call counts differ between ranks, or a producer is"
+                          " missing)")

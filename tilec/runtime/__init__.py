@@ -1,0 +1,27 @@
+"""tilec runtime: symmetric heaps (CPU emulation over /dev/shm, Iris on GPUs) and the rank launcher.
+
+Importing this package loads torch only; triton and iris are imported inside the functions that
+need them, so a launcher process stays light and can still set TRITON_INTERPRET for its ranks.
+"""
+
+from .context import active_heap, use_heap
+from .cpu_heap import ShmHeap
+from .errors import HeapError, LaunchTimeout, RankError, TilecRuntimeError
+from .heap import Heap
+from .iris_heap import IrisHeap
+from .launcher import default_backend, from_env, spawn
+
+__all__ = [
+    "Heap",
+    "ShmHeap",
+    "IrisHeap",
+    "spawn",
+    "from_env",
+    "active_heap",
+    "use_heap",
+    "default_backend",
+    "HeapError",
+    "RankError",
+    "LaunchTimeout",
+    "TilecRuntimeError",
+]

@@ -1,0 +1,117 @@
+"""CPU emulation of the symmetric heap: one /dev/shm file per rank, mapped by every rank.
+
+Under TRITON_INTERPRET=1 Triton kernels dereference raw host addresses, so once each rank process
+maps every rank's file, `heap_bases` (the mapped addresses) lets the unmodified Iris device calls
+(load/store/atomics, release/acquire flags) reach peers exactly as on a GPU.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+import torch
+
+from .errors import HeapError, TilecRuntimeError
+from .heap import ALIGN, Heap
+
+SHM_DIR = "/dev/shm"
+SHM_PREFIX = "tilec_"
+
+
+def shm_round(nbytes: int) -> int:
+    """Heap files are whole pages (mmap) and whole ALIGN blocks (typed peer views)."""
+    page = max(mmap.PAGESIZE, ALIGN)
+    return max(page, (nbytes + page - 1) // page * page)
+
+
+def create_shm_files(world: int, nbytes: int, tag: str) -> list[str]:
+    """Create `world` zero-filled (sparse) heap files; on failure none is left behind."""
+    paths: list[str] = []
+    try:
+        for r in range(world):
+            path = os.path.join(SHM_DIR, f"{SHM_PREFIX}{tag}_r{r}")
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            paths.append(path)
+            try:
+                os.ftruncate(fd, nbytes)
+            finally:
+                os.close(fd)
+    except BaseException:
+        unlink_quietly(paths)
+        raise
+    return paths
+
+
+def unlink_quietly(paths: list[str]) -> None:
+    for p in paths:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
+
+class ShmHeap(Heap):
+    """Rank `rank`'s heap over the shared-memory files `paths` (one per rank, `nbytes` each).
+
+    The barrier uses the default torch.distributed process group (gloo), which must exist when
+    world > 1. With unlink=True the files are removed once every rank has mapped them, so a crash
+    later cannot leak them (the mappings stay valid).
+    """
+
+    backend = "cpu"
+    interpret = True
+
+    def __init__(self, rank: int, world: int, paths: list[str], nbytes: int, *, unlink: bool = True):
+        if len(paths) != world:
+            raise TilecRuntimeError(f"ShmHeap needs one file per rank: {len(paths)} files for world {world}")
+        if nbytes % ALIGN:
+            raise TilecRuntimeError(f"ShmHeap size {nbytes} is not a multiple of {ALIGN}")
+        self._maps: list[mmap.mmap] = []
+        for p in paths:
+            fd = os.open(p, os.O_RDWR)
+            try:
+                if os.fstat(fd).st_size < nbytes:
+                    raise HeapError(f"heap file {p} is smaller than {nbytes} B")
+                self._maps.append(mmap.mmap(fd, nbytes))
+            finally:
+                os.close(fd)  # the mapping keeps the file alive
+        self._views = [torch.frombuffer(m, dtype=torch.uint8) for m in self._maps]
+        super().__init__(rank, world, torch.device("cpu"), self._views[rank])
+        self._bases = torch.tensor([v.data_ptr() for v in self._views], dtype=torch.int64)
+        if unlink:
+            self.barrier()  # every rank has mapped every file
+            unlink_quietly([paths[rank]])
+
+    def heap_bases(self) -> torch.Tensor:
+        self._check_open()
+        return self._bases
+
+    def barrier(self) -> None:
+        self._check_open()
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
+        elif self.world > 1:
+            raise TilecRuntimeError("ShmHeap.barrier needs a torch.distributed process group when world > 1")
+
+    def peer_view(self, t: torch.Tensor, rank: int) -> torch.Tensor:
+        off = self.offset_of(t)
+        if not 0 <= rank < self.world:
+            raise ValueError(f"rank {rank} out of range for world {self.world}")
+        elems = self._views[rank].view(t.dtype)  # offsets are ALIGN-aligned, so off is a whole number of elements
+        return elems.as_strided(t.shape, t.stride(), off // t.element_size())
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        super().close()
+        self._views = []
+        self._bases = None
+        for m in self._maps:
+            try:
+                m.close()
+            except BufferError:
+                pass  # a caller still holds a tensor over it; the OS unmaps at exit
+        self._maps = []

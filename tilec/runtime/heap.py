@@ -1,0 +1,153 @@
+"""The symmetric heap interface shared by the CPU emulation and the Iris GPU backend.
+
+Both backends hand the base class one contiguous byte arena that starts at the same offset from
+`heap_bases()[rank]` on every rank; the bump allocator below carves tensors out of it. Doing the
+sub-allocation here (instead of one Iris allocation per tensor) keeps offsets symmetric by
+construction: Iris's vmem allocators round each request up to a power of two of at least one
+granule (2 MiB on NVIDIA) and reuse freed blocks when Python's GC runs, which differs per rank.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Sequence
+
+import torch
+
+from .errors import HeapError
+
+ALIGN = 256  # bytes; every allocation starts on this boundary (enough for vector loads of any dtype)
+
+Shape = int | Sequence[int] | torch.Size
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _shape(shape: Shape) -> tuple[int, ...]:
+    if isinstance(shape, int):
+        return (shape,)
+    dims = tuple(int(d) for d in shape)
+    if any(d < 0 for d in dims):
+        raise ValueError(f"negative dimension in shape {dims}")
+    return dims
+
+
+def _address(t: torch.Tensor) -> int:
+    """Address of t's first element; unlike data_ptr() also defined (not 0) for empty tensors."""
+    return t.untyped_storage().data_ptr() + t.storage_offset() * t.element_size()
+
+
+def _extent(t: torch.Tensor) -> int:
+    """Bytes from t's first element to just past its last one (its footprint in memory)."""
+    if t.numel() == 0:
+        return 0
+    last = sum((s - 1) * st for s, st in zip(t.shape, t.stride(), strict=True))
+    return (last + 1) * t.element_size()
+
+
+class Heap(abc.ABC):
+    """One rank's view of a symmetric heap.
+
+    Every rank calls `alloc` in the same order with the same arguments and so gets a tensor at the
+    same offset in its own heap; kernels translate a local pointer to a peer's with `heap_bases()`.
+    """
+
+    backend: str = ""
+    interpret: bool = False  # True when kernels must run under TRITON_INTERPRET=1
+
+    def __init__(self, rank: int, world: int, device: torch.device, arena: torch.Tensor):
+        if arena.dtype != torch.uint8 or arena.dim() != 1:
+            raise TypeError("the heap arena must be a 1-D uint8 tensor")
+        self.rank = rank
+        self.world = world
+        self.device = torch.device(device)
+        self.capacity = arena.numel()
+        self.used = 0
+        self.closed = False
+        self._arena = arena
+        self._base = arena.data_ptr()
+
+    # -- allocation ------------------------------------------------------------------------------
+
+    def alloc(self, shape: Shape, dtype: torch.dtype, *, zero: bool = True) -> torch.Tensor:
+        """Symmetric bump allocation of a contiguous tensor (call on every rank, same order)."""
+        self._check_open()
+        dims = _shape(shape)
+        nbytes = math.prod(dims) * dtype.itemsize
+        start = _align(self.used)
+        if start + nbytes > self.capacity:
+            raise HeapError(
+                f"heap exhausted on rank {self.rank}: alloc({dims}, {dtype}) needs {nbytes} B at offset {start}, "
+                f"{self.used} of {self.capacity} B used; raise heap_bytes= (spawn/from_env) or --heap-mb"
+            )
+        self.used = start + nbytes
+        t = self._arena[start : start + nbytes].view(dtype).view(dims)
+        if zero:
+            t.zero_()
+        return t
+
+    def mark(self) -> int:
+        """The allocation watermark, for `release` (temporary buffers of one run)."""
+        return self.used
+
+    def release(self, mark: int) -> None:
+        """Free everything allocated after `mark` (all ranks must do it alike). Freed memory is not cleared."""
+        if not 0 <= mark <= self.used:
+            raise HeapError(f"release({mark}) outside the allocated range [0, {self.used}]")
+        self.used = mark
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    def owns(self, t: torch.Tensor) -> bool:
+        """True when all of t's elements lie inside this rank's heap."""
+        if self.closed or t.device != self.device:
+            return False
+        start = _address(t) - self._base
+        return 0 <= start and start + _extent(t) <= self.capacity
+
+    def offset_of(self, t: torch.Tensor) -> int:
+        """Byte offset of t's first element from this rank's heap base (equal on all ranks)."""
+        if not self.owns(t):
+            raise HeapError(f"tensor at 0x{_address(t):x} on {t.device} is not in rank {self.rank}'s heap")
+        return _address(t) - self._base
+
+    def peer_view(self, t: torch.Tensor, rank: int) -> torch.Tensor:
+        """A tensor aliasing t's allocation in `rank`'s heap (host-side access; not on every backend)."""
+        raise NotImplementedError(f"peer_view is not available on the {self.backend} backend")
+
+    # -- backend hooks ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def heap_bases(self) -> torch.Tensor:
+        """int64 [world] tensor on `device`: each rank's heap base address as seen by this process."""
+
+    @abc.abstractmethod
+    def barrier(self) -> None:
+        """Cross-rank barrier (every rank must call it); also waits for this rank's queued device work."""
+
+    def close(self) -> None:
+        """Release the heap. Tensors allocated from it must not be used afterwards."""
+        if self.closed:
+            return
+        self.closed = True
+        self._arena = None
+        from .context import _forget
+
+        _forget(self)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise HeapError(f"the {self.backend} heap of rank {self.rank} is closed")
+
+    def __enter__(self) -> Heap:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self.used}/{self.capacity} B used"
+        return f"<{type(self).__name__} rank {self.rank}/{self.world} on {self.device}, {state}>"

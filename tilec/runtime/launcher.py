@@ -1,0 +1,395 @@
+"""Start one process per rank, give each a symmetric heap, run a function, collect the results.
+
+`spawn` is the single-host launcher (CPU emulation or several ranks on local GPUs); `from_env`
+builds the heap of a process started by torchrun.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing as mp
+import os
+import pickle
+import shutil
+import signal
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from multiprocessing.connection import wait as _wait  # module attribute: tests patch it
+from typing import Any
+
+from .context import _install, use_heap
+from .cpu_heap import create_shm_files, shm_round, unlink_quietly
+from .errors import LaunchTimeout, RankError, TilecRuntimeError
+
+BACKENDS = ("cpu", "iris")
+_CLEANUP_GRACE_S = 10.0  # how long ranks that reported may take to tear down before being killed
+_TERM_GRACE_S = 3.0  # SIGTERM -> SIGKILL
+
+
+def default_backend() -> str:
+    """ "iris" when a CUDA or ROCm GPU is visible, else "cpu"."""
+    import torch
+
+    return "iris" if torch.cuda.is_available() else "cpu"
+
+
+def _resolve_backend(backend: str | None) -> str:
+    if backend in (None, "auto"):
+        return default_backend()
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS} or 'auto'")
+    return backend
+
+
+# -- rank process side ---------------------------------------------------------------------------
+
+
+@dataclass
+class _RankSpec:
+    world: int
+    backend: str
+    heap_bytes: int
+    timeout: float
+    store_path: str
+    shm_paths: list[str] = field(default_factory=list)
+    # pickled (fn, args, kwargs) in a file, not in the Process args: CPython writes those through a pipe
+    # whose read end the parent holds until the write ends, so a big payload to a child that dies
+    # while bootstrapping blocks the parent forever; and ranks would start one after another
+    call_path: str = ""
+
+
+def _rank_main(spec: _RankSpec, rank: int, conn) -> None:
+    """Entry point of a rank process. Reports ("ok", result) or ("err", type, text, traceback)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it terminates the ranks
+    _exit_with_parent()
+    if spec.backend == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"  # already inherited; repeated in case the env was scrubbed
+    import torch.distributed as dist
+
+    heap = None
+    ok = False
+    try:
+        with open(spec.call_path, "rb") as f:
+            fn, args, kwargs = pickle.load(f)
+        fn = _resolve_fn(fn)
+        store = dist.FileStore(spec.store_path, spec.world)
+        dist.init_process_group(
+            "gloo", store=store, rank=rank, world_size=spec.world, timeout=timedelta(seconds=spec.timeout)
+        )
+        heap = _make_heap(spec, rank)
+        with use_heap(heap):
+            result = fn(heap, *args, **kwargs)
+        payload = pickle.dumps(("ok", _portable(result)), protocol=pickle.HIGHEST_PROTOCOL)
+        ok = True
+    except BaseException as e:
+        line = _first_line(e)
+        text = f"{type(e).__name__}: {line}" if line else type(e).__name__
+        payload = pickle.dumps(("err", type(e).__name__, text, traceback.format_exc()))
+    try:
+        conn.send_bytes(payload)
+        conn.close()
+        if ok:
+            heap.barrier()  # no rank unmaps its heap while a peer may still be reading it
+    except Exception:
+        pass  # the result is delivered (or the parent is gone); teardown noise helps nobody
+    finally:
+        if heap is not None:
+            heap.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _resolve_fn(fn):
+    """A "module:function" string is imported here, in the rank, so the parent need not import it."""
+    if not isinstance(fn, str):
+        return fn
+    module, _, name = fn.partition(":")
+    obj = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _make_heap(spec: _RankSpec, rank: int):
+    if spec.backend == "cpu":
+        import torch
+
+        from .cpu_heap import ShmHeap
+
+        torch.set_num_threads(1)  # ranks share the cores; the interpreter is single-threaded anyway
+        return ShmHeap(rank, spec.world, spec.shm_paths, spec.heap_bytes)
+    from .iris_heap import IrisHeap
+
+    return IrisHeap(spec.heap_bytes)
+
+
+def _exit_with_parent() -> None:
+    """If the launcher dies without cleaning up (SIGKILL), do not linger spinning on a flag."""
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(70)
+
+    threading.Thread(target=watch, name="tilec-parent-watch", daemon=True).start()
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln for ln in str(e).splitlines() if ln.strip()]
+    return lines[0].strip() if lines else ""
+
+
+def _portable(obj: Any) -> Any:
+    """Results travel by pickle: copy tensors to compact CPU tensors (a heap view would drag the whole
+    heap along, and a GPU tensor would need CUDA in the parent)."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        t = obj.detach().cpu()
+        if t.storage_offset() or t.untyped_storage().nbytes() != t.numel() * t.element_size():
+            t = t.clone(memory_format=torch.contiguous_format)
+        return t
+    if isinstance(obj, dict):
+        return type(obj)((k, _portable(v)) for k, v in obj.items())
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(_portable(v) for v in obj))
+    if isinstance(obj, list | tuple):
+        return type(obj)(_portable(v) for v in obj)
+    return obj
+
+
+# -- launcher side -------------------------------------------------------------------------------
+
+
+@contextmanager
+def _child_env(backend: str):
+    """Children inherit the environment at start(): TRITON_INTERPRET must be there before the child
+    imports triton (which may happen while unpickling, or when spawn re-imports the main module)."""
+    saved = os.environ.get("TRITON_INTERPRET")
+    if backend == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
+@contextmanager
+def _sigterm_as_exit():
+    """Turn SIGTERM into SystemExit while ranks run, so `finally` cleanup still happens."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) not in (
+        signal.SIG_DFL,
+        None,
+    ):
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    prev = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, prev)
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _stop(procs: list, graceful: bool) -> None:
+    """Join (graceful) or terminate every rank process; escalate to SIGKILL if needed."""
+    if graceful:
+        deadline = time.monotonic() + _CLEANUP_GRACE_S
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + _TERM_GRACE_S
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join(1.0)
+
+
+def spawn(
+    fn: Callable[..., Any] | str,
+    world: int,
+    *,
+    backend: str = "cpu",
+    heap_bytes: int = 1 << 26,
+    timeout: float = 300.0,
+    args: tuple = (),
+    kwargs: dict | None = None,
+    log: Callable[[str], None] | None = None,
+) -> list:
+    """Run `fn(heap, *args, **kwargs)` in `world` rank processes; return the results in rank order.
+
+    `fn` must be importable by the children: a module-level function, or a "module:function" string
+    (then only the ranks import that module, e.g. one that imports triton). Its result must be
+    picklable; tensors in the result come back as compact CPU copies. backend "cpu" runs kernels in the Triton
+    interpreter over /dev/shm heaps; "iris" puts rank r on GPU r % device_count ("auto" picks).
+    Raises RankError if a rank raises or dies, LaunchTimeout if ranks are still running after
+    `timeout` seconds; in both cases all ranks are terminated first.
+    """
+    if world < 1:
+        raise ValueError(f"world must be >= 1, got {world}")
+    if getattr(mp.current_process(), "_inheriting", False):
+        raise TilecRuntimeError(
+            "spawn() was called while a rank process imported the main module; "
+            "put the launching code under `if __name__ == '__main__':`"
+        )
+    backend = _resolve_backend(backend)
+    say = log or (lambda msg: None)
+    if isinstance(fn, str) and ":" not in fn:
+        raise ValueError(f"fn {fn!r}: expected 'module:function'")
+    try:
+        call = pickle.dumps((fn, tuple(args), dict(kwargs or {})))
+    except Exception as e:
+        raise TilecRuntimeError(
+            f"cannot send {fn!r} and its arguments to rank processes ({e}); use a module-level function"
+        ) from e
+    nbytes = shm_round(heap_bytes) if backend == "cpu" else int(heap_bytes)
+    tag = f"{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    ctx = mp.get_context("spawn")
+    procs: list = []
+    conns: list = []
+    shm_paths: list[str] = []
+    tmpdir = tempfile.mkdtemp(prefix=f"tilec-{tag}-")
+    graceful = False
+    try:
+        with _sigterm_as_exit():
+            if backend == "cpu":
+                shm_paths = create_shm_files(world, nbytes, tag)
+            call_path = os.path.join(tmpdir, "call.pkl")
+            with open(call_path, "wb") as f:
+                f.write(call)
+            spec = _RankSpec(world, backend, nbytes, timeout, os.path.join(tmpdir, "store"), shm_paths, call_path)
+            say(f"tilec: starting {world} ranks, backend {backend}, heap {nbytes / 2**20:g} MiB each")
+            t0 = time.monotonic()
+            with _child_env(backend):
+                for r in range(world):
+                    recv, send = ctx.Pipe(duplex=False)
+                    conns.append(recv)
+                    p = ctx.Process(target=_rank_main, args=(spec, r, send), name=f"tilec-rank{r}", daemon=True)
+                    try:
+                        p.start()
+                    finally:
+                        send.close()  # keep only the child's end open, so its death reads as EOF
+                    procs.append(p)  # only started processes: join() asserts on the others
+            results = _collect(procs, conns, t0 + timeout, timeout)
+            graceful = True
+            say(f"tilec: {world} ranks done in {time.monotonic() - t0:.1f} s")
+            return results
+    finally:
+        _stop(procs, graceful)
+        for c in conns:
+            c.close()
+        unlink_quietly(shm_paths)
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _collect(procs: list, conns: list, deadline: float, timeout: float) -> list:
+    results: list = [None] * len(procs)
+    pending = set(range(len(procs)))
+    while pending:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise LaunchTimeout(sorted(pending), timeout)
+        waitables = {conns[r]: r for r in pending} | {procs[r].sentinel: r for r in pending}
+        for obj in _wait(list(waitables), timeout=left):
+            r = waitables[obj]
+            if r not in pending:
+                continue  # its pipe and its sentinel were both ready
+            if conns[r].poll():
+                try:
+                    msg = pickle.loads(conns[r].recv_bytes())
+                except EOFError:
+                    msg = None
+                except Exception as e:  # e.g. the result's class cannot be imported here
+                    raise RankError(r, f"its result could not be unpickled: {type(e).__name__}: {e}") from e
+            else:
+                msg = None  # sentinel ready and nothing sent
+            if msg is None:
+                procs[r].join(1.0)
+                code = procs[r].exitcode
+                raise RankError(
+                    r,
+                    f"{_exit_text(code)} before reporting a result (its stderr may say why)",
+                    exitcode=code,
+                    details=f"rank {r} {_exit_text(code)} without sending a result or an error",
+                )
+            if msg[0] == "ok":
+                results[r] = msg[1]
+                pending.discard(r)
+            else:
+                _, exc_type, text, details = msg
+                raise RankError(r, text, details=details, exc_type=exc_type)
+    return results
+
+
+# -- torchrun ------------------------------------------------------------------------------------
+
+_TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")
+
+
+def from_env(backend: str | None = "iris", heap_bytes: int = 1 << 26, *, timeout: float = 300.0, activate: bool = True):
+    """Build this process's heap under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR set).
+
+    Initializes a gloo default process group unless one exists (create NCCL groups for baselines
+    with dist.new_group(backend="nccl")); heap.close() destroys the group if this call made it.
+    With activate=True the heap becomes the process's active heap.
+    """
+    backend = _resolve_backend(backend)
+    missing = [v for v in _TORCHRUN_VARS if v not in os.environ]
+    if missing:
+        raise TilecRuntimeError(f"from_env needs torchrun's environment; missing {', '.join(missing)}")
+    if backend == "cpu":
+        raise TilecRuntimeError(
+            "the cpu backend runs only under tilec.runtime.spawn() (every rank's heap must be mapped by every "
+            "process); use backend='iris' under torchrun"
+        )
+    import torch.distributed as dist
+
+    from .iris_heap import IrisHeap, rank_device
+
+    made_group = False
+    if not dist.is_initialized():
+        import torch
+
+        torch.cuda.set_device(rank_device(int(os.environ["RANK"])))
+        dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=timeout))
+        made_group = True
+    try:
+        heap = IrisHeap(heap_bytes)
+    except BaseException:
+        if made_group:
+            dist.destroy_process_group()
+        raise
+    if made_group:
+        heap._destroy_group_on_close = True
+    if activate:
+        _install(heap)
+    return heap
