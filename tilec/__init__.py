@@ -2,6 +2,7 @@
 
 __version__ = "0.1.0"
 
+from tilec import runtime  # noqa: E402
 from tilec.api import CompiledProgram, compile  # noqa: E402
 
-__all__ = ["compile", "CompiledProgram", "__version__"]
+__all__ = ["compile", "CompiledProgram", "runtime", "__version__"]

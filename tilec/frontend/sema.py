@@ -226,8 +226,8 @@ class _Checker:
         used = target.vars
         for v in loops:
             if v.name not in used:
-                raise _Err(loc, f"write conflict in stage '{stage}': tasks that differ only in '{v.name}' write the same"
-                                f" tile of '{target.tensor}'")
+                raise _Err(loc, f"write conflict in stage '{stage}': tasks that differ only in '{v.name}' write"
+                                f" the same tile of '{target.tensor}'")
         by_name = {v.name: v for v in loops}
         for dim, (aff, tv) in enumerate(zip(target.index, target.tile, strict=True)):
             span = by_name[tv].extent if tv in by_name else 1
@@ -319,7 +319,8 @@ class _Checker:
                     raise _Err(e.loc, f"shape mismatch in {e.fn}(): {_shp(args[0].shape)} and {_shp(args[1].shape)}")
                 return Op(e.fn, tuple(args), "f32", shape, e.loc)
             known = sorted(UNARY_FNS | BINARY_FNS | CASTS)
-            raise _Err(e.loc, f"unknown tile function '{e.fn}' with {len(args)} argument(s) (known: {', '.join(known)})")
+            raise _Err(e.loc, f"unknown tile function '{e.fn}' with {len(args)} argument(s)"
+                              f" (known: {', '.join(known)})")
         if isinstance(e, ast.Reduce):
             if e.var in vars_ or e.var in self.consts:
                 raise _Err(e.loc, f"reduction variable '{e.var}' shadows another name")
@@ -334,10 +335,10 @@ class _Checker:
         raise _Err(e.loc, "unsupported expression")
 
     # -- ordering: what may be read where --------------------------------------------------------
-    def phases(self, items: list[StageIR | BarrierIR], ast_items) -> None:
+    def phases(self, items: list[StageIR | BarrierIR]) -> None:
         written_before: set[str] = set()  # by stages in earlier phases
         phase_writes: dict[str, tuple[str, bool]] = {}  # tensor -> (stage, written remotely)
-        for it, src in zip(items, ast_items, strict=True):
+        for it in items:
             if isinstance(it, BarrierIR):
                 written_before |= set(phase_writes)
                 phase_writes = {}
@@ -406,7 +407,7 @@ def check(prog: ast.Program, world: int, dims: dict[str, int] | None = None) -> 
     if not any(isinstance(i, StageIR) for i in items):
         c.err(prog.loc, "program has no stages")
     if not c.errors:
-        c.phases(items, prog.items)
+        c.phases(items)
     if c.errors:
         raise CompileError(sorted(c.errors, key=lambda d: (d.loc.line, d.loc.col)), prog.source)
     return BoundProgram(prog.name, world, prog.world, tuple(c.dims), tuple(c.tiles), tuple(c.tensors.values()),

@@ -125,7 +125,7 @@ def flags(g: nx.DiGraph) -> list[Flag]:
 
 def waits(g: nx.DiGraph, stage_name: str) -> list[Wait]:
     out = []
-    for f, _, d in g.in_edges(sid(stage_name), data=True):
+    for _f, _, d in g.in_edges(sid(stage_name), data=True):
         if d["kind"] == "wait":
             out += d["waits"]
     return out

@@ -104,7 +104,8 @@ class FuseComm(Pass):
                 continue
             new_dst, new_src = _swap_rank(dst, rv), _swap_rank(src, rv)
             body = (replace(st, access=new_dst, value=replace(st.value, access=new_src)),)
-            g.nodes[sid(cp.name)]["payload"] = replace(cp, body=body, note=_join(cp.note, f"pushes to {dst.tensor}@{rv}"))
+            note = _join(cp.note, f"pushes to {dst.tensor}@{rv}")
+            g.nodes[sid(cp.name)]["payload"] = replace(cp, body=body, note=note)
             pushed += 1
         if not pushed:
             raise ScheduleError("fused-push does not apply: " + ("; ".join(why) or "no stage is a pure tile copy"))

@@ -110,8 +110,8 @@ def _task_grid(loops: tuple[Var, ...]) -> dict[str, np.ndarray]:
 
 def _releases(g: nx.DiGraph) -> list[str]:
     """Every counter of every flag is bumped exactly `count` times per call, on the rank that owns it."""
-    from tilec.passes.replace_barriers import flag_dims
     from tilec.ir.tiling import strides
+    from tilec.passes.replace_barriers import flag_dims
 
     out = []
     prog = g.graph["program"]

@@ -1,0 +1,5 @@
+import sys
+
+from tilec.cli import main
+
+sys.exit(main())

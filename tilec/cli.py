@@ -1,0 +1,163 @@
+"""The `tilec` command line: thin wrappers over the Python API. Errors print as one located line, exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from tilec.errors import TilecError
+from tilec.passes.schedules import DESCRIPTIONS, PASS_NAMES, SCHEDULES
+
+
+def _dims(items: list[str]) -> dict[str, int]:
+    out = {}
+    for it in items or []:
+        name, eq, val = it.partition("=")
+        if not eq or not name.isidentifier():
+            raise TilecError(f"-D {it}: expected NAME=INT, e.g. -D M=256")
+        try:
+            out[name] = int(val)
+        except ValueError:
+            raise TilecError(f"-D {it}: '{val}' is not an integer") from None
+    return out
+
+
+def _common(p: argparse.ArgumentParser, schedule: bool = True) -> None:
+    p.add_argument("program", help="a .tile file")
+    p.add_argument("--world", "-w", type=int, default=None, help="number of ranks (default: WORLD_SIZE or 1)")
+    p.add_argument("-D", dest="dims", action="append", metavar="NAME=INT", help="set a dim or tile size")
+    if schedule:
+        p.add_argument("--schedule", "-s", default="fused-push", choices=SCHEDULES, metavar="SCHEDULE",
+                       help="; ".join(f"{k}: {v}" for k, v in DESCRIPTIONS.items()) + " (default: fused-push)")
+    p.add_argument("--granularity", default="tile", choices=("tile", "rank", "tensor"), help="flag granularity")
+
+
+def _world(args) -> int:
+    if args.world is not None:
+        if args.world < 1:
+            raise TilecError(f"--world {args.world}: must be >= 1")
+        return args.world
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _compile(args, schedule: str | None = None):
+    import tilec
+
+    return tilec.compile(args.program, world=_world(args), schedule=schedule or args.schedule,
+                         dims=_dims(args.dims), granularity=args.granularity)
+
+
+def cmd_compile(args) -> int:
+    prog = _compile(args)
+    if args.output:
+        prog.save(args.output)
+        print(f"wrote {args.output} ({prog.schedule}, world {prog.world}, {len(prog.graph.graph['kernels'])}"
+              " kernel(s))", file=sys.stderr)
+    else:
+        sys.stdout.write(prog.source)
+    return 0
+
+
+def cmd_show(args) -> int:
+    prog = _compile(args)
+    if args.source:
+        sys.stdout.write(prog.source)
+    else:
+        sys.stdout.write(prog.show(args.after))
+    return 0
+
+
+def cmd_check(args) -> int:
+    """Parse, check and verify the program under every schedule; say which apply and why the others don't."""
+    from tilec.errors import ScheduleError
+
+    ok = 0
+    for s in SCHEDULES:
+        try:
+            prog = _compile(args, s)
+            print(f"  {s:<11} verified: {len(prog.graph.graph['kernels'])} kernel(s), "
+                  f"{sum(1 for _, d in prog.graph.nodes(data=True) if d['kind'] == 'flag')} flag(s)")
+            ok += 1
+        except ScheduleError as e:
+            print(f"  {s:<11} does not apply: {e}")
+    print(f"{args.program}: ok, {ok} of {len(SCHEDULES)} schedules verified for world {_world(args)}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from tilec.errors import ScheduleError
+    from tilec.run import run_program
+    from tilec.runtime import default_backend
+
+    backend = args.backend or default_backend()
+    schedules = SCHEDULES if args.schedule == "all" else (args.schedule,)
+    world = _world(args)
+    where = "CPU emulation (Triton interpreter)" if backend == "cpu" else "GPU (Iris)"
+    print(f"tilec run {args.program}: world {world}, {where}, {args.repeat} call(s) per schedule", flush=True)
+    failed = 0
+    for s in schedules:
+        t0 = time.time()
+        try:
+            prog = _compile(args, s)
+        except ScheduleError as e:
+            print(f"  {s:<11} skipped: {e}", flush=True)
+            continue
+        rows, times = run_program(prog, backend=backend, repeat=args.repeat, heap_bytes=args.heap_mb << 20
+                                  if args.heap_mb else None)
+        worst = max(rows, key=lambda r: r.rel_err / max(r.tolerance, 1e-12))
+        status = "ok" if all(r.ok for r in rows) else "MISMATCH"
+        failed += status != "ok"
+        print(f"  {s:<11} {status}: max error {worst.max_abs_err:.3g} (relative {worst.rel_err:.2e}, tolerance"
+              f" {worst.tolerance:g}) over {len(rows)} output(s) on {world} rank(s) [{time.time() - t0:.1f}s]",
+              flush=True)
+        for r in rows:
+            if not r.ok:
+                print(f"      rank {r.rank} {r.tensor}: max error {r.max_abs_err:.3g} (relative {r.rel_err:.2e})")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="tilec", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("compile", help="emit the Triton source of a program")
+    _common(p)
+    p.add_argument("-o", "--output", help="write the source here (default: stdout)")
+    p.set_defaults(fn=cmd_compile)
+    p = sub.add_parser("show", help="print the tile dataflow graph after a pass (or the source)")
+    _common(p)
+    p.add_argument("--after", choices=PASS_NAMES[:-1], help="the pass whose result to print (default: last)")
+    p.add_argument("--source", action="store_true", help="print the generated Triton source instead")
+    p.set_defaults(fn=cmd_show)
+    p = sub.add_parser("check", help="static checks and verification of every schedule")
+    _common(p, schedule=False)
+    p.set_defaults(fn=cmd_check)
+    p = sub.add_parser("run", help="compile, run on W ranks and compare every output with the reference")
+    _common(p, schedule=False)
+    p.add_argument("--schedule", "-s", default="all", choices=("all", *SCHEDULES))
+    p.add_argument("--backend", choices=("cpu", "iris"), default=None,
+                   help="cpu: emulated ranks on the Triton interpreter; iris: GPUs (default when one is present)")
+    p.add_argument("--repeat", type=int, default=2, help="calls per schedule (flags are reused across calls)")
+    p.add_argument("--heap-mb", type=int, default=None, help="symmetric heap size per rank")
+    p.set_defaults(fn=cmd_run)
+    args = ap.parse_args(argv)
+    try:
+        return args.fn(args)
+    except TilecError as e:
+        print(e.render(), file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # runtime errors from ranks: one line, no traceback
+        from tilec.runtime import TilecRuntimeError
+
+        if isinstance(e, TilecRuntimeError):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
