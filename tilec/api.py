@@ -23,12 +23,17 @@ def compile(  # noqa: A001 - the public name the docs promise
     *,
     granularity: str = "tile",
     group_m: int = 8,
+    num_warps: int = 4,
+    num_stages: int = 3,
+    retype: dict[str, str] | None = None,
     wait_timeout: float = 60.0,
     source: str | None = None,
 ) -> CompiledProgram:
     """Compile a .tile program (a path, or `source=` text) for `world` ranks with the given schedule.
 
     dims: values for the program's dims and tile sizes (like -D on the command line).
+    retype: map declared dtypes to others, e.g. {"f16": "bf16"} to build the same program in bf16.
+    num_warps, num_stages, group_m: launch and tile-order settings of the generated kernels (the tuner's knobs).
     Raises CompileError (bad program), ScheduleError (schedule does not apply, with the reason) or VerifyError.
     """
     if schedule not in SCHEDULES:
@@ -36,11 +41,25 @@ def compile(  # noqa: A001 - the public name the docs promise
 
         raise ScheduleError(f"unknown schedule '{schedule}' (choose from {', '.join(SCHEDULES)})")
     ast = parse(source, str(program)) if source is not None else parse_file(program)
+    if retype:
+        ast = _retype(ast, retype)
     bound = check(ast, world, dims)
     g = Lower()(bound)
     verify(g, "lower")
     snaps = {"lower": g}
     g = run_pipeline(g, pipeline(schedule, granularity), verify, snaps)
-    model = build_model(g, schedule, {"group_m": group_m})
+    model = build_model(g, schedule, {"group_m": group_m, "num_warps": num_warps, "num_stages": num_stages})
     src = render(model)
     return CompiledProgram(bound, schedule, src, g, snaps, wait_timeout)
+
+
+def _retype(ast, mapping: dict[str, str]):
+    from dataclasses import replace
+
+    from tilec.errors import TilecError
+    from tilec.ir.types import DTYPES
+
+    for k, v in mapping.items():
+        if k not in DTYPES or v not in DTYPES:
+            raise TilecError(f"retype {k}->{v}: dtypes are {', '.join(DTYPES)}")
+    return replace(ast, tensors=tuple(replace(t, dtype=mapping.get(t.dtype, t.dtype)) for t in ast.tensors))

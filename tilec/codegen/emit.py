@@ -67,7 +67,8 @@ class ModuleModel:
     tensors: tuple[TensorModel, ...]
     flags: tuple[FlagModel, ...]
     kernels: tuple[KernelModel, ...]
-    entry_barrier: bool
+    num_warps: int
+    num_stages: int
 
 
 class _Emitter:
@@ -434,8 +435,11 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
         "passes: " + ", ".join(g.graph.get("passes", ())),
         "dims: " + " ".join(f"{k}={v}" for k, v in prog.dims) + "   tiles: " + " ".join(f"{k}={v}" for k, v in
                                                                                        prog.tiles),
+        "launch: " + f"num_warps={options.get('num_warps', 4)} num_stages={options.get('num_stages', 3)}"
+        f" group_m={options.get('group_m', 8)}",
     )
-    return ModuleModel(header, prog.name, prog.world, schedule, tuple(tensors_used), fms, tuple(kernels), True)
+    return ModuleModel(header, prog.name, prog.world, schedule, tuple(tensors_used), fms, tuple(kernels),
+                       options.get("num_warps", 4), options.get("num_stages", 3))
 
 
 def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], group_m: int, share: float) -> KernelModel:

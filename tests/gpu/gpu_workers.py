@@ -1,0 +1,39 @@
+"""Rank-side code of the GPU tests (importable by spawned rank processes)."""
+
+from __future__ import annotations
+
+import torch
+
+import tilec
+from tilec.reference import TORCH_DTYPE
+
+SCHEDULES = ("bsp", "flags", "fused-pull", "fused-push")
+
+
+def ag_gemm_cases(heap, cases, calls: int = 3):
+    """cases: list of (schedule, dtype, M, N, K). For each: compile, run `calls` times with fresh inputs, compare
+    with torch (cat of every rank's shard @ B, f32). Returns [(case, max relative error per call)]."""
+    out = []
+    for sched, dtype, m, n, k in cases:
+        prog = tilec.compile("examples/ag_gemm.tile", world=heap.world, schedule=sched,
+                             dims={"M": m, "N": n, "K": k}, retype={"f16": dtype})
+        mark = heap.mark()
+        dt = TORCH_DTYPE[dtype]
+        a = heap.alloc((m // heap.world, k), dt)
+        b = heap.alloc((k, n), dt)
+        c = heap.alloc((m, n), dt)
+        errs = []
+        for call in range(calls):
+            shards = [torch.randn(m // heap.world, k, generator=torch.Generator().manual_seed(100 * call + r))
+                      for r in range(heap.world)]
+            bb = torch.randn(k, n, generator=torch.Generator().manual_seed(7 + call))
+            a.copy_(shards[heap.rank].to(dt))
+            b.copy_(bb.to(dt))
+            c.fill_(float("nan"))
+            prog(heap, A=a, B=b, C=c)
+            want = torch.cat([s.to(dt).float() for s in shards]) @ bb.to(dt).float()
+            err = ((c.float().cpu() - want).abs().max() / want.abs().max().clamp(min=1)).item()
+            errs.append(err)
+        heap.release(mark)
+        out.append(((sched, dtype, m, n, k), errs))
+    return out

@@ -1,0 +1,290 @@
+"""`tilec bench`: every tilec schedule beside the external baselines, in one run, with the same barrier discipline.
+
+Each rank times each candidate with CUDA events around the call only; a cross-rank barrier precedes every
+iteration (outside the timed region, for tilec and baselines alike). Reported: median time, TFLOP/s and the
+ratio to the best baseline of the row. Tile configs are tuned per (program, schedule, shape, world, GPU) by short
+timed trials and cached. Results: JSON + a plot under benchmarks/results/<machine>/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from tilec.errors import ScheduleError, TilecError
+from tilec.passes.schedules import SCHEDULES
+
+SHAPES = {
+    "paper": [(1024, 3584, 8192), (8192, 4608, 36864), (8192, 3584, 14336), (8192, 11008, 4096),
+              (8192, 28672, 8192)],
+    "square": [(8192, 8192, 8192)],
+    "decode": [(1, 8192, 8192), (16, 8192, 8192), (64, 8192, 8192), (256, 8192, 8192)],
+    "small": [(256, 256, 256), (512, 384, 256)],
+}
+# (BM, BN, BK, num_warps, num_stages, group_m): Hopper-friendly configs for pointer-based tl.dot GEMMs
+CONFIGS = [
+    (128, 256, 64, 8, 3, 8),
+    (128, 256, 64, 8, 4, 8),
+    (256, 128, 64, 8, 3, 8),
+]
+SMALL_M_CONFIGS = [(64, 128, 64, 4, 4, 8), (64, 256, 64, 8, 3, 8)]  # M <= 64: shorter tiles waste fewer rows
+CPU_CONFIGS = [(64, 64, 32, 4, 1, 8)]
+
+
+@dataclass
+class Row:
+    program: str
+    shape: dict
+    world: int
+    dtype: str
+    name: str  # schedule or baseline
+    kind: str  # tilec | baseline
+    median_us: float
+    tflops: float
+    config: dict = field(default_factory=dict)
+    ratio_to_best_baseline: float | None = None
+    note: str = ""
+
+
+def _tune_cache() -> Path:
+    from tilec.program import cache_dir
+
+    return cache_dir() / "tune.json"
+
+
+def _gpu_name() -> str:
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
+def _median_time(fn, heap, iters: int, warmup: int) -> float:
+    """Median of per-call times (seconds); a barrier before each call, outside the timed region."""
+    for _ in range(warmup):
+        heap.barrier()
+        fn()
+    times = []
+    for _ in range(iters):
+        heap.barrier()
+        if heap.interpret:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        else:
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e) / 1e3)
+    return statistics.median(times)
+
+
+def _flops(prog_dims: dict, flops_expr: str | None) -> float:
+    if flops_expr:
+        return float(eval(flops_expr, {}, dict(prog_dims)))  # noqa: S307 - a formula of the user's dims
+    return 2.0 * prog_dims["M"] * prog_dims["N"] * prog_dims["K"]
+
+
+def _inputs(prog, heap, seed: int):
+    from tilec.reference import TORCH_DTYPE
+
+    args = {}
+    g = torch.Generator(device="cpu").manual_seed(seed + heap.rank)
+    for name, (kind, dtype, shape, _sym) in prog.signature().items():
+        t = heap.alloc(shape, TORCH_DTYPE[dtype], zero=kind != "in")
+        if kind == "in":
+            t.copy_((torch.randn(shape, generator=g) / 8).to(t.dtype))
+        args[name] = t
+    return args
+
+
+def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, schedules: list[str],
+               dtype: str, iters: int, tune: bool, log) -> list[dict]:
+    """Runs on every rank; returns rows (rank 0's are the ones reported)."""
+    import tilec
+    from tilec.bench_baselines import baselines
+
+    rows: list[Row] = []
+    cache = json.loads(_tune_cache().read_text()) if _tune_cache().exists() else {}
+    src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
+    all_configs = CPU_CONFIGS if heap.interpret else CONFIGS
+    retype = {"f16": dtype} if dtype != "f16" else None
+    total = len(shapes) * (len(schedules) + 1)
+    step = 0
+    for (m, n, k) in shapes:
+        dims = {"M": m, "N": n, "K": k}
+        flops = _flops(dims, None)
+        shape_rows: list[Row] = []
+        mark = heap.mark()
+        base = baselines(heap, dims, world, dtype, iters, _median_time)
+        for name, secs, note in base:
+            shape_rows.append(Row(Path(path).stem, dims, world, dtype, name, "baseline", secs * 1e6,
+                                  flops / secs / 1e12, note=note))
+        step += 1
+        log(f"[{step}/{total}] {dims} baselines: " + ", ".join(f"{r.name} {r.median_us:.0f}us" for r in shape_rows))
+        for s in schedules:
+            step += 1
+            key = f"{src_hash}|{s}|{m}x{n}x{k}|w{world}|{dtype}|{_gpu_name()}"
+            configs = all_configs if heap.interpret or m > 64 else SMALL_M_CONFIGS
+            cands = [tuple(cache[key])] if key in cache else (configs if tune else configs[:1])
+            best = None
+            for cfg in cands:
+                bm, bn, bk, nw, ns, gm = cfg
+                try:
+                    prog = tilec.compile(path, world=world, schedule=s, retype=retype, group_m=gm, num_warps=nw,
+                                         num_stages=ns, dims={**dims, "BM": bm, "BN": bn, "BK": bk})
+                except ScheduleError as e:
+                    best = ("skip", str(e))
+                    break
+                inner = heap.mark()
+                args = _inputs(prog, heap, 0)
+                try:
+                    secs = _median_time(lambda p=prog, a=args: p(heap, entry_barrier=False, **a), heap,
+                                        iters if len(cands) == 1 else max(3, iters // 3), 2)
+                except Exception as e:  # a config that does not compile (shared memory) is skipped
+                    log(f"    {s} {cfg}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+                    heap.release(inner)
+                    continue
+                if len(cands) > 1:
+                    log(f"    tune {s} {cfg}: {secs * 1e6:.0f}us")
+                if best is None or best[0] == "skip" or secs < best[1]:
+                    best = (cfg, secs, prog, args)
+                heap.release(inner)
+            if best is None or best[0] == "skip":
+                log(f"[{step}/{total}] {dims} {s}: skipped ({best[1] if best else 'no config ran'})")
+                continue
+            cfg, secs = best[0], best[1]
+            cache[key] = list(cfg)
+            if len(cands) > 1:  # re-time the winner with the full iteration count
+                prog = tilec.compile(path, world=world, schedule=s, retype=retype, group_m=cfg[5],
+                                     num_warps=cfg[3], num_stages=cfg[4],
+                                     dims={**dims, "BM": cfg[0], "BN": cfg[1], "BK": cfg[2]})
+                inner = heap.mark()
+                args = _inputs(prog, heap, 0)
+                secs = _median_time(lambda p=prog, a=args: p(heap, entry_barrier=False, **a), heap, iters, 2)
+                heap.release(inner)
+            conf = dict(zip(("BM", "BN", "BK", "num_warps", "num_stages", "group_m"), cfg, strict=True))
+            shape_rows.append(Row(Path(path).stem, dims, world, dtype, s, "tilec", secs * 1e6, flops / secs / 1e12,
+                                  conf))
+            log(f"[{step}/{total}] {dims} {s}: {secs * 1e6:.0f}us {flops / secs / 1e12:.0f} TFLOP/s {conf}")
+        heap.release(mark)
+        best_base = min((r.median_us for r in shape_rows if r.kind == "baseline"), default=None)
+        for r in shape_rows:
+            if best_base:
+                r.ratio_to_best_baseline = round(best_base / r.median_us, 4)
+        rows += shape_rows
+    if heap.rank == 0:
+        tmp = _tune_cache().with_suffix(".tmp")
+        tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
+        os.replace(tmp, _tune_cache())
+    return [asdict(r) for r in rows]
+
+
+def save_results(rows: list[dict], out_dir: Path, tag: str, meta: dict) -> tuple[Path, Path | None]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    js = out_dir / f"{tag}.json"
+    tmp = js.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    os.replace(tmp, js)
+    png = out_dir / f"{tag}.png"
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return js, None
+    shapes = list(dict.fromkeys("x".join(str(v) for v in r["shape"].values()) for r in rows))
+    names = list(dict.fromkeys(r["name"] for r in rows))
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(shapes)), 4))
+    w = 0.8 / max(1, len(names))
+    for i, nm in enumerate(names):
+        ys = []
+        for s in shapes:
+            v = [r["tflops"] for r in rows if r["name"] == nm and "x".join(str(x) for x in r["shape"].values()) == s]
+            ys.append(v[0] if v else 0)
+        ax.bar([j + i * w for j in range(len(shapes))], ys, w, label=nm)
+    ax.set_xticks([j + 0.4 - w / 2 for j in range(len(shapes))], shapes, rotation=15, fontsize=8)
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(f"{tag} ({meta.get('gpu', '')}, world {meta.get('world')})", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return js, png
+
+
+def machine_tag(world: int) -> str:
+    if not torch.cuda.is_available():
+        return "cpu"
+    name = torch.cuda.get_device_name().lower()
+    gpu = "h200" if "h200" in name else "h100" if "h100" in name else name.split()[-1]
+    return f"{gpu}-{world}gpu" if world == 1 else f"{gpu}-x{world}"
+
+
+def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, dtype: str, iters: int,
+              tune: bool, out_dir: str | None, backend: str | None) -> list[dict]:
+    from tilec.runtime import default_backend, spawn
+
+    backend = backend or default_backend()
+    shape_list = []
+    for s in shapes.split(","):
+        if s not in SHAPES:
+            raise TilecError(f"--shapes {s}: choose from {', '.join(SHAPES)}")
+        shape_list += SHAPES[s]
+    schedules = schedules or list(SCHEDULES)
+    heap_bytes = _heap_bytes(shape_list, world, dtype)
+    log = _log
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun: this process is one rank
+        from tilec.runtime import from_env
+
+        heap = from_env(backend, heap_bytes)
+        world = heap.world
+        rows = bench_rank(heap, path, shape_list, world, schedules, dtype, iters, tune, log if heap.rank == 0
+                          else lambda *_: None)
+        if heap.rank != 0:
+            return rows
+    else:
+        results = spawn(_bench_spawned, world, backend=backend, heap_bytes=heap_bytes, timeout=3600,
+                        args=(path, shape_list, world, schedules, dtype, iters, tune))
+        rows = results[0]
+    meta = {"program": path, "world": world, "gpu": _gpu_name(), "dtype": dtype, "shapes": shapes,
+            "torch": torch.__version__, "backend": backend, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "ranks_share_gpu": bool(torch.cuda.is_available() and world > torch.cuda.device_count()),
+            "timing": "median of CUDA-event times per call; cross-rank barrier before each call, outside the timer"}
+    tag = f"{Path(path).stem}_{shapes.replace(',', '+')}_{dtype}"
+    out = Path(out_dir or f"benchmarks/results/{machine_tag(world)}")
+    js, png = save_results(rows, out, tag, meta)
+    _log(f"wrote {js}" + (f" and {png}" if png else ""))
+    _table(rows)
+    return rows
+
+
+def _bench_spawned(heap, path, shape_list, world, schedules, dtype, iters, tune):
+    return bench_rank(heap, path, shape_list, world, schedules, dtype, iters, tune,
+                      _log if heap.rank == 0 else (lambda *_: None))
+
+
+def _heap_bytes(shapes, world, dtype) -> int:
+    esz = 4 if dtype == "f32" else 2
+    worst = max(2 * m * k + k * n + m * n for m, n, k in shapes) * esz  # A shard, Ag, B, C, with slack
+    return int(worst * 1.3) + (64 << 20)
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _table(rows: list[dict]) -> None:
+    print(f"{'shape':<22}{'name':<24}{'us':>10}{'TFLOP/s':>10}{'vs best baseline':>18}")
+    for r in rows:
+        shp = "x".join(str(v) for v in r["shape"].values())
+        ratio = f"{r['ratio_to_best_baseline']:.3f}x" if r["ratio_to_best_baseline"] else "-"
+        print(f"{shp:<22}{r['name']:<24}{r['median_us']:>10.1f}{r['tflops']:>10.1f}{ratio:>18}")
