@@ -37,7 +37,8 @@ def run_cases(heap, cases):
     For every case: allocate the arguments once, then for each call copy that call's inputs into the SAME
     buffers, poison the outputs, call, and keep a copy of the outputs. Returns {key: [outputs of call i]}.
     Flags are never zeroed between calls (that is what the epochs are for); the heap is released between
-    cases (after a barrier, so no peer is still reading this rank's memory).
+    cases (after a barrier, so no peer is still reading this rank's memory), so every case needs its own program
+    object (a program keeps its internal buffers and flags per heap).
     """
     out = {}
     for key, prog, calls, plain in cases:
@@ -52,53 +53,70 @@ def run_cases(heap, cases):
             results.append({n: t.clone() for n, t in ret.items()})
             heap.barrier()  # peers may still read this rank's inputs; change them only after everyone is done
         out[key] = results
-        prog._state.clear()  # its internal buffers live in the region released below
         heap.barrier()
         heap.release(mark)
     return out
 
 
-def argument_errors(heap, prog, inputs):
-    """Calls `prog` with one broken argument set after another; returns {case: error text or None}."""
+BAD_ARGUMENTS = ("wrong shape", "wrong dtype", "missing", "unexpected", "internal buffer", "not on heap",
+                 "not a tensor", "not contiguous")
+
+
+def _bad_args(heap, args, case):
+    b = args["B"]
+    if case == "wrong shape":
+        return {**args, "B": heap.alloc((b.shape[0] + 1, b.shape[1]), b.dtype)}
+    if case == "wrong dtype":
+        return {**args, "B": heap.alloc(tuple(b.shape), torch.float32)}
+    if case == "missing":
+        return {k: v for k, v in args.items() if k != "B"}
+    if case == "unexpected":
+        return {**args, "D": heap.alloc((4,), torch.float16)}
+    if case == "internal buffer":
+        return {**args, "Ag": heap.alloc((4,), torch.float16)}
+    if case == "not on heap":
+        return {**args, "A": args["A"].clone()}  # symmetric, but an ordinary tensor
+    if case == "not a tensor":
+        return {**args, "B": b.tolist()}
+    if case == "not contiguous":
+        return {**args, "B": heap.alloc(tuple(b.shape)[::-1], b.dtype).t()}
+    raise ValueError(case)
+
+
+def argument_errors(heap, prog, other_world_prog, inputs):
+    """Calls `prog` with one broken argument set after another, catching each ArgumentError; then a program
+    compiled for another world size; then a good call. Returns {case: error text or None, "ok": C}."""
     from tilec.errors import ArgumentError
 
     args = _alloc_args(heap, prog)
     for name, t in inputs.items():
         args[name].copy_(t)
-    shapes = {n: s for n, (_k, _d, s, _y) in prog.signature().items()}
-    cases = {
-        "wrong shape": {**args, "B": heap.alloc((shapes["B"][0] + 1, shapes["B"][1]), args["B"].dtype)},
-        "wrong dtype": {**args, "B": heap.alloc(shapes["B"], torch.float32)},
-        "missing": {k: v for k, v in args.items() if k != "B"},
-        "unexpected": {**args, "D": heap.alloc((4,), torch.float16)},
-        "internal buffer": {**args, "Ag": heap.alloc((4,), torch.float16)},
-        "not on heap": {**args, "A": args["A"].clone()},
-        "not a tensor": {**args, "B": args["B"].tolist()},
-        "not contiguous": {**args, "B": heap.alloc(shapes["B"][::-1], args["B"].dtype).t()},
-    }
     out = {}
-    for case, kw in cases.items():
+    for case in BAD_ARGUMENTS:
         try:
-            prog(**kw)
+            prog(**_bad_args(heap, args, case))
             out[case] = None
         except ArgumentError as e:
-            out[case] = f"ArgumentError: {e}"
-    # the good call still works after all that, and its result is right
-    ret = prog(**args)
+            out[case] = str(e)
+    try:
+        other_world_prog(**args)
+        out["world"] = None
+    except ArgumentError as e:
+        out["world"] = str(e)
+    ret = prog(**args)  # nothing above left the program in a bad state
     out["ok"] = ret["C"].clone()
     return out
 
 
-def argument_error_raise(heap, prog, inputs):
-    """A call with a wrong-shape argument, NOT caught: the ArgumentError must reach the parent as a RankError."""
-    args = _alloc_args(heap, prog)
-    args["B"] = heap.alloc((1, 1), args["B"].dtype)
-    prog(**args)
+def argument_error(heap, prog, case):
+    """One call with a broken argument, NOT caught: the ArgumentError reaches the parent as a RankError."""
+    prog(**_bad_args(heap, _alloc_args(heap, prog), case))
 
 
 def skip_call(heap, progs, calls_per_rank, inputs):
-    """Rank r calls progs[r] calls_per_rank[r] times (a mismatch: some waits can never be satisfied).
-    Returns the time this rank spent in calls; a WaitTimeout propagates (as a RankError in the parent)."""
+    """Rank r calls progs[r] calls_per_rank[r] times; a rank with fewer calls stands in the entry barrier of each
+    call it skips (heap.barrier()), so its peers get past the barrier and then wait inside a kernel on flags it
+    never releases. Returns the seconds spent in calls; a WaitTimeout propagates (a RankError in the parent)."""
     prog = progs[heap.rank]
     args = _alloc_args(heap, prog)
     for name, t in inputs[heap.rank].items():
@@ -106,19 +124,6 @@ def skip_call(heap, progs, calls_per_rank, inputs):
     t0 = time.monotonic()
     for _ in range(calls_per_rank[heap.rank]):
         prog(**args)
+    for _ in range(max(calls_per_rank) - calls_per_rank[heap.rank]):
+        heap.barrier()
     return time.monotonic() - t0
-
-
-def wait_timeout_kernel(heap, progs, inputs, entry_barrier: bool):
-    """Rank r runs progs[r] once. Used with a consumer program on one rank whose producer (on the other rank)
-    is a program object that never releases the flags the consumer waits on."""
-    prog = progs[heap.rank]
-    args = _alloc_args(heap, prog)
-    for name, t in inputs[heap.rank].items():
-        args[name].copy_(t)
-    t0 = time.monotonic()
-    try:
-        prog(**args)
-    finally:
-        elapsed = time.monotonic() - t0
-    return elapsed

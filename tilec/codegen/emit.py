@@ -88,6 +88,7 @@ class _Emitter:
             self.waits.setdefault(str(w.read), []).append(w)
         self.params: list[str] = []
         self.fl = {f.name: f for f in flags(g)}
+        self.ptrs: dict[str, str] = {}  # access -> pointer walked along an enclosing reduction
 
     def tmp(self, prefix: str = "x") -> str:
         self.n += 1
@@ -115,31 +116,35 @@ class _Emitter:
     def mask_of(self, v: Var) -> str | None:
         return f"({v.name}_r < {v.extent})" if v.extent % v.step else None
 
-    def bind_tile(self, v: Var, out: list[str], indent: str) -> None:
-        out.append(f"{indent}{v.name}_r = {v.name} + tl.arange(0, {v.step})")
+    def bind_tile(self, v: Var, out: list[str], indent: str, hint: bool = False) -> None:
+        r = f"{v.name} + tl.arange(0, {v.step})"
+        if hint:  # tile starts are multiples of the step: lets Triton vectorize and pipeline the loads
+            r = f"tl.max_contiguous(tl.multiple_of({r}, {v.step}), {v.step})"
+        out.append(f"{indent}{v.name}_r = {r}")
 
-    def offsets(self, a: Access) -> tuple[str, str | None]:
-        """Pointer offset (broadcast over the tile's dims) and mask for an affine access."""
+    def offsets(self, a: Access, masks: bool = True, at_zero: str | None = None) -> tuple[str, str | None]:
+        """Pointer offset (broadcast over the tile's dims) and mask for an affine access (`at_zero`: that
+        variable taken as 0)."""
         t = tensor(self.g, a.tensor)
         st = _strides(t.shape)
         nd = len(a.index)
-        offs, masks = [], []
+        offs, mks = [], []
         wide = t.numel >= 2**31
         for d, (aff, tv) in enumerate(zip(a.index, a.tile, strict=True)):
-            rest = [(v, k) for v, k in aff.terms if v != tv]
+            rest = [(v, k) for v, k in aff.terms if v != tv and v != at_zero]
             base = self.scalar(rest, aff.const)
             if tv:
                 e = f"{tv}_r" if base == "0" else f"({base} + {tv}_r)"
                 e = _bcast(e, d, nd)
                 m = self.mask_of(self.scope[tv])
-                if m:
-                    masks.append(_bcast(m, d, nd))
+                if m and masks:
+                    mks.append(_bcast(m, d, nd))
             else:
                 e = f"({base})"
             if wide and d == 0:
                 e = f"{e}.to(tl.int64)"
             offs.append(e if st[d] == 1 else f"{e} * {st[d]}")
-        return " + ".join(offs), " & ".join(masks) or None
+        return " + ".join(offs), " & ".join(mks) or None
 
     # -- expressions -----------------------------------------------------------------------------
     def expr(self, e, out: list[str], indent: str) -> str:
@@ -185,8 +190,23 @@ class _Emitter:
                    f"{indent}{acc} = tl.zeros(({shape}), dtype=tl.float32)")
         v = e.var
         self.scope[v.name] = v
-        self.loop_vars.add(v.name)
         inner = indent + "    "
+        steps: list[str] = []
+        if not v.is_rank:
+            # local tiles walked along the reduction: pointers set up once, then advanced (as hand-written GEMMs do)
+            walked = [x for x in _direct_loads(e.body) if not x.access.remote and v.name in x.access.vars]
+            if walked:
+                out.append(f"{indent}{v.name}_r = tl.arange(0, {v.step})  # {v.name} = 0")
+            for x in walked:
+                off, _ = self.offsets(x.access, masks=False, at_zero=v.name)
+                pname = self.tmp("p")
+                out.append(f"{indent}{pname} = {self.param(x.access.tensor)} + {off}")
+                self.ptrs[str(x.access)] = pname
+                t = tensor(self.g, x.access.tensor)
+                inc = sum(k * v.step * st for aff, st in zip(x.access.index, _strides(t.shape), strict=True)
+                          for var, k in aff.terms if var == v.name)
+                steps.append(f"{inner}{pname} += {inc}")
+        self.loop_vars.add(v.name)
         if v.is_rank:
             out.append(f"{indent}for {v.name} in range(0, {self.world}):")
         else:
@@ -201,6 +221,7 @@ class _Emitter:
             if isinstance(e.body, Load | Pull):
                 x = f"{x}.to(tl.float32)"
             out.append(f"{inner}{acc} += {x}")
+        out += steps
         self.loop_vars.discard(v.name)
         return acc
 
@@ -212,19 +233,33 @@ class _Emitter:
         ptr = self.param(a.tensor)
         m = f", mask={mask}, other=0" if mask else ""
         name = self.tmp()
-        if a.remote:
-            out.append(f"{indent}{name} = iris.load({ptr} + {off}, rank, {a.rank}, heap_bases{m})")
+        if str(a) in self.ptrs:
+            out.append(f"{indent}{name} = tl.load({self.ptrs[str(a)]}{m})")
+        elif a.remote:
+            delta = self.peer_offset(a.rank, tensor(self.g, a.tensor).dtype, {a.rank}, out, indent)
+            out.append(f"{indent}{name} = tl.load({ptr} + {delta} + {off}{m})")
         else:
             out.append(f"{indent}{name} = tl.load({ptr} + {off}{m})")
         return name
 
-    def pull(self, e: Pull, out: list[str], indent: str) -> str:
+    def peer_offset(self, rank_expr: str, dtype: str, deps: set[str], out: list[str], indent: str) -> str:
+        """Element offset to a peer's copy, computed once per task when the peer does not change inside loops."""
+        name = self.tmp("peer")
+        line = f"_tilec_peer_offset(heap_bases, rank, {rank_expr}, {_ESIZE[dtype]})"
+        if deps & self.loop_vars:
+            out.append(f"{indent}{name} = {line}")
+        else:
+            self.prologue.append(f"    {name} = {line}")
+        return name
+
+    def pull(self, e: Pull, body_out: list[str], body_indent: str) -> str:
         """Read the copy's source directly: solve the copy's variables per element of the buffer tile."""
         prog = self.g.graph["program"]
         ploops = {v.name: v for v in e.producer} | {ME: Var(ME, "me", prog.world, 1, e.loc)}
         dims = invert(e.write, ploops, set(), prog.world, "fused-pull")
         nd = len(e.read.index)
         vals: dict[str, str] = {}
+        scalar_ranks: dict[str, set[str]] = {}  # rank values that are one scalar per tile -> vars they depend on
         masks = []
         for d, (inv, aff, tv) in enumerate(zip(dims, e.read.index, e.read.tile, strict=True)):
             span = e.read.shape[d]
@@ -232,15 +267,20 @@ class _Emitter:
             cm = self.mask_of(self.scope[tv]) if tv else None
             if cm:
                 masks.append(_bcast(cm, d, nd))
-            uniform = all(x % span == 0 for x in (aff.const - inv.const, inv.rank_coef, inv.extent)) and \
+            uniform = all(x % span == 0 for x in (aff.const - inv.const, inv.extent)) and \
+                (not inv.rank_var or inv.rank_coef % span == 0) and \
                 all(k % span == 0 for v, k in aff.terms if v != tv)
             x = self.tmp("e")
+            # per-tile setup goes to the task prologue unless it moves with an enclosing reduction
+            hoist = not (set(aff.vars) & self.loop_vars)
+            out, indent = (self.prologue, "    ") if hoist else (body_out, body_indent)
             if uniform or not tv:
                 out.append(f"{indent}{x} = {start} - {inv.const}")
                 if inv.rank_var:
                     out.append(f"{indent}{x}_rk = {x} // {inv.rank_coef}")
                     out.append(f"{indent}{x} = {x} - {inv.rank_coef} * {x}_rk")
                     vals[inv.rank_var] = f"{x}_rk"
+                    scalar_ranks[f"{x}_rk"] = set(aff.vars)
                 if tv:
                     out.append(f"{indent}{x} = {x} + tl.arange(0, {span})")
             else:
@@ -253,6 +293,7 @@ class _Emitter:
                 vals[inv.tile_var] = _bcast(x, d, nd) if tv else x
                 if inv.extent % span or not uniform:
                     masks.append(_bcast(f"({x} < {inv.extent})", d, nd) if tv else f"({x} < {inv.extent})")
+        out, indent = body_out, body_indent
         t = tensor(self.g, e.source.tensor)
         st = _strides(t.shape)
         offs = []
@@ -268,7 +309,10 @@ class _Emitter:
         src_rank = vals.get(e.source.rank, "rank") if e.source.rank != ME else None
         if src_rank is None:
             out.append(f"{indent}{name} = tl.load({ptr} + {' + '.join(offs)}{m})")
-        else:
+        elif src_rank in scalar_ranks:
+            delta = self.peer_offset(src_rank, t.dtype, scalar_ranks[src_rank], out, indent)
+            out.append(f"{indent}{name} = tl.load({ptr} + {delta} + {' + '.join(offs)}{m})")
+        else:  # the tile straddles ranks: iris translates each row's address to its own peer
             out.append(f"{indent}{name} = iris.load({ptr} + {' + '.join(offs)}, rank, {src_rank}, heap_bases{m})")
         return name
 
@@ -279,24 +323,26 @@ class _Emitter:
         st = strides(dims)
         read = w.read
         keyed = [d for d in dims if d.size > 1]
-        # hoist the wait out of reduction loops when the counters it needs do not depend on them
-        dep_vars = {v for d in keyed for v in read.index[d.dim].vars}
-        target_lines = out if dep_vars & self.loop_vars else self.prologue
-        ind = indent if target_lines is out else "    "
+        # Waits go at the start of the task and cover everything its reductions will read, so the reduction
+        # loop stays free of spins (Triton pipelines its loads only then).
+        target_lines, ind = self.prologue, "    "
         fp = self.param(f"F_{_ident(f.name)}")
         owner = "rank" if read.rank == ME else read.rank
         target_lines.append(f"{ind}# wait until stage {f.producer} has written the tiles of {read} this call")
         idx_parts = []
         for d in keyed:
             aff, tv = read.index[d.dim], read.tile[d.dim]
+            red = [(v, k) for v, k in aff.terms if v in self.loop_vars]
             lo = self.tmp("lo")
-            target_lines.append(f"{ind}{lo} = {self.start(aff)}")
-            if tv:
+            target_lines.append(f"{ind}{lo} = {self.scalar([t for t in aff.terms if t not in red], aff.const)}")
+            top = sum(k * (self.scope[v].extent - 1) for v, k in red if v != tv and k > 0)
+            if tv and tv in self.loop_vars:
+                top += self.scope[tv].extent - 1
+            elif tv:
                 v = self.scope[tv]
-                hi_span = f"tl.minimum({v.step}, {v.extent} - {tv})" if v.extent % v.step else str(v.step)
-                hi = f"{lo} + {hi_span} - 1"
-            else:
-                hi = lo
+                top_s = f"tl.minimum({v.step}, {v.extent} - {tv})" if v.extent % v.step else str(v.step)
+                top = f"{top} + {top_s} - 1"
+            hi = f"{lo} + {top}"
             fvar = self.tmp("f")
             target_lines.append(f"{ind}for {fvar} in range({_lin(d, lo)}, {_lin(d, f'({hi})')} + 1):")
             ind += "    "
@@ -372,8 +418,22 @@ class _Emitter:
                     out.append(f"    {task_var}_{i} = {rest} // {v.trips}")
                     rest = f"{task_var}_{i}"
         for v in tiles:
-            self.bind_tile(v, out, "    ")
+            self.bind_tile(v, out, "    ", hint=True)
         return out
+
+
+_ESIZE = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
+
+
+def _direct_loads(e) -> list[Load]:
+    """Loads of an expression that are not inside a nested reduction."""
+    if isinstance(e, Load):
+        return [e]
+    if isinstance(e, Op):
+        return [x for a in e.args for x in _direct_loads(a)]
+    if isinstance(e, Dot):
+        return _direct_loads(e.lhs) + _direct_loads(e.rhs)
+    return []
 
 
 def _lin(d: DimInverse, e: str) -> str:
