@@ -22,7 +22,7 @@ if __name__ == "__main__":
         c = heap.alloc((m, n), torch.bfloat16)
         a.normal_()
         b.normal_()
-        t_ref = do_bench(lambda: torch.matmul(a, b), warmup=25, rep=100)
+        t_ref = do_bench(lambda a=a, b=b: torch.matmul(a, b), warmup=25, rep=100)
         ref = (a.float() @ b.float())
         for sched in ("bsp", "fused-pull"):
             for bm, bn, bk, w, s in CFGS:
@@ -37,7 +37,7 @@ if __name__ == "__main__":
                 kern, total, persistent, _c, _b, share = mod.KERNELS[-1]
                 nprog = ctx.grid(total, persistent, share)
                 args = mod._args(ctx, bufs, 1, kern, nprog)
-                t = do_bench(lambda kern=kern, args=args, nprog=nprog: kern[(nprog,)](
+                t = do_bench(lambda kern=kern, args=args, nprog=nprog, w=w, s=s: kern[(nprog,)](
                     *args, UPCAST_DOT=False, num_warps=w, num_stages=s), warmup=25, rep=100)
                 tf = 2 * m * n * k / t / 1e9
                 print(f"{m}x{n}x{k} {sched:<10} {(bm, bn, bk, w, s)} gemm kernel {t * 1e3:8.1f}us {tf:6.0f} TFLOP/s"

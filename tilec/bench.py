@@ -168,7 +168,8 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
                                      dims={**dims, "BM": cfg[0], "BN": cfg[1], "BK": cfg[2]})
                 inner = heap.mark()
                 args = _inputs(prog, heap, 0)
-                secs = _median_time(lambda p=prog, a=args: p(heap, entry_barrier=False, sync=False, **a), heap, iters, 2)
+                secs = _median_time(lambda p=prog, a=args: p(heap, entry_barrier=False, sync=False, **a), heap,
+                                    iters, 2)
                 heap.release(inner)
             conf = dict(zip(("BM", "BN", "BK", "num_warps", "num_stages", "group_m"), cfg, strict=True))
             shape_rows.append(Row(Path(path).stem, dims, world, dtype, s, "tilec", secs * 1e6, flops / secs / 1e12,
