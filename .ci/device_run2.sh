@@ -7,4 +7,4 @@ unset RANK WORLD_SIZE LOCAL_RANK
 timeout 300 python3 -m tilec bench examples/ag_gemm.tile --world 1 --shapes paper,square --iters 10 2>&1 | tee $OUT/bench.log
 cp benchmarks/results/h200-1gpu/ag_gemm_paper+square_bf16.json $OUT/bench_paper.json
 cp benchmarks/results/h200-1gpu/ag_gemm_paper+square_bf16.png $OUT/bench_paper.png
-timeout 120 python3 -m pytest -m gpu tests/gpu -x -q -k "world and 1 or 2" 2>&1 | tail -15 | tee $OUT/gpu_tests.log
+timeout 150 python3 -m pytest -m gpu -x -q "tests/gpu/test_gpu_ag_gemm.py::test_ag_gemm_all_schedules[1]" "tests/gpu/test_gpu_ag_gemm.py::test_ag_gemm_all_schedules[2]" tests/runtime/test_iris_gpu.py 2>&1 | tail -15 | tee $OUT/gpu_tests.log
