@@ -12,7 +12,7 @@ from tests import _workers
 from tests._util import SCHEDULES, cat_shards, check_close, compile_example, make_calls
 from tilec.runtime import spawn
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_shm_leftovers")]
 
 WORLDS = (1, 2, 3, 4)
 DTYPES = ("f16", "f32")
@@ -21,8 +21,8 @@ CALLS = 3
 
 def shapes(world: int) -> dict[str, dict[str, int]]:
     return {
-        # tile-aligned square problem (M/W = 64 rows per rank for W = 3, else 128 / W)
-        "square": {"M": 192, "N": 192, "K": 192} if world == 3 else {"M": 128, "N": 128, "K": 128},
+        # tile-aligned (M = 192 for W = 3: 64 rows per rank), square where W divides 128
+        "square": {"M": 192, "N": 128, "K": 128} if world == 3 else {"M": 128, "N": 128, "K": 128},
         # M/W = 33 rows per rank straddle the 64-row tiles; N and K are not multiples of BN, BK
         "ragged": {"M": 33 * world, "N": 72, "K": 40},
         # one row per rank; N, K smaller than a tile

@@ -69,6 +69,7 @@ class ModuleModel:
     kernels: tuple[KernelModel, ...]
     num_warps: int
     num_stages: int
+    exit_barrier: bool
 
 
 class _Emitter:
@@ -499,7 +500,23 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
         f" group_m={options.get('group_m', 8)}",
     )
     return ModuleModel(header, prog.name, prog.world, schedule, tuple(tensors_used), fms, tuple(kernels),
-                       options.get("num_warps", 4), options.get("num_stages", 3))
+                       options.get("num_warps", 4), options.get("num_stages", 3), _peers_touch_user_tensors(g))
+
+
+def _peers_touch_user_tensors(g: nx.DiGraph) -> bool:
+    """Whether, after the last barrier, a rank reads or writes another rank's copy of an `in`/`out` tensor. Then
+    a call must end with a barrier, or a fast rank could overwrite its inputs while a peer still reads them."""
+    last: list = []
+    for n in g.graph["order"]:
+        last = [] if g.nodes[n]["kind"] == "barrier" else [*last, g.nodes[n]["payload"]]
+    for st in last:
+        for r in st.reads():
+            a = r.source if isinstance(r, Pull) else r.access
+            if a.remote and tensor(g, a.tensor).kind != "buf":
+                return True
+        if any(s.access.remote and tensor(g, s.access.tensor).kind != "buf" for s in st.body):
+            return True
+    return False
 
 
 def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], group_m: int, share: float) -> KernelModel:
