@@ -35,7 +35,8 @@ def run_cases(heap, cases):
     """cases: list of (key, prog, calls, plain) where calls[i][rank] is a dict of input tensors for call i.
 
     For every case: allocate the arguments once, then for each call copy that call's inputs into the SAME
-    buffers, poison the outputs, call, and keep a copy of the outputs. Returns {key: [outputs of call i]}.
+    buffers (right after the previous call returned), poison the outputs, call, and keep a copy of the outputs.
+    Returns {key: [outputs of call i]}.
     Flags are never zeroed between calls (that is what the epochs are for); the heap is released between
     cases (after a barrier, so no peer is still reading this rank's memory), so every case needs its own program
     object (a program keeps its internal buffers and flags per heap).
@@ -51,7 +52,8 @@ def run_cases(heap, cases):
             _poison(args, prog)
             ret = prog(**args)  # the active heap
             results.append({n: t.clone() for n, t in ret.items()})
-            heap.barrier()  # peers may still read this rank's inputs; change them only after everyone is done
+            # no barrier here: a call ends only when no peer touches this rank's inputs/outputs any more (the
+            # program adds an exit barrier where peers read them late), so the next inputs may go in right away
         out[key] = results
         heap.barrier()
         heap.release(mark)

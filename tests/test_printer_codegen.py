@@ -174,6 +174,7 @@ _PROBE = textwrap.dedent("""
             "schedule": mod.SCHEDULE, "world": mod.WORLD, "tensors": {k: list(v) for k, v in mod.TENSORS.items()},
             "flags": {k: list(v) for k, v in mod.FLAGS.items()},
             "kernels": [[k.__name__, *rest] for k, *rest in mod.KERNELS],
+            "exit_barrier": getattr(mod, "EXIT_BARRIER", None),
             "events": ctx.events,
         }
     out["imported tilec"] = "tilec" in sys.modules
@@ -216,16 +217,27 @@ def test_bsp_barriers_between_kernels(saved_modules):
                            "barrier", "stream 0", "launch k1_gemm grid=12", "join"]
 
 
+# a call ends with a barrier only where peers still touch this rank's inputs/outputs after the last barrier
+EXIT_BARRIER = {"bsp": False, "flags": True, "fused-pull": True, "fused-push": False}
+
+
 @pytest.mark.parametrize("schedule", ["flags", "fused-pull", "fused-push"])
-def test_fine_grained_schedules_have_only_the_entry_barrier(saved_modules, schedule):
+def test_fine_grained_schedules_have_no_barrier_between_kernels(saved_modules, schedule):
     m = saved_modules[f"ag_gemm_{schedule.replace('-', '_')}"]
-    assert not any(k[4] for k in m["kernels"])
-    assert m["events"].count("barrier") == 1 and m["events"][0] == "barrier"
+    assert not any(k[4] for k in m["kernels"])  # no barrier_before entry
     assert all(k[2] for k in m["kernels"])  # persistent
-    launches = [e for e in m["events"] if e.startswith("launch")]
+    ev = m["events"]
+    launches = [i for i, e in enumerate(ev) if e.startswith("launch")]
     assert len(launches) == len(m["kernels"])
+    assert ev[0] == "barrier" and "barrier" not in ev[1:launches[-1]]  # only the entry barrier before the kernels
+    assert m["exit_barrier"] is EXIT_BARRIER[schedule]
+    assert ev[launches[-1] + 1:] == (["join", "barrier"] if EXIT_BARRIER[schedule] else ["join"])
     if schedule == "flags":  # two kernels on their own streams
-        assert [e for e in m["events"] if e.startswith("stream")] == ["stream 0", "stream 1"]
+        assert [e for e in ev if e.startswith("stream")] == ["stream 0", "stream 1"]
         assert m["flags"] == {"F_Ag_gather": [16, 1, "gather", "m, r, k", 1]}  # counters, count, producer, key
     if schedule == "fused-pull":
         assert "Ag" not in m["tensors"] and m["flags"] == {}
+
+
+def test_bsp_has_no_exit_barrier(saved_modules):
+    assert saved_modules["ag_gemm_bsp"]["exit_barrier"] is False

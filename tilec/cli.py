@@ -88,33 +88,57 @@ def cmd_check(args) -> int:
 
 def cmd_run(args) -> int:
     from tilec.errors import ScheduleError
-    from tilec.run import run_program
+    from tilec.run import heap_bytes_for, run_program, run_program_torchrun
     from tilec.runtime import default_backend
 
     backend = args.backend or default_backend()
     schedules = SCHEDULES if args.schedule == "all" else (args.schedule,)
+    torchrun = "RANK" in os.environ and "LOCAL_RANK" in os.environ
     world = _world(args)
+    heap = None
+    say = print
+    if torchrun:  # this process is one rank: build its heap once, run every schedule in it
+        from tilec.runtime import from_env
+
+        progs = []
+        for s in schedules:
+            try:
+                progs.append(_compile(args, s))
+            except ScheduleError:
+                pass
+        need = max((heap_bytes_for(p) for p in progs), default=1 << 24) * max(1, len(progs))
+        heap = from_env(backend, args.heap_mb << 20 if args.heap_mb else need)
+        if heap.rank != 0:
+            say = lambda *a, **k: None  # noqa: E731 - rank 0 reports
     where = "CPU emulation (Triton interpreter)" if backend == "cpu" else "GPU (Iris)"
-    print(f"tilec run {args.program}: world {world}, {where}, {args.repeat} call(s) per schedule", flush=True)
+    mode = ", torchrun" if torchrun else ""
+    say(f"tilec run {args.program}: world {world}, {where}{mode}, {args.repeat} call(s) per schedule", flush=True)
     failed = 0
     for s in schedules:
         t0 = time.time()
         try:
             prog = _compile(args, s)
         except ScheduleError as e:
-            print(f"  {s:<11} skipped: {e}", flush=True)
+            say(f"  {s:<11} skipped: {e}", flush=True)
             continue
-        rows, times = run_program(prog, backend=backend, repeat=args.repeat, heap_bytes=args.heap_mb << 20
-                                  if args.heap_mb else None)
+        if heap is not None:
+            rows, _times = run_program_torchrun(prog, heap, repeat=args.repeat)
+            if rows is None:
+                continue
+        else:
+            rows, _times = run_program(prog, backend=backend, repeat=args.repeat,
+                                       heap_bytes=args.heap_mb << 20 if args.heap_mb else None)
         worst = max(rows, key=lambda r: r.rel_err / max(r.tolerance, 1e-12))
         status = "ok" if all(r.ok for r in rows) else "MISMATCH"
         failed += status != "ok"
-        print(f"  {s:<11} {status}: max error {worst.max_abs_err:.3g} (relative {worst.rel_err:.2e}, tolerance"
-              f" {worst.tolerance:g}) over {len(rows)} output(s) on {world} rank(s) [{time.time() - t0:.1f}s]",
-              flush=True)
+        say(f"  {s:<11} {status}: max error {worst.max_abs_err:.3g} (relative {worst.rel_err:.2e}, tolerance"
+            f" {worst.tolerance:g}) over {len(rows)} output(s) on {world} rank(s) [{time.time() - t0:.1f}s]",
+            flush=True)
         for r in rows:
             if not r.ok:
-                print(f"      rank {r.rank} {r.tensor}: max error {r.max_abs_err:.3g} (relative {r.rel_err:.2e})")
+                say(f"      rank {r.rank} {r.tensor}: max error {r.max_abs_err:.3g} (relative {r.rel_err:.2e})")
+    if heap is not None:
+        heap.close()
     return 1 if failed else 0
 
 

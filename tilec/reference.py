@@ -31,16 +31,16 @@ def _slices(a: Access, env: dict[str, int], scope: dict[str, Var]) -> tuple[slic
 
 
 class Reference:
-    def __init__(self, prog: BoundProgram, inputs: list[dict[str, torch.Tensor]]):
+    def __init__(self, prog: BoundProgram, inputs: list[dict[str, torch.Tensor]], device: str = "cpu"):
         self.prog = prog
         self.state: list[dict[str, torch.Tensor]] = []
         for r in range(prog.world):
             st = {}
             for t in prog.tensors:
                 if t.kind == "in":
-                    st[t.name] = inputs[r][t.name].detach().to("cpu", TORCH_DTYPE[t.dtype]).clone()
+                    st[t.name] = inputs[r][t.name].detach().to(device, TORCH_DTYPE[t.dtype]).clone()
                 else:
-                    st[t.name] = torch.zeros(t.shape, dtype=TORCH_DTYPE[t.dtype])
+                    st[t.name] = torch.zeros(t.shape, dtype=TORCH_DTYPE[t.dtype], device=device)
             self.state.append(st)
 
     def run(self) -> list[dict[str, torch.Tensor]]:
@@ -73,11 +73,14 @@ class Reference:
             a = e.access
             return self.state[env[a.rank]][a.tensor][_slices(a, env, scope)].float()
         if isinstance(e, Const):
-            return torch.tensor(float(e.value))
+            return torch.tensor(float(e.value), device=self.state[0][self.prog.tensors[0].name].device)
         if isinstance(e, Dot):
             return self._eval(e.lhs, env, scope).float() @ self._eval(e.rhs, env, scope).float()
         if isinstance(e, Sum):
             v = e.var
+            if _contracts_only(e):  # sum over k of A[., k] @ B[k, .] is one matmul over the whole k range
+                whole = Var(v.name, v.kind, v.extent, v.extent, v.loc)
+                return self._eval(e.body, env | {v.name: 0}, scope | {v.name: whole})
             inner = scope | {v.name: v}
             acc = None
             for x in range(0, v.extent, v.step):
@@ -96,6 +99,17 @@ class Reference:
         raise TypeError(f"reference: unsupported expression {type(e).__name__}")
 
 
-def evaluate(prog: BoundProgram, inputs: list[dict[str, torch.Tensor]]) -> list[dict[str, torch.Tensor]]:
+def _contracts_only(e: Sum) -> bool:
+    """A tile-loop sum of a matmul of two loads whose only use of the loop is the contracted dimension."""
+    b, v = e.body, e.var.name
+    if e.var.is_rank or not isinstance(b, Dot) or not isinstance(b.lhs, Load) or not isinstance(b.rhs, Load):
+        return False
+    lhs, rhs = b.lhs.access, b.rhs.access
+    uses = [(a, d) for a in (lhs, rhs) for d, aff in enumerate(a.index) if v in aff.vars]
+    return uses == [(lhs, 1), (rhs, 0)] and lhs.tile[1] == v and rhs.tile[0] == v and v not in (lhs.rank, rhs.rank)
+
+
+def evaluate(prog: BoundProgram, inputs: list[dict[str, torch.Tensor]], device: str = "cpu"
+             ) -> list[dict[str, torch.Tensor]]:
     """Every tensor of every rank after running `prog` on `inputs` (one dict of input tensors per rank)."""
-    return Reference(prog, inputs).run()
+    return Reference(prog, inputs, device).run()

@@ -60,12 +60,13 @@ class Comparison:
         return self.rel_err <= self.tolerance
 
 
-def compare(prog: CompiledProgram, outs: list[dict[str, torch.Tensor]], inputs: list[dict[str, torch.Tensor]]):
-    ref = evaluate(prog.program, inputs)
+def compare(prog: CompiledProgram, outs: list[dict[str, torch.Tensor]], inputs: list[dict[str, torch.Tensor]],
+            device: str = "cpu"):
+    ref = evaluate(prog.program, inputs, device)
     rows = []
     for r in range(prog.world):
         for name, got in outs[r].items():
-            want = ref[r][name].float()
+            want = ref[r][name].float().cpu()
             diff = (got.float() - want).abs()
             err = float("inf") if torch.isnan(diff).any() else float(diff.max()) if diff.numel() else 0.0
             scale = max(1.0, float(want.abs().max()) if want.numel() else 1.0)
@@ -74,18 +75,33 @@ def compare(prog: CompiledProgram, outs: list[dict[str, torch.Tensor]], inputs: 
     return rows
 
 
+def heap_bytes_for(prog: CompiledProgram) -> int:
+    need = sum(t.numel * torch.tensor([], dtype=TORCH_DTYPE[t.dtype]).element_size() for t in prog.program.tensors)
+    return max(1 << 24, 2 * need + (1 << 20))
+
+
 def run_program(prog: CompiledProgram, *, backend: str = "cpu", repeat: int = 2, seed: int = 0,
                 heap_bytes: int | None = None, timeout: float = 600.0):
     """Run on `prog.world` spawned ranks; returns (comparisons, per-rank call times)."""
     from tilec.runtime import spawn
 
     inputs = [make_inputs(prog, r, seed) for r in range(prog.world)]
-    need = sum(t.numel * torch.tensor([], dtype=TORCH_DTYPE[t.dtype]).element_size() for t in prog.program.tensors)
-    heap_bytes = heap_bytes or max(1 << 24, 2 * need + (1 << 20))
-    results = spawn(_spawned, prog.world, backend=backend, heap_bytes=heap_bytes, timeout=timeout,
-                    args=(prog, inputs, repeat))
+    results = spawn(_spawned, prog.world, backend=backend, heap_bytes=heap_bytes or heap_bytes_for(prog),
+                    timeout=timeout, args=(prog, inputs, repeat))
     outs = [r[0] for r in results]
     return compare(prog, outs, inputs), [r[1] for r in results]
+
+
+def run_program_torchrun(prog: CompiledProgram, heap, *, repeat: int = 2, seed: int = 0):
+    """Under torchrun: this process is one rank. Rank 0 gathers every rank's outputs and compares them;
+    returns (comparisons or None on other ranks, this rank's call times)."""
+    import torch.distributed as dist
+
+    inputs = [make_inputs(prog, r, seed) for r in range(prog.world)]
+    outs, times = rank_worker(heap, prog, inputs[heap.rank], repeat)
+    gathered = [None] * heap.world if heap.rank == 0 else None
+    dist.gather_object(outs, gathered, dst=0)
+    return (compare(prog, gathered, inputs, str(heap.device)) if heap.rank == 0 else None), times
 
 
 def _spawned(heap, prog, inputs, repeat):
