@@ -81,7 +81,7 @@ def cmd_check(args) -> int:
                   f"{sum(1 for _, d in prog.graph.nodes(data=True) if d['kind'] == 'flag')} flag(s)")
             ok += 1
         except ScheduleError as e:
-            print(f"  {s:<11} does not apply: {e}")
+            print(f"  {s:<11} {e}")
     print(f"{args.program}: ok, {ok} of {len(SCHEDULES)} schedules verified for world {_world(args)}")
     return 0
 

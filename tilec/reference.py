@@ -8,11 +8,12 @@ Every rank's state is held here, so `X@r[...]` simply reads rank r's copy.
 from __future__ import annotations
 
 import itertools
+import math
 
 import torch
 
 from tilec.frontend.sema import BarrierIR, BoundProgram, StageIR
-from tilec.ir.types import ME, Access, Const, Dot, Load, Op, Sum, Var
+from tilec.ir.types import ME, Access, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var
 
 TORCH_DTYPE = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32}
 _FNS = {
@@ -60,20 +61,34 @@ class Reference:
         ranges = [range(0, v.extent, v.step) for v in st.loops]
         for vals in itertools.product(*ranges):
             env = dict(zip((v.name for v in st.loops), vals, strict=True)) | {ME: rank}
+            done: dict[int, object] = {}  # a tile function's results, shared by the stores of its outputs
             for s in st.body:
-                val = self._eval(s.value, env, scope)
+                if id(s.value) not in done:
+                    done[id(s.value)] = self._eval(s.value, env, scope)
+                val = done[id(s.value)]
                 a = s.access
                 dst = self.state[env[a.rank]][a.tensor]
                 sl = _slices(a, env, scope)
                 region = dst[sl]
+                if s.part is not None:
+                    val = val[s.part].reshape(region.shape)
                 dst[sl] = torch.broadcast_to(val, region.shape).to(dst.dtype)
+
+    def _device(self):
+        return self.state[0][self.prog.tensors[0].name].device
 
     def _eval(self, e, env, scope) -> torch.Tensor:
         if isinstance(e, Load):
             a = e.access
             return self.state[env[a.rank]][a.tensor][_slices(a, env, scope)].float()
         if isinstance(e, Const):
-            return torch.tensor(float(e.value), device=self.state[0][self.prog.tensors[0].name].device)
+            return torch.tensor(float(e.value), device=self._device())
+        if isinstance(e, Idx):
+            return torch.tensor(float(e.index.const + sum(k * env[v] for v, k in e.index.terms)),
+                                device=self._device())
+        if isinstance(e, TupleCall):
+            args = [_logical(self._eval(a, env, scope), a) for a in e.args]
+            return _attend(*args) if e.fn == "attend" else _lse_merge(*args)
         if isinstance(e, Dot):
             return self._eval(e.lhs, env, scope).float() @ self._eval(e.rhs, env, scope).float()
         if isinstance(e, Sum):
@@ -97,6 +112,34 @@ class Reference:
                 return args[0].to(TORCH_DTYPE[e.dtype]).float()
             return _FNS[e.op](args[0])
         raise TypeError(f"reference: unsupported expression {type(e).__name__}")
+
+
+def _logical(x: torch.Tensor, e) -> torch.Tensor:
+    """The tile as tile functions see it: a load keeps its tile/`:` dims; other values drop extent-1 dims."""
+    if isinstance(e, Load):
+        return x.reshape([n for n, tv in zip(x.shape, e.access.tile, strict=True) if tv is not None])
+    return x.reshape([n for n in x.shape if n != 1])
+
+
+def _attend(q, k, v, n):
+    """softmax(q k^T / sqrt(D)) v over the first n rows of k, v; returns (o, lse) (empty: 0, -inf)."""
+    q, k, v = q.float(), k.float(), v.float()
+    q2 = q.reshape(-1, q.shape[-1])
+    s = q2 @ k.T / math.sqrt(k.shape[-1])
+    valid = torch.arange(k.shape[0], device=k.device) < int(n)
+    s = s.masked_fill(~valid[None, :], float("-inf"))
+    lse = torch.logsumexp(s, dim=1)
+    p = torch.where(valid[None, :], torch.exp(s - torch.where(torch.isinf(lse), 0, lse)[:, None]), 0.0)
+    o = p @ torch.where(valid[:, None], v, 0.0)
+    return o.reshape(q.shape), lse.reshape(q.shape[:-1])
+
+
+def _lse_merge(o, lse):
+    """Merge partials over the first dim: O = sum_i exp(lse_i - L) o_i, L = logsumexp_i lse_i."""
+    o, lse = o.float(), lse.float()
+    big = torch.logsumexp(lse, dim=0)
+    w = torch.exp(lse - torch.where(torch.isinf(big), 0, big))
+    return (w[..., None] * o).sum(0), big
 
 
 def _contracts_only(e: Sum) -> bool:

@@ -14,7 +14,7 @@ import networkx as nx
 from tilec.errors import TilecError
 from tilec.ir.graph import Flag, Kernel, Pull, flags, stage, tensor, waits
 from tilec.ir.tiling import DimInverse, invert, strides
-from tilec.ir.types import ME, Access, Const, Dot, Load, Op, Sum, Var
+from tilec.ir.types import ME, Access, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var, logical_shape
 from tilec.passes.replace_barriers import flag_dims
 
 TL_DTYPE = {"f16": "tl.float16", "bf16": "tl.bfloat16", "f32": "tl.float32", "i32": "tl.int32"}
@@ -70,6 +70,7 @@ class ModuleModel:
     num_warps: int
     num_stages: int
     exit_barrier: bool
+    library: tuple[str, ...]  # tile-library device functions used (attend, lse_merge)
 
 
 class _Emitter:
@@ -90,6 +91,8 @@ class _Emitter:
         self.params: list[str] = []
         self.fl = {f.name: f for f in flags(g)}
         self.ptrs: dict[str, str] = {}  # access -> pointer walked along an enclosing reduction
+        self.memo: dict[int, tuple[str, str]] = {}  # tile-function calls shared by several stores
+        self.library: set[str] = set()  # tile-library device functions the task uses
 
     def tmp(self, prefix: str = "x") -> str:
         self.n += 1
@@ -145,20 +148,28 @@ class _Emitter:
             if wide and d == 0:
                 e = f"{e}.to(tl.int64)"
             offs.append(e if st[d] == 1 else f"{e} * {st[d]}")
-        return " + ".join(offs), " & ".join(mks) or None
+        off = " + ".join(offs)
+        if not any(a.tile):  # every dim is one element: keep the tile's (1, ..., 1) block shape
+            off = f"{off} + tl.zeros(({', '.join('1' for _ in a.index)},), dtype=tl.int32)"
+        return off, " & ".join(mks) or None
 
     # -- expressions -----------------------------------------------------------------------------
     def expr(self, e, out: list[str], indent: str) -> str:
         if isinstance(e, Const):
-            return repr(float(e.value))
+            return repr(int(e.value)) if e.dtype == "i32" else repr(float(e.value))
+        if isinstance(e, Idx):
+            return f"({self.scalar(e.index.terms, e.index.const)})"
+        if isinstance(e, TupleCall):
+            return self.tuple_call(e, out, indent)
         if isinstance(e, Load):
             return self.load(e, out, indent)
         if isinstance(e, Pull):
             return self.pull(e, out, indent)
         if isinstance(e, Op):
             args = [self.expr(a, out, indent) for a in e.args]
-            args = [f"{a}.to(tl.float32)" if isinstance(x, Load | Pull) else a for a, x in zip(args, e.args,
-                                                                                             strict=True)]
+            if e.dtype == "f32":  # tile math is f32; integer scalars (lengths, offsets) stay integers
+                args = [f"{a}.to(tl.float32)" if isinstance(x, Load | Pull) else a
+                        for a, x in zip(args, e.args, strict=True)]
             if e.op in "+-*/":
                 r = f"({args[0]} {e.op} {args[1]})"
             elif e.op in ("max", "min"):
@@ -178,6 +189,39 @@ class _Emitter:
         if isinstance(e, Sum):
             return self.sum(e, out, indent)
         raise TilecError(f"codegen: unsupported expression {type(e).__name__}")
+
+    def tuple_call(self, e: TupleCall, out: list[str], indent: str) -> str:
+        """attend / lse_merge: library device functions on canonical 2-d/3-d shapes; evaluated once per task."""
+        if id(e) in self.memo:
+            return self.memo[id(e)]
+        args = [self.expr(a, out, indent) for a in e.args]
+        o, lse = self.tmp("o"), self.tmp("lse")
+        if e.fn == "attend":
+            q, k, v = (logical_shape(a) for a in e.args[:3])
+            mq = q[0] if len(q) == 2 else 1
+            scale = 1.0 / (self._extent_of_last(e.args[1]) ** 0.5)
+            out.append(f"{indent}{o}, {lse} = _tilec_attend(tl.reshape({args[0]}, ({mq}, {q[-1]})),"
+                       f" tl.reshape({args[1]}, {k}), tl.reshape({args[2]}, {v}), {args[3]}, {scale!r})")
+        else:
+            ov, lv = (logical_shape(a) for a in e.args)
+            m = 1
+            for x in lv[1:]:
+                m *= x
+            n_valid = self._extent_of_first(e.args[1])
+            out.append(f"{indent}{o}, {lse} = _tilec_lse_merge(tl.reshape({args[0]}, ({ov[0]}, {m}, {ov[-1]})),"
+                       f" tl.reshape({args[1]}, ({lv[0]}, {m})), {n_valid})")
+        self.library.add(e.fn)
+        self.memo[id(e)] = (o, lse)
+        return self.memo[id(e)]
+
+    def _extent_of_last(self, x) -> int:
+        """The true (unpadded) extent of a load's last tile dim (e.g. the head dim D)."""
+        tv = [t for t in x.access.tile if t][-1]
+        return self.scope[tv].extent
+
+    def _extent_of_first(self, x) -> int:
+        tv = [t for t in x.access.tile if t][0]
+        return self.scope[tv].extent
 
     def dot(self, e: Dot, a: str, b: str, acc: str | None) -> str:
         ieee = e.lhs.dtype == "f32"
@@ -384,8 +428,18 @@ class _Emitter:
             dt = TL_DTYPE[tensor(self.g, a.tensor).dtype]
             m = f", mask={mask}" if mask else ""
             shape = ", ".join(map(str, a.shape))
-            v = f"tl.broadcast_to({val}, ({shape},))" if isinstance(s.value, Const | Op) and len(a.shape) == 1 \
-                else (f"tl.broadcast_to({val}, ({shape}))" if isinstance(s.value, Const) else val)
+            shape = f"({shape},)" if len(a.shape) == 1 else f"({shape})"
+            if s.part is not None:  # one result of a tile function, laid out as the target tile
+                val = val[s.part]
+                rshape = s.value.outs[s.part][1]
+                if not rshape:
+                    v = f"(tl.zeros({shape}, dtype=tl.float32) + tl.max(tl.reshape({val}, (1,)), axis=0))"
+                else:
+                    v = f"tl.reshape({val}, {shape})"
+            elif isinstance(s.value, Const | Op | Idx) and s.value.shape != a.shape:
+                v = f"tl.broadcast_to({val}, {shape})"
+            else:
+                v = val
             if a.remote:
                 body.append(f"    iris.store({ptr} + {off}, {v}.to({dt}), rank, {a.rank}, heap_bases{m})")
             else:
@@ -411,15 +465,20 @@ class _Emitter:
             ]
         else:
             rest = task_var
-            for i, v in enumerate(reversed(loops)):
-                last = i == len(loops) - 1
+            multi = [v for v in loops if v.trips > 1]
+            for v in loops:
+                if v.trips == 1:  # one-trip loops (and `:` slices) start at 0
+                    out.append(f"    {v.name} = 0")
+            for i, v in enumerate(reversed(multi)):
+                last = i == len(multi) - 1
                 val = rest if last else f"{rest} % {v.trips}"
                 out.append(f"    {v.name} = {val}" if v.step == 1 else f"    {v.name} = ({val}) * {v.step}")
                 if not last:
                     out.append(f"    {task_var}_{i} = {rest} // {v.trips}")
                     rest = f"{task_var}_{i}"
         for v in tiles:
-            self.bind_tile(v, out, "    ", hint=True)
+            if v.step > 1:  # unit-step loops index like scalars and need no element range
+                self.bind_tile(v, out, "    ", hint=True)
         return out
 
 
@@ -500,7 +559,16 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
         f" group_m={options.get('group_m', 8)}",
     )
     return ModuleModel(header, prog.name, prog.world, schedule, tuple(tensors_used), fms, tuple(kernels),
-                       options.get("num_warps", 4), options.get("num_stages", 3), _peers_touch_user_tensors(g))
+                       options.get("num_warps", 4), options.get("num_stages", 3), _peers_touch_user_tensors(g),
+                       _library(g))
+
+
+def _library(g: nx.DiGraph) -> tuple[str, ...]:
+    from tilec.ir.graph import stages
+    from tilec.ir.types import walk
+
+    used = {x.fn for st in stages(g) for s in st.body for x in walk(s.value) if isinstance(x, TupleCall)}
+    return tuple(sorted(used))
 
 
 def _peers_touch_user_tensors(g: nx.DiGraph) -> bool:

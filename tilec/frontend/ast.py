@@ -28,6 +28,13 @@ class Name:
 
 
 @dataclass(frozen=True)
+class Full:
+    """`:` in an index: the whole dimension."""
+
+    loc: Loc
+
+
+@dataclass(frozen=True)
 class Ref:
     """`X[i, j]` (local copy) or `X@r[i, j]` (rank r's copy of a symmetric tensor)."""
 
@@ -109,7 +116,9 @@ class Loop:
 
 @dataclass(frozen=True)
 class Assign:
-    target: Ref
+    """`X[...] = e`, or `X[...], Y[...] = f(...)` for tile functions with several results (None: `_`)."""
+
+    targets: tuple[Ref | None, ...]
     value: Expr
     loc: Loc
 

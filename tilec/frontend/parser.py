@@ -122,7 +122,14 @@ class _ToAst(Transformer):
 
     @v_args(meta=True)
     def assign(self, meta, children):
-        return ast.Assign(children[0], children[1], self._loc(meta))
+        return ast.Assign(tuple(children[:-1]), children[-1], self._loc(meta))
+
+    def discard(self, children):
+        return None
+
+    @v_args(meta=True)
+    def full(self, meta, children):
+        return ast.Full(self._loc(meta))
 
     @v_args(meta=True)
     def ref(self, meta, children):

@@ -17,19 +17,24 @@ from tilec.ir.types import (
     Affine,
     Const,
     Dot,
+    Idx,
     Load,
     Op,
     Store,
     Sum,
     Tensor,
     TExpr,
+    TupleCall,
     Var,
     loads,
+    logical_shape,
+    squeeze,
 )
 
 UNARY_FNS = {"exp", "log", "sqrt", "relu", "silu", "sigmoid", "tanh", "abs"}
 BINARY_FNS = {"max", "min"}
 CASTS = {"f16", "bf16", "f32"}
+TUPLE_FNS = {"attend": 2, "lse_merge": 2}  # tile-library functions with several results
 
 
 @dataclass(frozen=True)
@@ -191,12 +196,13 @@ class _Checker:
             vars_[lp.var] = v
             loops.append(v)
         body = []
+        self.implicit: list[Var] = []  # `:` slices become one-trip tile loops over the whole dimension
         for a in s.body:
             try:
-                body.append(self.assign(a, vars_, tuple(loops), s.name))
+                body += self.assign(a, vars_, tuple(loops), s.name)
             except _Err as e:
                 self.err(e.loc, e.msg)
-        return StageIR(s.name, tuple(loops), tuple(body), s.loc)
+        return StageIR(s.name, tuple(loops) + tuple(self.implicit), tuple(body), s.loc)
 
     def _tile_var(self, name: str, extent: ast.Expr, step: ast.Expr, loc: Loc) -> Var:
         n = _const(extent, self.consts, "loop extent")
@@ -208,24 +214,35 @@ class _Checker:
             raise _Err(step.loc, f"tile size of '{name}' = {b} must be a power of two")
         return Var(name, "tile", n, b, loc)
 
-    def assign(self, a: ast.Assign, vars_: dict[str, Var], loops: tuple[Var, ...], stage: str) -> Store:
-        target = self.access(a.target, vars_, write=True)
-        t = self.tensors[target.tensor]
-        if t.kind == "in":
-            raise _Err(a.target.loc, f"'{t.name}' is an input ('in') and cannot be written")
-        value = self.expr(a.value, vars_)
-        if t.dtype == "i32" and value.dtype != "i32":
-            raise _Err(a.loc, f"cannot store a {value.dtype} tile into '{t.name}' of dtype i32")
-        if _broadcast(value.shape, target.shape) != target.shape:
-            raise _Err(a.loc, f"shape mismatch: storing a {_shp(value.shape)} tile into a {_shp(target.shape)} tile"
-                              f" of '{t.name}'")
-        self._check_injective(target, loops, stage, a.target.loc)
-        return Store(target, value, a.loc)
+    def assign(self, a: ast.Assign, vars_: dict[str, Var], loops: tuple[Var, ...], stage: str) -> list[Store]:
+        value = self.expr(a.value, vars_, top=True)
+        outs = value.outs if isinstance(value, TupleCall) else ((value.dtype, squeeze(value.shape)),)
+        if len(a.targets) != len(outs):
+            what = f"'{value.fn}' returns {len(outs)} results" if isinstance(value, TupleCall) else "one value"
+            raise _Err(a.loc, f"{what} but the assignment has {len(a.targets)} target(s)")
+        stores = []
+        for part, (ref, (dtype, shape)) in enumerate(zip(a.targets, outs, strict=True)):
+            if ref is None:
+                continue
+            target = self.access(ref, vars_, write=True)
+            t = self.tensors[target.tensor]
+            if t.kind == "in":
+                raise _Err(ref.loc, f"'{t.name}' is an input ('in') and cannot be written")
+            if t.dtype == "i32" and dtype != "i32":
+                raise _Err(a.loc, f"cannot store a {dtype} tile into '{t.name}' of dtype i32")
+            tshape = squeeze(target.shape)
+            fits = _broadcast(value.shape if len(outs) == 1 else shape, target.shape) == target.shape
+            if squeeze(shape) != tshape and not fits:
+                raise _Err(a.loc, f"shape mismatch: storing a {_shp(shape)} tile into a {_shp(tshape)} tile of"
+                                  f" '{t.name}'")
+            self._check_injective(target, loops, stage, ref.loc)
+            stores.append(Store(target, value, a.loc, part if isinstance(value, TupleCall) else None))
+        return stores
 
     def _check_injective(self, target: Access, loops: tuple[Var, ...], stage: str, loc: Loc) -> None:
         used = target.vars
         for v in loops:
-            if v.name not in used:
+            if v.name not in used and v.trips > 1:  # a one-trip loop (or `:`) makes no second task
                 raise _Err(loc, f"write conflict in stage '{stage}': tasks that differ only in '{v.name}' write"
                                 f" the same tile of '{target.tensor}'")
         by_name = {v.name: v for v in loops}
@@ -252,11 +269,21 @@ class _Checker:
             raise _Err(r.loc, f"'{t.name}' has {len(t.shape)} dims but is indexed with {len(r.index)}")
         index, tiles, shape = [], [], []
         for d, e in enumerate(r.index):
+            if isinstance(e, ast.Full):
+                n = t.shape[d]
+                v = Var(f"_a{len(self.implicit)}", "tile", n, 1 << (n - 1).bit_length(), e.loc)
+                self.implicit.append(v)
+                vars_[v.name] = v
+                index.append(Affine(((v.name, 1),), 0))
+                tiles.append(v.name)
+                shape.append(v.step)
+                continue
             terms, c = _affine(e, self.consts, vars_)
             bad = [v for v, k in terms.items() if k.denominator != 1] + ([""] if c.denominator != 1 else [])
             if bad:
                 raise _Err(e.loc, "index is not an integer for every tile" + self._values_hint(e))
-            tile_vars = [v for v in terms if vars_[v].kind == "tile"]
+            # a tile loop of step 1 is one element: it indexes like a scalar (e.g. `j*BS + p`, `g*G + q`)
+            tile_vars = [v for v in terms if vars_[v].kind == "tile" and vars_[v].step > 1]
             if len(tile_vars) > 1:
                 raise _Err(e.loc, f"index combines tile loops {' and '.join(tile_vars)} in one dimension")
             if tile_vars and terms[tile_vars[0]] != 1:
@@ -277,21 +304,27 @@ class _Checker:
             shape.append(ext)
         return Access(t.name, rank, tuple(index), tuple(tiles), tuple(shape), r.loc)
 
-    def expr(self, e: ast.Expr, vars_: dict[str, Var]) -> TExpr:
+    def expr(self, e: ast.Expr, vars_: dict[str, Var], top: bool = False) -> TExpr:
+        if isinstance(e, ast.Call) and e.fn in TUPLE_FNS:
+            if not top:
+                raise _Err(e.loc, f"'{e.fn}' returns several results: use it as `X[...], Y[...] = {e.fn}(...)`")
+            return self.tuple_call(e, vars_)
         if isinstance(e, ast.Ref):
             a = self.access(e, vars_)
             return Load(a, self.tensors[a.tensor].dtype, a.shape, e.loc)
-        if isinstance(e, ast.Int | ast.Float):
+        if isinstance(e, ast.Int):
+            return Const(e.value, "i32", (), e.loc)
+        if isinstance(e, ast.Float):
             return Const(e.value, "f32", (), e.loc)
         if isinstance(e, ast.Name):
             if e.id in self.consts:
-                return Const(self.consts[e.id], "f32", (), e.loc)
-            if e.id in vars_:
-                raise _Err(e.loc, f"loop variable '{e.id}' used as a tile value; index a tensor with it instead")
+                return Const(self.consts[e.id], "i32", (), e.loc)
+            if e.id in vars_:  # a loop variable's value (an element offset) as an integer scalar
+                return Idx(Affine(((e.id, 1),), 0), loc=e.loc)
             raise _Err(e.loc, f"unknown name '{e.id}'")
         if isinstance(e, ast.Neg):
             x = self.expr(e.operand, vars_)
-            return Op("neg", (x,), "f32", x.shape, e.loc)
+            return Op("neg", (x,), "i32" if x.dtype == "i32" else "f32", x.shape, e.loc)
         if isinstance(e, ast.BinOp) and e.op == "@":
             a, b = self.expr(e.lhs, vars_), self.expr(e.rhs, vars_)
             if len(a.shape) != 2 or len(b.shape) != 2:
@@ -306,7 +339,8 @@ class _Checker:
             shape = _broadcast(a.shape, b.shape)
             if shape is None:
                 raise _Err(e.loc, f"shape mismatch in '{e.op}': {_shp(a.shape)} and {_shp(b.shape)}")
-            return Op(e.op, (a, b), "f32", shape, e.loc)
+            ints = a.dtype == b.dtype == "i32" and e.op in "+-*"
+            return Op(e.op, (a, b), "i32" if ints else "f32", shape, e.loc)
         if isinstance(e, ast.Call):
             args = [self.expr(x, vars_) for x in e.args]
             if e.fn in CASTS and len(args) == 1:
@@ -333,6 +367,27 @@ class _Checker:
                 raise _Err(e.loc, f"'sum {e.var}' does not index any tensor with '{e.var}'")
             return Sum(v, body, "f32", body.shape, e.loc)
         raise _Err(e.loc, "unsupported expression")
+
+    def tuple_call(self, e: ast.Call, vars_: dict[str, Var]) -> TupleCall:
+        args = tuple(self.expr(x, vars_) for x in e.args)
+        shapes = [logical_shape(a) for a in args]
+        if e.fn == "attend":
+            # one split of online-softmax attention: q [Mq, D] (or [D]), k/v [S, D], n = valid positions of k/v
+            if len(args) != 4:
+                raise _Err(e.loc, "attend(q, k, v, n) takes 4 arguments")
+            q, k, v, _n = shapes
+            n = squeeze(args[3].shape)
+            if len(k) != 2 or k != v or len(q) not in (1, 2) or q[-1] != k[1] or n != () or args[3].dtype != "i32":
+                raise _Err(e.loc, f"attend(q, k, v, n) needs q [Mq, D] or [D], k and v [S, D] and an integer n; got"
+                                  f" {', '.join(_shp(x) for x in shapes)}")
+            return TupleCall("attend", args, (("f32", q), ("f32", q[:-1])), e.loc)
+        # lse_merge(o, lse): o [N, ..., D] and lse [N, ...] -> (o [..., D], lse [...]) merged over the first dim
+        if len(args) != 2:
+            raise _Err(e.loc, "lse_merge(o, lse) takes 2 arguments")
+        o, lse = shapes
+        if len(o) < 2 or o[:-1] != lse:
+            raise _Err(e.loc, f"lse_merge(o, lse) needs o [N, ..., D] and lse [N, ...]; got {_shp(o)}, {_shp(lse)}")
+        return TupleCall("lse_merge", args, (("f32", o[1:]), ("f32", lse[1:])), e.loc)
 
     # -- ordering: what may be read where --------------------------------------------------------
     def phases(self, items: list[StageIR | BarrierIR]) -> None:

@@ -48,8 +48,11 @@ class Stage:
     note: str = ""  # what a pass did to it, printed by the IR printer
 
     def reads(self) -> list[Load | Pull]:
-        out = []
+        out, seen = [], set()
         for st in self.body:
+            if id(st.value) in seen:  # several stores of one tile function's results
+                continue
+            seen.add(id(st.value))
             out += [x for x in walk(st.value) if isinstance(x, Load | Pull)]
         return out
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import networkx as nx
 
 from tilec.ir.graph import Pull, flags, waits
-from tilec.ir.types import ME, Const, Dot, Load, Op, Sum, TExpr, Var
+from tilec.ir.types import ME, Const, Dot, Idx, Load, Op, Sum, TExpr, TupleCall, Var
 
 _INFIX = {"+": "+", "-": "-", "*": "*", "/": "/"}
 
@@ -17,6 +17,10 @@ def fmt_expr(e: TExpr) -> str:
         return f"pull({e.source} via {e.read})"
     if isinstance(e, Const):
         return repr(e.value)
+    if isinstance(e, Idx):
+        return f"({e.index})"
+    if isinstance(e, TupleCall):
+        return f"{e.fn}({', '.join(fmt_expr(a) for a in e.args)})"
     if isinstance(e, Dot):
         return f"({fmt_expr(e.lhs)} @ {fmt_expr(e.rhs)})"
     if isinstance(e, Sum):
@@ -57,8 +61,18 @@ def print_graph(g: nx.DiGraph) -> str:
         out.append(f"stage {st.name} over {', '.join(fmt_loop(v) for v in st.loops)}:{where}{note}")
         for w in waits(g, st.name):
             out.append(f"  wait {w.flag} before reading {w.read}")
+        shown: dict[int, list] = {}  # stores of one tile function's results print as one line
         for s in st.body:
-            out.append(f"  {s.access} = {fmt_expr(s.value)}")
+            shown.setdefault(id(s.value), []).append(s)
+        for group in shown.values():
+            value = group[0].value
+            if isinstance(value, TupleCall):
+                targets = ["_"] * len(value.outs)
+                for s in group:
+                    targets[s.part] = str(s.access)
+                out.append(f"  {', '.join(targets)} = {fmt_expr(value)}")
+            else:
+                out.append(f"  {group[0].access} = {fmt_expr(value)}")
         rel = [v for _, v, e in g.out_edges(n, data=True) if e["kind"] == "release"]
         for f in sorted(rel):
             out.append(f"  release {f[2:]}")

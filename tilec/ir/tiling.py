@@ -1,7 +1,8 @@
 """Inverting affine tile writes: which producer task wrote element e of a tensor.
 
-A write index is solvable per dimension when each dimension is `c + a*r + t`: at most one rank variable r (a > 0)
-and at most one tile variable t (coefficient 1). Then for an element e of that dimension:
+A write index is solvable per dimension when each dimension is `c + a*r + t`: at most one outer variable r
+(a rank variable, or a tile loop of step 1, with a > 0) and at most one tile variable t (coefficient 1).
+Then for an element e of that dimension:
     r = (e - c) // a,   offset = e - c - a*r,   tile = offset // step      (offset >= extent: a gap, never written)
 This one fact turns barriers into per-tile flags (consumers compute the producer tiles they read), lets fused-pull
 read a buffer's source directly, and lets the verifier check both by brute force.
@@ -28,7 +29,7 @@ class DimInverse:
     extent: int
     key_rank: bool  # the rank var indexes the flag
     key_tile: bool  # the tile var indexes the flag
-    world: int
+    world: int  # number of values of the outer variable (the world size for a rank variable)
 
     @property
     def trips(self) -> int:
@@ -57,7 +58,7 @@ class DimInverse:
         r, off = self.solve(e)
         t = np.clip(off // self.step, 0, self.trips - 1) if self.tile_var else 0
         r = np.clip(r, 0, self.world - 1) if self.rank_var else 0
-        return self.lin_of(r, t)
+        return self.lin_of(r, t) + e * 0  # an array like e, also when no part of this dim is keyed
 
     def lin_of(self, r, t):
         """Flag coordinate from the producer's own (rank value, tile number)."""
@@ -69,12 +70,15 @@ def invert(write: Access, loops: dict[str, Var], key: set[str], world: int, what
     """Per-dim inverses of `write` (a stage's store) or a ScheduleError saying why it is not invertible."""
     out = []
     for d, aff in enumerate(write.index):
-        ranks = [(v, k) for v, k in aff.terms if loops[v].is_rank]
-        tiles = [(v, k) for v, k in aff.terms if not loops[v].is_rank]
+        # a loop of one element (extent 1) is always 0 and does not locate anything
+        aff = type(aff)(tuple((v, k) for v, k in aff.terms if loops[v].is_rank or loops[v].extent > 1), aff.const)
+        ranks = [(v, k) for v, k in aff.terms if loops[v].is_rank or loops[v].step == 1]
+        tiles = [(v, k) for v, k in aff.terms if not (loops[v].is_rank or loops[v].step == 1)]
         if len(ranks) > 1 or (ranks and ranks[0][1] <= 0):
-            raise ScheduleError(f"{what}: dim {d} of {write} mixes rank variables or uses a negative rank stride,"
-                                " so its producer tiles cannot be solved per element")
+            raise ScheduleError(f"{what}: dim {d} of {write} combines several rank or unit-step variables, or a"
+                                " negative stride, so its producer tiles cannot be solved per element")
         rv, rk = ranks[0] if ranks else (None, 1)
+        n_outer = (world if loops[rv].is_rank else loops[rv].extent) if rv else world
         tv = tiles[0][0] if tiles else None
         if tv is None and rv is None:
             step, extent = 1, 1
@@ -82,7 +86,7 @@ def invert(write: Access, loops: dict[str, Var], key: set[str], world: int, what
             step, extent = 1, 1
         else:
             step, extent = loops[tv].step, loops[tv].extent
-        out.append(DimInverse(d, aff.const, rv, rk, tv, step, extent, rv in key, tv in key if tv else False, world))
+        out.append(DimInverse(d, aff.const, rv, rk, tv, step, extent, rv in key, tv in key if tv else False, n_outer))
     return out
 
 

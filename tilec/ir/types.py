@@ -161,20 +161,52 @@ class Sum:
     loc: Loc = field(compare=False, repr=False)
 
 
-TExpr = Load | Const | Op | Dot | Sum
+@dataclass(frozen=True)
+class Idx:
+    """An integer scalar computed from loop variables, dims and the rank (e.g. `rank*S + j*BS`)."""
+
+    index: Affine
+    dtype: str = "i32"
+    shape: tuple[int, ...] = ()
+    loc: Loc = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class TupleCall:
+    """A tile-library function with several results: attend -> (o, lse), lse_merge -> (o, lse).
+    `outs` gives each result's (dtype, squeezed shape)."""
+
+    fn: str
+    args: tuple[TExpr, ...]
+    outs: tuple[tuple[str, tuple[int, ...]], ...]
+    loc: Loc = field(compare=False, repr=False)
+
+    @property
+    def dtype(self) -> str:
+        return self.outs[0][0]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.outs[0][1]
+
+
+TExpr = Load | Const | Op | Dot | Sum | Idx | TupleCall
 
 
 @dataclass(frozen=True)
 class Store:
+    """Store `value` (or result `part` of a TupleCall) into the tile `access`."""
+
     access: Access
     value: TExpr
     loc: Loc = field(compare=False, repr=False)
+    part: int | None = None
 
 
 def walk(e: TExpr):
     """Pre-order traversal of a tile expression."""
     yield e
-    if isinstance(e, Op):
+    if isinstance(e, Op | TupleCall):
         for a in e.args:
             yield from walk(a)
     elif isinstance(e, Dot):
@@ -192,13 +224,25 @@ def map_expr(e: TExpr, fn) -> TExpr:
     """Rebuild `e` bottom-up, applying fn to every node (fn returns the node or a replacement)."""
     from dataclasses import replace
 
-    if isinstance(e, Op):
+    if isinstance(e, Op | TupleCall):
         e = replace(e, args=tuple(map_expr(a, fn) for a in e.args))
     elif isinstance(e, Dot):
         e = replace(e, lhs=map_expr(e.lhs, fn), rhs=map_expr(e.rhs, fn))
     elif isinstance(e, Sum):
         e = replace(e, body=map_expr(e.body, fn))
     return fn(e)
+
+
+def squeeze(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(n for n in shape if n != 1)
+
+
+def logical_shape(e) -> tuple[int, ...]:
+    """The shape tile functions see: a load keeps the dims it spans with a tile loop or `:` (even of extent 1)
+    and drops the dims indexed by one element; other expressions drop extent-1 dims."""
+    if isinstance(e, Load):
+        return tuple(n for n, tv in zip(e.shape, e.access.tile, strict=True) if tv is not None)
+    return squeeze(e.shape)
 
 
 def reduction_vars(e: TExpr) -> list[Var]:

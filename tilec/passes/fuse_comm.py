@@ -29,9 +29,10 @@ from tilec.ir.types import ME, Access, Load, Var, map_expr
 from .base import Pass
 
 
-def copy_stages(g: nx.DiGraph) -> list[Stage]:
-    """Stages whose body is one store of a plain tile load."""
-    return [s for s in stages(g) if len(s.body) == 1 and isinstance(s.body[0].value, Load)]
+def copy_stages(g: nx.DiGraph, single: bool = True) -> list[Stage]:
+    """Stages whose body stores plain tile loads (one store when `single`)."""
+    return [s for s in stages(g) if (len(s.body) == 1 or not single)
+            and all(isinstance(x.value, Load) and x.part is None for x in s.body)]
 
 
 def _swap_rank(a: Access, r: str) -> Access:
@@ -52,17 +53,22 @@ class FuseComm(Pass):
     def _pull(self, g: nx.DiGraph) -> nx.DiGraph:
         prog = g.graph["program"]
         fused, why = 0, []
-        for cp in copy_stages(g):
+        for cp in copy_stages(g, single=False):
+            computed = [x.value.access.tensor for x in cp.body
+                        if g.nodes[tid(x.value.access.tensor)]["payload"].kind != "in"]
+            if computed:
+                why.append(f"stage '{cp.name}' copies '{computed[0]}', which the program computes; pulling it"
+                           " straight from the peers would need flags on it (use fused-push or flags)")
+                continue
+            if len(cp.body) > 1:
+                why.append(f"stage '{cp.name}' copies several tensors (fused-pull fuses one-tensor copies)")
+                continue
             st = cp.body[0]
             buf, src = st.access, st.value.access
             tb = g.nodes[tid(buf.tensor)]["payload"]
             writers = [s for s in stages(g) if any(x.access.tensor == buf.tensor for x in s.body)]
             if tb.kind != "buf" or len(writers) != 1 or buf.remote:
                 why.append(f"'{buf.tensor}' is not a buffer written only locally by stage '{cp.name}'")
-                continue
-            if g.nodes[tid(src.tensor)]["payload"].kind != "in":
-                why.append(f"the source '{src.tensor}' of stage '{cp.name}' is computed in the program; pulling it"
-                           " would need flags on the source (use fused-push or flags)")
                 continue
             loops = {v.name: v for v in cp.loops} | {ME: Var(ME, "me", prog.world, 1, cp.loc)}
             invert(buf, loops, set(), prog.world, f"fused-pull of stage '{cp.name}'")
@@ -92,20 +98,21 @@ class FuseComm(Pass):
 
     def _push(self, g: nx.DiGraph) -> nx.DiGraph:
         pushed, why = 0, []
-        for cp in copy_stages(g):
-            st = cp.body[0]
-            dst, src = st.access, st.value.access
-            rv = src.rank
-            if not src.remote or dst.remote or rv not in {v.name for v in cp.loops}:
-                why.append(f"stage '{cp.name}' does not pull from a peer chosen by a rank loop into a local tile")
+        for cp in copy_stages(g, single=False):
+            loops = {v.name for v in cp.loops}
+            rv = cp.body[0].value.access.rank
+            ok = all(st.value.access.rank == rv and not st.access.remote for st in cp.body) and rv in loops
+            if not ok:
+                why.append(f"stage '{cp.name}' does not pull from a peer chosen by a rank loop into local tiles")
                 continue
-            if not g.nodes[tid(dst.tensor)]["payload"].symmetric:
-                why.append(f"'{dst.tensor}' is not symmetric, so peers cannot store into it")
+            bad = [st.access.tensor for st in cp.body if not g.nodes[tid(st.access.tensor)]["payload"].symmetric]
+            if bad:
+                why.append(f"'{bad[0]}' is not symmetric, so peers cannot store into it")
                 continue
-            new_dst, new_src = _swap_rank(dst, rv), _swap_rank(src, rv)
-            body = (replace(st, access=new_dst, value=replace(st.value, access=new_src)),)
-            note = _join(cp.note, f"pushes to {dst.tensor}@{rv}")
-            g.nodes[sid(cp.name)]["payload"] = replace(cp, body=body, note=note)
+            body = tuple(replace(st, access=_swap_rank(st.access, rv),
+                                 value=replace(st.value, access=_swap_rank(st.value.access, rv))) for st in cp.body)
+            dsts = ", ".join(f"{st.access.tensor}@{rv}" for st in cp.body)
+            g.nodes[sid(cp.name)]["payload"] = replace(cp, body=body, note=_join(cp.note, f"pushes to {dsts}"))
             pushed += 1
         if not pushed:
             raise ScheduleError("fused-push does not apply: " + ("; ".join(why) or "no stage is a pure tile copy"))
