@@ -477,8 +477,8 @@ class _Emitter:
                     out.append(f"    {task_var}_{i} = {rest} // {v.trips}")
                     rest = f"{task_var}_{i}"
         for v in tiles:
-            if v.step > 1:  # unit-step loops index like scalars and need no element range
-                self.bind_tile(v, out, "    ", hint=True)
+            if v.step > 1 or v.name.startswith("_"):  # unit-step loops index like scalars (`:` slices do not)
+                self.bind_tile(v, out, "    ", hint=v.step > 1)
         return out
 
 
