@@ -20,8 +20,9 @@ def make_inputs(prog: CompiledProgram, rank: int, seed: int = 0) -> dict[str, to
         if t.kind != "in":
             continue
         g = torch.Generator().manual_seed(seed * 1_000_003 + rank * 7919 + i)
-        if t.dtype == "i32":
-            out[t.name] = torch.randint(0, 8, t.shape, generator=g, dtype=torch.int32)
+        if t.dtype == "i32":  # integers (lengths, counts) up to the largest extent the program spans
+            high = max([v for _, v in prog.program.dims] + [1]) * prog.world + 1
+            out[t.name] = torch.randint(0, high, t.shape, generator=g, dtype=torch.int32)
         else:
             out[t.name] = torch.randn(t.shape, generator=g).to(TORCH_DTYPE[t.dtype])
     return out

@@ -1,0 +1,62 @@
+"""Rank-side code of the flash-decode tests (importable by spawned rank processes)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tilec.reference import TORCH_DTYPE
+
+
+def attention_reference(q, ks, vs, lens, groups):
+    """Plain softmax attention of each sequence over its whole cache (the rank blocks concatenated)."""
+    k, v = torch.cat(ks, 1).float(), torch.cat(vs, 1).float()
+    b_n, h_n, d = q.shape
+    out = torch.zeros(b_n, h_n, d)
+    for b in range(b_n):
+        n = int(lens[b])
+        for h in range(h_n):
+            if n:
+                s = k[b, :n, h // groups] @ q[b, h].float() / math.sqrt(d)
+                out[b, h] = torch.softmax(s, 0) @ v[b, :n, h // groups]
+    return out
+
+
+def make_case(world: int, dims: dict, dtype: str, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    dt = TORCH_DTYPE[dtype]
+    b, hkv, grp, d, s = dims["B"], dims["HKV"], dims["G"], dims["D"], dims["S"]
+    q = torch.randn(b, hkv * grp, d, generator=g).to(dt)
+    ks = [torch.randn(b, s, hkv, d, generator=g).to(dt) for _ in range(world)]
+    vs = [torch.randn(b, s, hkv, d, generator=g).to(dt) for _ in range(world)]
+    # lengths that are not multiples of the split size, one ending inside rank 0's block (empty shards after it),
+    # one empty sequence when the batch allows, the rest anywhere up to the full cache
+    lens = torch.randint(1, world * s + 1, (b,), generator=g, dtype=torch.int32)
+    lens[0] = min(s // 3 + 1, world * s)
+    if b > 2:
+        lens[1] = 0
+    return q, ks, vs, lens
+
+
+def run_cases(heap, cases, calls: int = 2):
+    """cases: [(CompiledProgram, dtype, seed)]. Each is called `calls` times with fresh inputs; returns the max
+    error against attention_reference per call."""
+    out = []
+    for prog, dtype, seed in cases:
+        mark = heap.mark()
+        args = {n: heap.alloc(shape, TORCH_DTYPE[dt]) for n, (_k, dt, shape, _s) in prog.signature().items()}
+        errs = []
+        for call in range(calls):
+            q, ks, vs, lens = make_case(heap.world, prog.dims, dtype, seed + call)
+            args["Q"].copy_(q)
+            args["K"].copy_(ks[heap.rank])
+            args["V"].copy_(vs[heap.rank])
+            args["lens"].copy_(lens)
+            args["O"].fill_(float("nan"))
+            prog(heap, **args)
+            want = attention_reference(q, ks, vs, lens, prog.dims["G"])
+            errs.append(float((args["O"].float().cpu() - want).abs().max()))
+        heap.release(mark)
+        out.append((prog.schedule, dtype, prog.dims, errs))
+    return out

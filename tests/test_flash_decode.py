@@ -1,0 +1,49 @@
+"""Distributed flash decode (examples/flash_decode.tile) against plain softmax attention in torch."""
+
+import math
+
+import pytest
+
+import tilec
+from tilec.errors import ScheduleError
+from tilec.runtime import spawn
+
+EXAMPLE = "examples/flash_decode.tile"
+TOL = {"f16": 2e-3, "f32": 1e-4}
+# (world, dims): GQA ratios 1, 4, 8; batch 1..8; lengths not multiples of BS; empty shards
+CASES = {
+    1: [dict(B=3, HKV=2, G=4, D=32, S=96, BS=32)],
+    2: [dict(B=2, HKV=2, G=4, D=64, S=64, BS=32), dict(B=8, HKV=1, G=1, D=32, S=32, BS=16)],
+    3: [dict(B=3, HKV=1, G=8, D=32, S=64, BS=32)],
+    4: [dict(B=1, HKV=2, G=1, D=64, S=32, BS=16)],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", sorted(CASES))
+def test_flash_decode_schedules_match_torch(world):
+    cases = []
+    for i, dims in enumerate(CASES[world]):
+        for sched in ("bsp", "flags", "fused-push"):
+            for dtype in ("f16", "f32"):
+                retype = {"f16": dtype} if dtype != "f16" else None
+                prog = tilec.compile(EXAMPLE, world=world, schedule=sched, dims=dims, retype=retype)
+                cases.append((prog, dtype, 10 * i + world))
+    results = spawn("tests.fd_workers:run_cases", world, args=(cases,), heap_bytes=1 << 24, timeout=600)
+    bad = [(r, row) for r, rows in enumerate(results) for row in rows
+           if not all(math.isfinite(e) and e <= TOL[row[1]] for e in row[3])]
+    assert not bad, bad
+
+
+def test_fused_pull_says_why_it_does_not_apply():
+    with pytest.raises(ScheduleError, match="copies 'Ol', which the program computes"):
+        tilec.compile(EXAMPLE, world=2, schedule="fused-pull")
+
+
+def test_single_persistent_kernel_is_verified():
+    prog = tilec.compile(EXAMPLE, world=4, schedule="fused-push")
+    kernels = prog.graph.graph["kernels"]
+    assert len(kernels) == 1 and kernels[0].persistent
+    assert kernels[0].stages == ("split", "local", "exchange", "combine")
+    assert "ctx.barrier()" in prog.source  # only the entry barrier: no barrier between stages
+    assert not any(k.barrier_before for k in kernels)
