@@ -34,8 +34,8 @@ if __name__ == "__main__":
                 mod, st = prog.module, prog._state[id(heap)]
                 ctx: LaunchContext = st["ctx"]
                 bufs = {**st["bufs"], "A": a, "B": b, "C": c}
-                kern, total, persistent, _c, _b, share = mod.KERNELS[-1]
-                nprog = ctx.grid(total, persistent, share)
+                kern, total, persistent, _c, _b, share, groups = mod.KERNELS[-1]
+                nprog = ctx.grid(total, persistent, share, groups)
                 args = mod._args(ctx, bufs, 1, kern, nprog)
                 t = do_bench(lambda kern=kern, args=args, nprog=nprog, w=w, s=s: kern[(nprog,)](
                     *args, UPCAST_DOT=False, num_warps=w, num_stages=s), warmup=25, rep=100)

@@ -32,6 +32,16 @@ def shapes(world: int) -> dict[str, dict[str, int]]:
 
 CASES = [(s, dt, shp) for s in SCHEDULES for dt in DTYPES for shp in ("square", "ragged", "row-per-rank")]
 
+ROW_PER_RANK_PULL = pytest.mark.xfail(strict=True, reason="BUG (regression of 8c4944c) codegen/emit.py _Emitter.pull "
+                                      "~line 346: fused-pull with M/W = 1 (the copy's m loop has one element) raises "
+                                      "KeyError 'm' at compile time: `tilec compile examples/ag_gemm.tile -w 2 -D M=2 "
+                                      "-s fused-pull`")
+
+
+def _param(case):
+    marks = [ROW_PER_RANK_PULL] if case[0] == "fused-pull" and case[2] == "row-per-rank" else []
+    return pytest.param(*case, id="-".join(case), marks=marks)
+
 
 @pytest.fixture(scope="module", params=WORLDS, ids=lambda w: f"w{w}")
 def ag_run(request):
@@ -39,7 +49,11 @@ def ag_run(request):
     world = request.param
     cases, inputs = [], {}
     for i, (sched, dtype, shape) in enumerate(CASES):
-        prog = compile_example(world, sched, shapes(world)[shape], dtype)
+        try:
+            prog = compile_example(world, sched, shapes(world)[shape], dtype)
+        except Exception as e:  # reported by that case's test; the other cases still run
+            inputs[(sched, dtype, shape)] = e
+            continue
         calls = make_calls(prog, CALLS, seed=1000 * world + i)
         inputs[(sched, dtype, shape)] = calls
         cases.append(((sched, dtype, shape), prog, calls, ()))
@@ -47,10 +61,12 @@ def ag_run(request):
     return world, inputs, results
 
 
-@pytest.mark.parametrize("schedule,dtype,shape", CASES, ids=["-".join(c) for c in CASES])
+@pytest.mark.parametrize("schedule,dtype,shape", [_param(c) for c in CASES])
 def test_ag_gemm_matches_torch(ag_run, schedule, dtype, shape):
     world, inputs, results = ag_run
     calls = inputs[(schedule, dtype, shape)]
+    if isinstance(calls, Exception):
+        raise calls
     assert len(calls) == CALLS
     for i, per_rank in enumerate(calls):
         a = cat_shards(per_rank, "A")

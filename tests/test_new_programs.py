@@ -135,20 +135,20 @@ def test_new_program_matches_torch(new_run, case, schedule):
 
 # -- schedules that do not apply say why ----------------------------------------------------------------------------
 
+# (program, schedule, phrases the ScheduleError must contain: which schedule, which stage/tensor, why)
 NOT_APPLICABLE = [
-    ("chain", "fused-pull", "fused-pull does not apply: the source 'Y' of stage 'gather' is computed in the program;"
-                            " pulling it would need flags on the source (use fused-push or flags)"),
-    ("push_scale", "fused-pull", "fused-pull does not apply: 'Ag' is not a buffer written only locally by stage "
-                                 "'push'"),
-    ("push_scale", "fused-push", "fused-push does not apply: stage 'push' does not pull from a peer chosen by a rank "
-                                 "loop into a local tile"),
-    ("elementwise", "fused-pull", "fused-pull does not apply: no stage is a pure tile copy"),
-    ("elementwise", "fused-push", "fused-push does not apply: no stage is a pure tile copy"),
-    ("gemm_rs", "fused-push", "fused-push does not apply: no stage is a pure tile copy"),
-    ("rewrite", "flags", "replace-barriers: 'C' is written by stages 'first' and 'again'; per-tile flags cannot order"
-                         " the second write after the first one's readers"),
-    ("rewrite", "fused-push", "fused-push does not apply: no stage is a pure tile copy"),
-    ("ag_gemm_local", "fused-push", "fused-push does not apply: 'Ag' is not symmetric, so peers cannot store into it"),
+    ("chain", "fused-pull", ["fused-pull does not apply", "'gather'", "'Y'", "flags"]),
+    ("push_scale", "fused-pull", ["fused-pull does not apply", "'Ag' is not a buffer written only locally by stage "
+                                  "'push'"]),
+    ("push_scale", "fused-push", ["fused-push does not apply", "stage 'push' does not pull from a peer chosen by a "
+                                  "rank loop"]),
+    ("elementwise", "fused-pull", ["fused-pull does not apply", "no stage is a pure tile copy"]),
+    ("elementwise", "fused-push", ["fused-push does not apply", "no stage is a pure tile copy"]),
+    ("gemm_rs", "fused-push", ["fused-push does not apply", "no stage is a pure tile copy"]),
+    ("rewrite", "flags", ["replace-barriers", "'C' is written by stages 'first' and 'again'"]),
+    ("rewrite", "fused-push", ["fused-push does not apply", "no stage is a pure tile copy"]),
+    ("ag_gemm_local", "fused-push", ["fused-push does not apply", "'Ag' is not symmetric, so peers cannot store "
+                                     "into it"]),
 ]
 
 
@@ -156,7 +156,8 @@ NOT_APPLICABLE = [
 def test_schedule_does_not_apply(program, schedule, why):
     with pytest.raises(ScheduleError) as info:
         compile_program(program, 2, schedule)
-    assert str(info.value) == why
+    for phrase in why:
+        assert phrase in str(info.value)
 
 
 def test_unknown_schedule():
@@ -171,7 +172,8 @@ def test_check_reports_why_a_schedule_does_not_apply(capsys):
 
     assert main(["check", str(PROGRAMS / "chain.tile"), "-w", "2"]) == 0
     out = capsys.readouterr().out
-    assert "fused-pull  does not apply:" in out and "the source 'Y' of stage 'gather' is computed" in out
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("  fused-pull ")]
+    assert "does not apply" in line and "'Y'" in line and "verified" not in line
     assert "3 of 4 schedules verified for world 2" in out
 
 

@@ -223,9 +223,9 @@ def test_flag_that_cannot_be_inverted(graphs):
     f = flags(g)[0]
     bad = dataclasses.replace(f.write, index=(Affine((("r", -128),), 128), f.write.index[1]))
     _set_flag(g, "Ag.gather", write=bad)
-    assert "negative rank stride" in problems(g)
+    assert "flag Ag.gather: dim 0 of Ag[-128*r + 128, k]" in problems(g) and "negative stride" in problems(g)
 
 
 def test_schedule_errors_are_not_verify_errors():
-    with pytest.raises(ScheduleError, match=r"fused-pull does not apply: the source 'Y' of stage 'gather' is computed"):
+    with pytest.raises(ScheduleError, match=r"fused-pull does not apply: .*'Y'"):
         compile_program("chain", 2, "fused-pull")

@@ -72,9 +72,12 @@ class LaunchContext:
             self._bases = self.heap.heap_bases()
         return self._bases
 
-    def grid(self, total: int, persistent: bool, share: float) -> int:
+    def grid(self, total: int, persistent: bool, share: float, groups: int = 0) -> int:
         """Persistent kernels get at most their share of the co-resident programs, so every program they wait
-        on is running; others get one program per task."""
+        on is running; others get one program per task. A specialized kernel needs a program per group at least
+        (on the interpreter exactly that: groups run one after another, producers first)."""
+        if groups:
+            return max(groups, min(total, int(self.capacity * share)))
         if not persistent:
             return total
         return max(1, min(total, int(self.capacity * share)))

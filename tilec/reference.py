@@ -72,6 +72,8 @@ class Reference:
                 region = dst[sl]
                 if s.part is not None:
                     val = val[s.part].reshape(region.shape)
+                elif val.dim() > region.dim():  # the same tile up to unit dims
+                    val = val.reshape(region.shape)
                 dst[sl] = torch.broadcast_to(val, region.shape).to(dst.dtype)
 
     def _device(self):

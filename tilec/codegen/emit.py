@@ -36,6 +36,7 @@ class KernelModel:
     concurrent: bool
     barrier_before: bool
     share: float  # fraction of the co-resident programs this kernel takes when launched concurrently
+    groups: int  # > 0: workgroup-specialized, one program group per stage (the body holds its own loops)
 
 
 @dataclass(frozen=True)
@@ -374,6 +375,9 @@ class _Emitter:
         fp = self.param(f"F_{_ident(f.name)}")
         owner = "rank" if read.rank == ME else read.rank
         target_lines.append(f"{ind}# wait until stage {f.producer} has written the tiles of {read} this call")
+        if owner in self.loop_vars:  # read on every rank of a `sum r in ranks`: wait on each owner up front
+            target_lines.append(f"{ind}for {owner} in range(0, {self.world}):")
+            ind += "    "
         idx_parts = []
         for d in keyed:
             aff, tv = read.index[d.dim], read.tile[d.dim]
@@ -436,8 +440,11 @@ class _Emitter:
                     v = f"(tl.zeros({shape}, dtype=tl.float32) + tl.max(tl.reshape({val}, (1,)), axis=0))"
                 else:
                     v = f"tl.reshape({val}, {shape})"
-            elif isinstance(s.value, Const | Op | Idx) and s.value.shape != a.shape:
+            elif isinstance(s.value, Const | Op | Idx) and s.value.shape != a.shape and \
+                    len(s.value.shape) in (0, len(a.shape)):
                 v = f"tl.broadcast_to({val}, {shape})"
+            elif s.value.shape != a.shape:  # same tile up to unit dims, e.g. a [BM, BN] sum into P[r, m, n]
+                v = f"tl.reshape({val}, {shape})"
             else:
                 v = val
             if a.remote:
@@ -592,13 +599,26 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], group_m: int, sha
     params: list[str] = []
     offset = 0
     total = sum(_trips(stage(g, s).loops) for s in k.stages)
+    if k.groups:  # program group i covers pids [lo_i, lo_i + n_i); every group has at least one program
+        cum = [sum(k.groups[:i]) for i in range(len(k.groups) + 1)]
+        span = f"(NPROG - {len(k.groups)})"
+        bounds = [f"({i} + {span} * {c} // {cum[-1]})" for i, c in enumerate(cum)]
+        bounds[0], bounds[-1] = "0", "NPROG"
+        lines.append(f"# workgroup specialization: programs per stage in proportion {', '.join(map(str, k.groups))}")
     for i, sname in enumerate(k.stages):
         st = stage(g, sname)
         n = _trips(st.loops)
         em = _Emitter(g, st, flag_no)
         has_sum = any(isinstance(x.value, Sum) for x in st.body)
         body = em.task("t", group_m if has_sum else 1)
-        if len(k.stages) == 1:
+        if k.groups:
+            lo, hi = bounds[i], bounds[i + 1]
+            cond = "if" if i == 0 else "elif" if i < len(k.stages) - 1 else "else"
+            lines.append(f"{cond} pid < {hi}:  # stage {sname}" if cond != "else" else f"else:  # stage {sname}")
+            lines.append(f"    for task in range(pid - {lo}, {n}, {hi} - {lo}):")
+            lines.append("        t = task")
+            lines += ["    " + b for b in body]
+        elif len(k.stages) == 1:
             lines += ["t = task"] + [b[4:] for b in body]
         else:
             cond = "if" if i == 0 else "elif" if i < len(k.stages) - 1 else "else"
@@ -611,7 +631,7 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], group_m: int, sha
             if p not in params:
                 params.append(p)
     return KernelModel(k.name, k.stages, tuple(params), tuple(lines), total, k.persistent, k.concurrent,
-                       k.barrier_before, share)
+                       k.barrier_before, share, len(k.groups))
 
 
 def _trips(loops) -> int:

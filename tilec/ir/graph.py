@@ -96,6 +96,7 @@ class Kernel:
     persistent: bool
     concurrent: bool  # launched on its own stream, overlapping the other kernels of its phase
     barrier_before: bool  # a global barrier precedes this launch
+    groups: tuple[float, ...] = ()  # workgroup specialization: each stage's share of the programs (in per mille)
 
 
 def sid(name: str) -> str:

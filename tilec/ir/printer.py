@@ -84,5 +84,7 @@ def print_graph(g: nx.DiGraph) -> str:
     for k in g.graph.get("kernels", ()):
         attrs = [a for a, on in (("persistent", k.persistent), ("concurrent", k.concurrent),
                                  ("after-barrier", k.barrier_before)) if on]
+        if k.groups:
+            attrs.append("programs per stage " + ":".join(str(x) for x in k.groups))
         out.append(f"kernel {k.name}: {', '.join(k.stages)}" + (f"  ({', '.join(attrs)})" if attrs else ""))
     return "\n".join(out) + "\n"

@@ -115,6 +115,8 @@ class FuseComm(Pass):
             g.nodes[sid(cp.name)]["payload"] = replace(cp, body=body, note=_join(cp.note, f"pushes to {dsts}"))
             pushed += 1
         if not pushed:
+            if any(st.access.remote for s in stages(g) for st in s.body):
+                return g  # the program already stores into its peers: nothing to transpose
             raise ScheduleError("fused-push does not apply: " + ("; ".join(why) or "no stage is a pure tile copy"))
         rebuild_edges(g)
         return g

@@ -6,6 +6,9 @@ merge=False: one kernel per stage. Without flags (bsp) they run one after anothe
 merge=True: the stages between two barriers become one persistent kernel whose programs walk the stages' tasks in
   program order (`for t in range(pid, total, NPROG)`), so every task a program waits on is either done by itself
   earlier or by a co-resident program (pattern 3, "fused sequential").
+specialize=True (with merge): workgroup specialization (pattern 4): each stage of the kernel gets its own programs,
+  copy stages `comm_share` of them together, compute stages the rest in proportion to their tasks. Groups are laid
+  out in stage order, so on the interpreter (one program at a time, in order) producers still run first.
 
   Before:  stage gather ...  release Ag.gather;  stage gemm ... wait Ag.gather
   After:   kernel k0_gather_gemm: gather, gemm (persistent)
@@ -17,14 +20,24 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from tilec.ir.graph import Kernel
+from tilec.errors import ScheduleError
+from tilec.ir.graph import Kernel, stage
 
 from .base import Pass
+
+
+def _tasks(g: nx.DiGraph, name: str) -> int:
+    n = 1
+    for v in stage(g, name).loops:
+        n *= v.trips
+    return n
 
 
 @dataclass(frozen=True)
 class Persist(Pass):
     merge: bool = False
+    specialize: bool = False
+    comm_share: float = 0.25
     name = "persist"
 
     def apply(self, g: nx.DiGraph) -> nx.DiGraph:
@@ -45,7 +58,24 @@ class Persist(Pass):
         kernels = []
         for i, (names, barrier) in enumerate(groups):
             persistent = flagged and (self.merge or len(groups) > 1)
-            kernels.append(Kernel(f"k{i}_{'_'.join(names)}", tuple(names), persistent,
-                                  concurrent=flagged and not self.merge and len(groups) > 1, barrier_before=barrier))
+            shares = self._shares(g, names) if self.specialize else ()
+            kernels.append(Kernel(f"k{i}_{'_'.join(names)}", tuple(names), persistent or bool(shares),
+                                  concurrent=flagged and not self.merge and len(groups) > 1, barrier_before=barrier,
+                                  groups=shares))
+        if self.specialize and not any(k.groups for k in kernels):
+            raise ScheduleError("specialized does not apply: no kernel has both a tile-copy (communication) stage"
+                                " and a compute stage to give programs of their own")
         g.graph["kernels"] = tuple(kernels)
         return g
+
+    def _shares(self, g: nx.DiGraph, names: list[str]) -> tuple[float, ...]:
+        from tilec.passes.fuse_comm import copy_stages
+
+        comm = {s.name for s in copy_stages(g, single=False)}
+        if len(names) < 2 or not (set(names) & comm) or not (set(names) - comm):
+            return ()
+        ncomm = len(set(names) & comm)
+        work = {n: _tasks(g, n) for n in names if n not in comm}
+        total = sum(work.values())
+        return tuple(round(1000 * self.comm_share / ncomm) if n in comm else
+                     round(1000 * (1 - self.comm_share) * work[n] / total) for n in names)

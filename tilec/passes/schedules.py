@@ -9,17 +9,18 @@ from .fuse_comm import FuseComm
 from .persist import Persist
 from .replace_barriers import ReplaceBarriers
 
-SCHEDULES = ("bsp", "flags", "fused-pull", "fused-push")
+SCHEDULES = ("bsp", "flags", "fused-pull", "fused-push", "specialized")
 
 DESCRIPTIONS = {
     "bsp": "one kernel per stage, a global barrier where the program has one (the baseline)",
     "flags": "one persistent kernel per stage on its own stream, per-tile flags instead of barriers",
     "fused-pull": "consumers read the copy's source from peers directly; the buffer and its stage disappear",
     "fused-push": "owners store tiles into peers and release their flags; one persistent kernel",
+    "specialized": "one persistent kernel, each stage on programs of its own (communication vs compute), flags",
 }
 
 
-def pipeline(schedule: str, granularity: str = "tile") -> list[Pass]:
+def pipeline(schedule: str, granularity: str = "tile", comm_share: float = 0.25) -> list[Pass]:
     if schedule == "bsp":
         return [Persist(merge=False)]
     if schedule == "flags":
@@ -28,6 +29,8 @@ def pipeline(schedule: str, granularity: str = "tile") -> list[Pass]:
         return [FuseComm("pull"), ReplaceBarriers(granularity), Persist(merge=True)]
     if schedule == "fused-push":
         return [FuseComm("push"), ReplaceBarriers(granularity), Persist(merge=True)]
+    if schedule == "specialized":
+        return [ReplaceBarriers(granularity), Persist(merge=True, specialize=True, comm_share=comm_share)]
     raise ScheduleError(f"unknown schedule '{schedule}' (choose from {', '.join(SCHEDULES)})")
 
 

@@ -17,6 +17,8 @@ WORLD = 2
 SCHEDULE = "fused-push"
 NUM_WARPS = 4
 NUM_STAGES = 3
+# peers read or write this rank's inputs/outputs until the end of a call: a call ends with a barrier then
+EXIT_BARRIER = False
 # name: (kind, dtype, shape, symmetric)
 TENSORS = {
     "A": ("in", "f16", (128, 128), True),
@@ -152,7 +154,9 @@ def warmup(ctx, buffers):
 
 
 def launch(ctx, buffers, epoch, entry_barrier=True):
-    """One call of the program on this rank: a barrier so every rank's inputs are ready, then the kernels."""
+    """One call of the program on this rank: a barrier so every rank's inputs are ready, then the kernels
+    (and a closing barrier where peers touch this rank's inputs/outputs). entry_barrier=False skips both: the
+    caller orders calls itself."""
     if entry_barrier:
         ctx.barrier()
     for i, (k, total, persistent, concurrent, barrier_before, share) in enumerate(KERNELS):
@@ -163,3 +167,5 @@ def launch(ctx, buffers, epoch, entry_barrier=True):
             k[(nprog,)](*_args(ctx, buffers, epoch, k, nprog), UPCAST_DOT=ctx.upcast_dot,
                         num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     ctx.join_streams()
+    if entry_barrier and EXIT_BARRIER:
+        ctx.barrier()

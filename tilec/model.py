@@ -1,0 +1,245 @@
+"""A cost model of one call of a compiled program, per rank: where the time goes and what each tax costs.
+
+    predicted = max(compute, comm) + BSP tax + locality tax + launch tax + flag waits
+
+compute       Dot FLOPs / GEMM rate, or the stage's own HBM traffic / HBM bandwidth where that is larger (distinct
+              bytes of its operands: re-reads of a tile come from L2, which is how a tiled GEMM reaches cuBLAS
+              speed). A kernel launched beside others gets its share of the SMs, so its FLOPs run at that share;
+              tasks run in waves of one per program, and the last wave's idle programs are charged.
+comm          remote bytes (peer loads, pulls, pushes) / link bandwidth + one link latency per kernel that talks to
+              peers. Every remote read crosses the link: a peer's memory is cached in the peer's L2, not the
+              reader's, so a remote tile re-read once per output column (fused-pull) is fetched once per read.
+BSP tax       barriers x barrier_us, plus serialization: kernels run one after another (bsp) overlap nothing, so
+              sum over kernels of max(compute, comm) exceeds max(total compute, total comm) by the idle time.
+              Kernels of one launch phase (flags: concurrent kernels) or one fused kernel overlap fully; the
+              stages of a specialized kernel run side by side, each on its group of programs.
+locality tax  buffers that round-trip through HBM: bytes written + distinct bytes read back, at HBM bandwidth.
+              A buffer written and read inside one kernel costs the same once it exceeds L2.
+launch tax    launches x launch_us.
+flag waits    not one of the three taxes but the price of removing them: each wait is a serial acquire poll in its
+              program (flag_us; a peer's counter: link_latency_us), spread over the kernel's programs.
+Deliberately simple: ranks are balanced, taxes add (they are not hidden under compute), and no pipeline fill is
+charged. `rank_schedules` is the entry point for choosing a schedule automatically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields, replace
+
+from tilec.errors import TilecError
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Rates of one GPU and its links. Defaults: one H200 (docs/GPU.md); barrier_us and flag_us are fitted to the
+    world-1 H200 bench (benchmarks/results/h200-1gpu): bsp minus fused-pull leaves ~100 us per host barrier beyond
+    the copies, and the flags schedule's 663k satisfied waits on 66 programs cost ~2 ms (~0.2 us each)."""
+
+    name: str = "H200 (GPU.md defaults)"
+    gemm_tflops: float = 750.0  # bf16/f16 dense GEMM (cuBLAS 8192^3: 745)
+    f32_tflops: float = 50.0  # f32 tl.dot in ieee precision (CUDA cores, 67 peak)
+    hbm_GBps: float = 4200.0  # device copy, read + write counted
+    link_GBps: float = 450.0  # NVLink 4, per GPU, each direction
+    link_latency_us: float = 2.0  # a remote round trip
+    launch_us: float = 11.0  # a Triton launch from Python, back to back
+    barrier_us: float = 100.0  # a host barrier: device sync, gloo barrier, relaunch
+    flag_us: float = 0.25  # one acquire poll of a local counter that is already set
+    sms: int = 132
+    l2_MB: float = 50.0
+
+    def save(self, path: str | os.PathLike) -> None:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(asdict(self), f, indent=1)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Machine:
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError) as e:
+            raise TilecError(f"machine file {path}: {e}") from None
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise TilecError(f"machine file {path}: unknown field(s) {', '.join(unknown)}; fields: "
+                             f"{', '.join(sorted(known))}")
+        return cls(**data)
+
+
+H200 = Machine()
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted microseconds of one call on one rank; *_share = tax / predicted."""
+
+    compute_us: float
+    comm_us: float
+    overlap_us: float  # max(compute, comm): the work if nothing serialized it
+    serialization_us: float  # idle time because kernels run one after another (part of the BSP tax)
+    barrier_us: float  # barriers x barrier_us (the other part)
+    bsp_tax_us: float
+    locality_tax_us: float
+    launch_tax_us: float
+    flag_wait_us: float
+    predicted_us: float
+    bsp_share: float
+    locality_share: float
+    launch_share: float
+
+
+def predict(st, m: Machine = H200, entry_barrier: bool = True) -> Prediction:
+    """Time of one call of the schedule described by `st` (tilec.taxes.Static) on machine `m`.
+    entry_barrier=False: a call that skips the entry and exit barriers (the caller orders calls, as benchmarks do)."""
+    by_stage = {c.name: c for c in st.stage_costs}
+    phases: list[list] = []  # kernels that run at the same time: concurrent ones together, others alone
+    for k in st.kernel_costs:
+        if k.concurrent and phases and phases[-1][0].concurrent:
+            phases[-1].append(k)
+        else:
+            phases.append([k])
+    compute = comm = core = flags = 0.0
+    for ph in phases:
+        c_ph = m_ph = 0.0
+        for k in ph:
+            cs = [by_stage[s] for s in k.stages]
+            # specialized kernels run their stages side by side on their own programs; others one task at a time
+            shares = [k.share * g for g in k.groups] if k.groups else [k.share] * len(cs)
+            times = [_compute_us(c, m, sh) for c, sh in zip(cs, shares, strict=True)]
+            c_ph = max(c_ph, max(times) if k.groups else sum(times))
+            remote = sum(c.remote_read_bytes + c.remote_write_bytes for c in cs)
+            m_ph += remote / (m.link_GBps * 1e3) + (m.link_latency_us if remote else 0.0)
+            for c, sh in zip(cs, shares, strict=True):
+                polls = (c.flag_waits - c.remote_flag_waits) * m.flag_us + c.remote_flag_waits * m.link_latency_us
+                flags += polls / max(1.0, m.sms * sh)
+        compute, comm, core = compute + c_ph, comm + m_ph, core + max(c_ph, m_ph)
+    overlap = max(compute, comm)
+    serial = core - overlap
+    nbar = st.barriers if entry_barrier else st.barriers_between
+    barrier = nbar * m.barrier_us
+    l2 = m.l2_MB * 1e6
+    moved = sum(r.write_bytes + r.unique_read_bytes for r in st.roundtrips if r.inter_kernel or r.tensor_bytes > l2)
+    locality = moved / (m.hbm_GBps * 1e3)
+    launch = st.launches * m.launch_us
+    total = core + barrier + locality + launch + flags
+    share = (lambda x: x / total) if total else (lambda x: 0.0)
+    return Prediction(compute, comm, overlap, serial, barrier, serial + barrier, locality, launch, flags, total,
+                      share(serial + barrier), share(locality), share(launch))
+
+
+def _compute_us(c, m: Machine, share: float) -> float:
+    progs = max(1, int(m.sms * share))
+    waves = -(-c.tasks // progs) * progs / max(1, c.tasks)  # the last wave of tasks leaves programs idle
+    math = (c.flops / (m.gemm_tflops * 1e6) + c.flops_f32 / (m.f32_tflops * 1e6)) / share * waves
+    return max(math, c.hbm_bytes / (m.hbm_GBps * 1e3))
+
+
+def rank_schedules(program, world: int, dims: dict[str, int] | None = None, machine: Machine | None = None,
+                   **kw) -> list[tuple[str, float]]:
+    """(schedule, predicted us) for every schedule that applies, fastest first (for `--schedule auto`)."""
+    from tilec.taxes import TaxRow, taxes
+
+    rows = taxes(program, world, dims, machine, **kw)
+    return sorted(((r.schedule, r.predicted_us) for r in rows if isinstance(r, TaxRow)), key=lambda x: x[1])
+
+
+# -- calibration (GPU only) ------------------------------------------------------------------------------
+
+
+def calibrate(base: Machine = H200, log=print) -> Machine:
+    """Measure this machine's rates with torch / triton.testing.do_bench: GEMM, device copy, launch latency,
+    host barrier over the visible GPUs and, with two or more, a peer copy. Fields it cannot measure (flag polls;
+    the link on one GPU) keep `base`'s values."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is None or not torch.cuda.is_available():
+        raise TilecError("tilec calibrate measures a GPU and none is visible here; without a machine file tilec "
+                         "uses the H200 defaults (docs/GPU.md)")
+    from triton.testing import do_bench
+
+    dev = torch.device("cuda", 0)
+    gemm = _gemm_tflops(torch, dev, do_bench)
+    log(f"  gemm bf16 8192^3: {gemm:.0f} TFLOP/s")
+    hbm = _copy_GBps(torch, dev, do_bench)
+    log(f"  device copy: {hbm:.0f} GB/s (read + write)")
+    launch = _launch_us(torch)
+    log(f"  launch: {launch:.1f} us")
+    out = replace(base, name=f"{torch.cuda.get_device_name(dev)} (calibrated)", gemm_tflops=round(gemm, 1),
+                  hbm_GBps=round(hbm, 1), launch_us=round(launch, 2),
+                  sms=torch.cuda.get_device_properties(dev).multi_processor_count)
+    gpus = torch.cuda.device_count()
+    if gpus > 1:
+        link = _peer_copy_GBps(torch)
+        log(f"  peer copy 0 -> 1: {link:.0f} GB/s")
+        out = replace(out, link_GBps=round(link, 1))
+    else:
+        log("  one GPU: link bandwidth and latency keep their defaults")
+    out = replace(out, barrier_us=round(_barrier_us(gpus), 1))
+    log(f"  host barrier over {gpus} GPU(s): {out.barrier_us:.1f} us")
+    return out
+
+
+def _gemm_tflops(torch, dev, do_bench, n: int = 8192) -> float:
+    a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+    return 2 * n**3 / (do_bench(lambda: a @ b, warmup=25, rep=200) * 1e-3) / 1e12
+
+
+def _copy_GBps(torch, dev, do_bench) -> float:
+    x = torch.empty(1 << 29, device=dev, dtype=torch.uint8)
+    y = torch.empty_like(x)
+    return 2 * x.numel() / (do_bench(lambda: y.copy_(x), warmup=10, rep=100) * 1e-3) / 1e9
+
+
+def _launch_us(torch, n: int = 2000) -> float:
+    import time
+
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _noop(x, N: tl.constexpr):
+        tl.store(x + tl.arange(0, N), tl.arange(0, N))
+
+    buf = torch.empty(16, device="cuda", dtype=torch.int32)
+    for _ in range(10):
+        _noop[(1,)](buf, 16)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        _noop[(1,)](buf, 16)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def _peer_copy_GBps(torch) -> float:
+    from triton.testing import do_bench
+
+    x = torch.empty(1 << 28, device="cuda:0", dtype=torch.uint8)
+    y = torch.empty(1 << 28, device="cuda:1", dtype=torch.uint8)
+    ms = do_bench(lambda: y.copy_(x), warmup=5, rep=50)
+    return x.numel() / (ms * 1e-3) / 1e9
+
+
+def _barrier_us(gpus: int) -> float:
+    """The barrier generated code uses (heap.barrier: device sync + gloo), one rank per GPU."""
+    from tilec.runtime import spawn
+
+    return max(spawn("tilec.model:_barrier_rank", max(1, gpus), backend="iris", heap_bytes=1 << 24, timeout=300))
+
+
+def _barrier_rank(heap, n: int = 200) -> float:
+    import time
+
+    for _ in range(10):
+        heap.barrier()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        heap.barrier()
+    return (time.perf_counter() - t0) / n * 1e6

@@ -1,0 +1,195 @@
+"""`tilec taxes` (what each schedule pays in the three taxes) and `tilec calibrate` (measure a machine file).
+
+tilec.cli wires them in with `add_parser(subparsers)`; `python -m tilec.taxes_cli ...` runs them on their own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tilec.errors import TilecError
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("taxes", help="what each schedule pays in launch, bulk-synchronous and locality tax")
+    p.add_argument("program", help="a .tile file")
+    p.add_argument("--world", "-w", type=int, default=None, help="number of ranks (default: WORLD_SIZE or 1)")
+    p.add_argument("-D", dest="dims", action="append", metavar="NAME=INT", help="set a dim or tile size")
+    p.add_argument("--granularity", default="tile", choices=("tile", "rank", "tensor"), help="flag granularity")
+    p.add_argument("--machine", metavar="JSON", help="machine file from `tilec calibrate` (default: H200, GPU.md)")
+    p.add_argument("--plot", metavar="PNG", help="write stacked bars of each schedule's time (needs matplotlib)")
+    p.add_argument("--measure", action="store_true", help="also time every schedule on the GPUs (CUDA events)")
+    p.set_defaults(fn=cmd_taxes)
+    p = subparsers.add_parser("calibrate", help="measure this GPU's rates into a machine file for `tilec taxes`")
+    p.add_argument("-o", "--output", default="machine.json", help="where to write it (default: machine.json)")
+    p.set_defaults(fn=cmd_calibrate)
+
+
+def cmd_taxes(args) -> int:
+    from tilec.cli import _dims, _world
+    from tilec.model import Machine
+    from tilec.taxes import SHARED_GPU_NOTE, gpu_count, taxes
+
+    machine = Machine.load(args.machine) if args.machine else Machine()
+    world = _world(args)
+    measure = args.measure and gpu_count() > 0
+    rows = taxes(args.program, world, _dims(args.dims), machine, granularity=args.granularity, measure=measure)
+    shared = measure and world > gpu_count()
+    print(render(args.program, rows, machine, shared))
+    if args.measure and not measure:
+        print("measured: needs a CUDA GPU (none is visible here); the predicted columns need none")
+    if shared:
+        print("note: " + SHARED_GPU_NOTE.format(gpus=gpu_count(), world=world) + "; the BSP tax column is n/a")
+    if args.plot:
+        plot(rows, args.plot, f"{args.program}, world {world}")
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    from tilec.model import calibrate
+
+    print("tilec calibrate: measuring this machine")
+    m = calibrate()
+    m.save(args.output)
+    print(f"wrote {args.output} ({m.name}); use it with `tilec taxes ... --machine {args.output}`")
+    return 0
+
+
+# -- rendering --------------------------------------------------------------------------------------
+
+
+def _bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}" if n < 10 * scale else f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def _us(x: float) -> str:
+    return f"{x:.1f} us" if x < 100 else f"{x:.0f} us"
+
+
+def _pct(x: float) -> str:
+    return f"({100 * x:.1f}%)"
+
+
+def render(program: str, rows: list, machine, shared_gpu: bool = False) -> str:
+    """The two tables of `tilec taxes`: exact static accounting, then the model's times (and measured ones)."""
+    from tilec.taxes import Skipped
+
+    done = [r for r in rows if not isinstance(r, Skipped)]
+    skipped = [r for r in rows if isinstance(r, Skipped)]
+    head = f"tilec taxes {program}"
+    if done:
+        r0 = done[0]
+        head += f": world {r0.world}, " + " ".join(f"{k}={v}" for k, v in r0.dims.items())
+    out = [head, f"machine: {machine.name}; every number is per rank, per call", "",
+           "static accounting (exact, from the compiled graph)"]
+    cols = f"{'schedule':<12}{'launches':>8}  {'barriers e+b+x':<15}{'HBM round trip (buffers)':<27}" \
+           f"{'written':>10}{'read back':>11}{'remote rd':>11}{'remote wr':>11}{'releases':>10}{'waits':>11}" \
+           f"{'GFLOP':>9}"
+    out.append(cols)
+    for r in done:
+        inter, intra = ", ".join(r.roundtrip_tensors), ", ".join(r.intra_roundtrip_tensors)
+        names = inter + (" + " if inter and intra else "") + (f"{intra} (intra)" if intra else "")
+        names = names if len(names) <= 26 else names[:23] + "..."
+        w = sum(x.write_bytes for x in r.roundtrips)
+        rb = sum(x.read_bytes for x in r.roundtrips)
+        bars = f"{r.barriers} = {r.barriers_entry}+{r.barriers_between}+{r.barriers_exit}"
+        out.append(f"{r.schedule:<12}{r.launches:>8}  {bars:<15}{names or '-':<27}{_bytes(w) if w else '-':>10}"
+                   f"{_bytes(rb) if rb else '-':>11}{_bytes(r.remote_read_bytes):>11}"
+                   f"{_bytes(r.remote_write_bytes):>11}{r.flag_releases:>10}{r.flag_waits:>11}{r.flops / 1e9:>9.4g}")
+    for s in skipped:
+        out.append(f"{s.schedule:<12}skipped: {s.skipped}")
+    if any(r.intra_roundtrip_tensors for r in done):
+        out.append("(intra): written and read inside one kernel; it still goes through memory, and the model charges"
+                   " it once it exceeds L2")
+    out += ["", "predicted (tilec.model: compute and link traffic overlap, except across kernels run one after"
+            " another; read back counts re-reads, the model only distinct bytes)"]
+    out.append(f"{'schedule':<12}{'compute':>10}{'comm':>10}  {'launch tax':<17}{'BSP tax = barriers + idle':<34}"
+               f"{'locality tax':<19}{'flag waits':>11}{'predicted':>12}{'measured':>11}")
+    for r in done:
+        bsp = "n/a (shared GPU)" if shared_gpu else \
+            f"{_us(r.bsp_tax_us)} {_pct(r.bsp_share)} = {r.barrier_us:.0f} + {r.serialization_us:.0f}"
+        meas = _us(r.measured_us) if r.measured_us is not None else "-"
+        out.append(f"{r.schedule:<12}{_us(r.compute_us):>10}{_us(r.comm_us):>10}  "
+                   f"{_us(r.launch_tax_us) + ' ' + _pct(r.launch_share):<17}{bsp:<34}"
+                   f"{_us(r.locality_tax_us) + ' ' + _pct(r.locality_share):<19}{_us(r.flag_wait_us):>11}"
+                   f"{_us(r.predicted_us):>12}{meas:>11}")
+    if done:
+        out.append("where the time goes (largest term):")
+        out += [f"  {r.schedule:<11} {_dominant(r)}" for r in done]
+        out.append(f"fastest predicted: {min(done, key=lambda r: r.predicted_us).schedule}")
+    return "\n".join(out)
+
+
+def _dominant(r) -> str:
+    """The largest term of a prediction, in words, with the count that drives it."""
+    terms = {"compute": r.compute_us if r.compute_us >= r.comm_us else 0.0,
+             "link": r.comm_us if r.comm_us > r.compute_us else 0.0,
+             "bsp": r.bsp_tax_us, "locality": r.locality_tax_us, "launch": r.launch_tax_us, "flags": r.flag_wait_us}
+    top = max(terms, key=terms.get)
+    pct = f"{100 * terms[top] / r.predicted_us:.0f}%" if r.predicted_us else "-"
+    return {
+        "compute": f"compute {pct}",
+        "link": f"link traffic {pct} ({_bytes(r.remote_read_bytes + r.remote_write_bytes)} to/from peers, re-reads"
+                " included)",
+        "bsp": f"BSP tax {pct} ({r.barriers} barrier(s), {r.serialization_us:.0f} us idle)",
+        "locality": f"locality tax {pct}",
+        "launch": f"launch tax {pct} ({r.launches} launch(es))",
+        "flags": f"flag waits {pct} ({r.flag_waits} waits; try --granularity rank)",
+    }[top]
+
+
+def plot(rows: list, path: str, title: str) -> None:
+    """Stacked bars per schedule: work (max of compute and comm), then each tax and the flag waits; measured as a
+    marker where there is one."""
+    from tilec.taxes import Skipped
+
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise TilecError("--plot needs matplotlib, which is not installed (pip install matplotlib, or "
+                         "pip install -e '.[bench]')") from None
+    done = [r for r in rows if not isinstance(r, Skipped)]
+    parts = [("work: max(compute, comm)", "overlap_us", "#4c72b0"), ("BSP tax", "bsp_tax_us", "#dd8452"),
+             ("locality tax", "locality_tax_us", "#55a868"), ("launch tax", "launch_tax_us", "#c44e52"),
+             ("flag waits", "flag_wait_us", "#8172b3")]
+    fig, ax = plt.subplots(figsize=(max(5, 1.5 * len(done) + 2), 4))
+    xs = range(len(done))
+    bottom = [0.0] * len(done)
+    for label, field, color in parts:
+        ys = [getattr(r, field) for r in done]
+        ax.bar(xs, ys, 0.6, bottom=bottom, label=label, color=color)
+        bottom = [b + y for b, y in zip(bottom, ys, strict=True)]
+    meas = [(i, r.measured_us) for i, r in enumerate(done) if r.measured_us is not None]
+    if meas:
+        ax.scatter([i for i, _ in meas], [m for _, m in meas], marker="_", s=900, color="black", label="measured",
+                   zorder=3)
+    ax.set_xticks(list(xs), [r.schedule for r in done])
+    ax.set_ylabel("us per call (per rank)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="tilec", description=__doc__)
+    add_parser(ap.add_subparsers(dest="cmd", required=True))
+    args = ap.parse_args(argv)
+    try:
+        return args.fn(args)
+    except TilecError as e:
+        print(e.render(), file=sys.stderr)
+        return e.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
