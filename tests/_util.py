@@ -7,12 +7,12 @@ from pathlib import Path
 import torch
 
 import tilec
+from tilec.passes.schedules import SCHEDULES  # noqa: F401 - every schedule tilec has
 from tilec.reference import TORCH_DTYPE
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "ag_gemm.tile"
 PROGRAMS = Path(__file__).resolve().parent / "programs"
-SCHEDULES = ("bsp", "flags", "fused-pull", "fused-push")
 TOL = {"f16": 2e-2, "bf16": 6e-2, "f32": 1e-4}
 
 

@@ -16,6 +16,7 @@ from tests._util import ROOT, SCHEDULES, compile_example
 from tilec.cli import main as cli_main
 from tilec.errors import TilecError
 from tilec.ir.graph import barriers, flags, stages, tensors
+from tilec.passes.schedules import pipeline
 
 PASSES = {
     "bsp": ["lower", "persist"],
@@ -23,6 +24,8 @@ PASSES = {
     "fused-pull": ["lower", "fuse-comm", "replace-barriers", "persist"],
     "fused-push": ["lower", "fuse-comm", "replace-barriers", "persist"],
 }
+for _s in SCHEDULES:  # schedules added later: their pipeline as declared
+    PASSES.setdefault(_s, ["lower", *(p.name for p in pipeline(_s))])
 SHOW_CASES = [(s, p) for s in SCHEDULES for p in PASSES[s]]
 
 
@@ -129,7 +132,7 @@ def test_cli_check_lists_every_schedule(capsys, monkeypatch):
     out = capsys.readouterr().out
     for s in SCHEDULES:
         assert f"  {s:<11} verified:" in out
-    assert "4 of 4 schedules verified for world 4" in out
+    assert f"{len(SCHEDULES)} of {len(SCHEDULES)} schedules verified for world 4" in out
 
 
 # -- the emitted module on its own --------------------------------------------------------------------------------
@@ -217,11 +220,12 @@ def test_bsp_barriers_between_kernels(saved_modules):
                            "barrier", "stream 0", "launch k1_gemm grid=12", "join"]
 
 
-# a call ends with a barrier only where peers still touch this rank's inputs/outputs after the last barrier
-EXIT_BARRIER = {"bsp": False, "flags": True, "fused-pull": True, "fused-push": False}
+# a call ends with a barrier only where peers still touch this rank's inputs/outputs after the last barrier: where
+# the gather still pulls A from peers (flags, specialized) or the GEMM does (fused-pull)
+EXIT_BARRIER = {"bsp": False, "flags": True, "fused-pull": True, "fused-push": False, "specialized": True}
 
 
-@pytest.mark.parametrize("schedule", ["flags", "fused-pull", "fused-push"])
+@pytest.mark.parametrize("schedule", [s for s in SCHEDULES if s != "bsp"])
 def test_fine_grained_schedules_have_no_barrier_between_kernels(saved_modules, schedule):
     m = saved_modules[f"ag_gemm_{schedule.replace('-', '_')}"]
     assert not any(k[4] for k in m["kernels"])  # no barrier_before entry
@@ -231,7 +235,7 @@ def test_fine_grained_schedules_have_no_barrier_between_kernels(saved_modules, s
     assert len(launches) == len(m["kernels"])
     assert ev[0] == "barrier" and "barrier" not in ev[1:launches[-1]]  # only the entry barrier before the kernels
     assert m["exit_barrier"] is EXIT_BARRIER[schedule]
-    assert ev[launches[-1] + 1:] == (["join", "barrier"] if EXIT_BARRIER[schedule] else ["join"])
+    assert ev[launches[-1] + 1:] == (["join", "barrier"] if m["exit_barrier"] else ["join"])
     if schedule == "flags":  # two kernels on their own streams
         assert [e for e in ev if e.startswith("stream")] == ["stream 0", "stream 1"]
         assert m["flags"] == {"F_Ag_gather": [16, 1, "gather", "m, r, k", 1]}  # counters, count, producer, key

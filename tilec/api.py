@@ -6,6 +6,7 @@ import os
 
 from tilec.codegen.emit import build_model
 from tilec.codegen.render import render
+from tilec.errors import ScheduleError
 from tilec.frontend.parser import parse, parse_file
 from tilec.frontend.sema import check
 from tilec.passes.base import run_pipeline
@@ -18,10 +19,10 @@ from tilec.program import CompiledProgram
 def compile(  # noqa: A001 - the public name the docs promise
     program: str | os.PathLike,
     world: int = 1,
-    schedule: str = "fused-push",
+    schedule: str = "auto",
     dims: dict[str, int] | None = None,
     *,
-    granularity: str = "tile",
+    granularity: str = "auto",
     group_m: int = 8,
     num_warps: int = 4,
     num_stages: int = 3,
@@ -36,13 +37,20 @@ def compile(  # noqa: A001 - the public name the docs promise
     num_warps, num_stages, group_m: launch and tile-order settings of the generated kernels (the tuner's knobs).
     Raises CompileError (bad program), ScheduleError (schedule does not apply, with the reason) or VerifyError.
     """
-    if schedule not in SCHEDULES:
-        from tilec.errors import ScheduleError
-
-        raise ScheduleError(f"unknown schedule '{schedule}' (choose from {', '.join(SCHEDULES)})")
+    if schedule not in (*SCHEDULES, "auto"):
+        raise ScheduleError(f"unknown schedule '{schedule}' (choose from auto, {', '.join(SCHEDULES)})")
     ast = parse(source, str(program)) if source is not None else parse_file(program)
     if retype:
         ast = _retype(ast, retype)
+    ranking = None
+    if schedule == "auto":  # the cost model (and measurements of this shape, if any) picks among legal schedules
+        from tilec.auto import candidates
+
+        if source is not None or retype:
+            raise ScheduleError("schedule='auto' needs a program file without retype (the model compiles it)")
+        bound = check(ast, world, dims)
+        ranking = candidates(str(program), ast.source, world, dims or {}, dict(bound.dims), granularity)
+        schedule = ranking[0]["schedule"]
     bound = check(ast, world, dims)
     g = Lower()(bound)
     verify(g, "lower")
@@ -50,7 +58,9 @@ def compile(  # noqa: A001 - the public name the docs promise
     g = run_pipeline(g, pipeline(schedule, granularity), verify, snaps)
     model = build_model(g, schedule, {"group_m": group_m, "num_warps": num_warps, "num_stages": num_stages})
     src = render(model)
-    return CompiledProgram(bound, schedule, src, g, snaps, wait_timeout)
+    prog = CompiledProgram(bound, schedule, src, g, snaps, wait_timeout)
+    prog.candidates = ranking
+    return prog
 
 
 def _retype(ast, mapping: dict[str, str]):

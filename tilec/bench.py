@@ -172,6 +172,11 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
                                     iters, 2)
                 heap.release(inner)
             conf = dict(zip(("BM", "BN", "BK", "num_warps", "num_stages", "group_m"), cfg, strict=True))
+            if heap.rank == 0:  # `--schedule auto` prefers measured times of this program, shape, world and GPU
+                from tilec.auto import key as auto_key
+                from tilec.auto import record_measured
+
+                record_measured(auto_key(Path(path).read_text(), world, dims), s, secs * 1e6)
             shape_rows.append(Row(Path(path).stem, dims, world, dtype, s, "tilec", secs * 1e6, flops / secs / 1e12,
                                   conf))
             log(f"[{step}/{total}] {dims} {s}: {secs * 1e6:.0f}us {flops / secs / 1e12:.0f} TFLOP/s {conf}")

@@ -29,9 +29,11 @@ def _common(p: argparse.ArgumentParser, schedule: bool = True) -> None:
     p.add_argument("--world", "-w", type=int, default=None, help="number of ranks (default: WORLD_SIZE or 1)")
     p.add_argument("-D", dest="dims", action="append", metavar="NAME=INT", help="set a dim or tile size")
     if schedule:
-        p.add_argument("--schedule", "-s", default="fused-push", choices=SCHEDULES, metavar="SCHEDULE",
-                       help="; ".join(f"{k}: {v}" for k, v in DESCRIPTIONS.items()) + " (default: fused-push)")
-    p.add_argument("--granularity", default="tile", choices=("tile", "rank", "tensor"), help="flag granularity")
+        p.add_argument("--schedule", "-s", default="auto", choices=("auto", *SCHEDULES), metavar="SCHEDULE",
+                       help="auto: the cost model's pick (measured times win when `tilec bench` ran this shape);"
+                       + "; ".join(f" {k}: {v}" for k, v in DESCRIPTIONS.items()) + " (default: auto)")
+    p.add_argument("--granularity", default="auto", choices=("auto", "tile", "rank", "tensor"),
+                   help="flag granularity (auto: per tile, whole along dims readers reduce over)")
 
 
 def _world(args) -> int:
@@ -61,6 +63,8 @@ def cmd_compile(args) -> int:
 
 
 def cmd_show(args) -> int:
+    if args.schedules:
+        return _show_schedules(args)
     prog = _compile(args)
     if args.source:
         sys.stdout.write(prog.source)
@@ -69,11 +73,28 @@ def cmd_show(args) -> int:
     return 0
 
 
+def _show_schedules(args) -> int:
+    from tilec.auto import candidates
+    from tilec.frontend.parser import parse_file
+    from tilec.frontend.sema import check
+
+    ast = parse_file(args.program)
+    bound = check(ast, _world(args), _dims(args.dims))
+    rows = candidates(args.program, ast.source, _world(args), _dims(args.dims), dict(bound.dims), args.granularity)
+    print(f"schedules for {args.program}, world {_world(args)}, "
+          + " ".join(f"{k}={v}" for k, v in bound.dims) + " (best first; tilec bench records measured times)")
+    print(f"  {'schedule':<12}{'predicted':>12}{'measured':>12}")
+    for r in rows:
+        meas = f"{r['measured_us']:.0f} us" if r["measured_us"] is not None else "-"
+        print(f"  {r['schedule']:<12}{r['predicted_us']:>9.0f} us{meas:>12}")
+    return 0
+
+
 def cmd_check(args) -> int:
     """Parse, check and verify the program under every schedule; say which apply and why the others don't."""
-    from tilec.errors import ScheduleError
+    from tilec.errors import ScheduleError, VerifyError
 
-    ok = 0
+    ok, failed = 0, 0
     for s in SCHEDULES:
         try:
             prog = _compile(args, s)
@@ -82,8 +103,12 @@ def cmd_check(args) -> int:
             ok += 1
         except ScheduleError as e:
             print(f"  {s:<11} {e}")
-    print(f"{args.program}: ok, {ok} of {len(SCHEDULES)} schedules verified for world {_world(args)}")
-    return 0
+        except VerifyError as e:  # a compiler bug: report it and go on with the other schedules
+            print(f"  {s:<11} REJECTED by the verifier: {e}")
+            failed += 1
+    verdict = "ok" if not failed else f"{failed} schedule(s) rejected"
+    print(f"{args.program}: {verdict}, {ok} of {len(SCHEDULES)} schedules verified for world {_world(args)}")
+    return 1 if failed else 0
 
 
 def cmd_run(args) -> int:
@@ -165,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     _common(p)
     p.add_argument("--after", choices=PASS_NAMES[:-1], help="the pass whose result to print (default: last)")
     p.add_argument("--source", action="store_true", help="print the generated Triton source instead")
+    p.add_argument("--schedules", action="store_true", help="list the legal schedules with predicted/measured times")
     p.set_defaults(fn=cmd_show)
     p = sub.add_parser("check", help="static checks and verification of every schedule")
     _common(p, schedule=False)
@@ -188,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", choices=("cpu", "iris"), default=None)
     p.add_argument("--out", default=None, help="results folder (default: benchmarks/results/<machine>)")
     p.set_defaults(fn=cmd_bench)
+    from tilec.taxes_cli import add_parser as add_taxes
+
+    add_taxes(sub)
     args = ap.parse_args(argv)
     try:
         return args.fn(args)

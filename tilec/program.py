@@ -117,6 +117,7 @@ class CompiledProgram:
     snapshots: dict[str, nx.DiGraph] = field(repr=False)
     wait_timeout: float = 60.0
     _state: dict = field(default_factory=dict, repr=False)
+    candidates: list | None = None  # schedule='auto': every legal schedule with predicted/measured time
 
     @property
     def world(self) -> int:

@@ -409,7 +409,7 @@ def _max_rows(rows: list[StageCost]) -> StageCost:
 
 
 def compile_all(program, world: int | None = None, dims: dict[str, int] | None = None,
-                schedules=SCHEDULES, granularity: str = "tile") -> list:
+                schedules=SCHEDULES, granularity: str = "auto") -> list:
     """Each schedule compiled (CompiledProgram), or Skipped with the reason it does not apply."""
     import tilec
     from tilec.program import CompiledProgram
@@ -442,7 +442,7 @@ def compile_all(program, world: int | None = None, dims: dict[str, int] | None =
 
 
 def taxes(program, world: int | None = None, dims: dict[str, int] | None = None, machine: Machine | None = None,
-          *, schedules=SCHEDULES, granularity: str = "tile", measure: bool = False,
+          *, schedules=SCHEDULES, granularity: str = "auto", measure: bool = False,
           entry_barrier: bool = True) -> list[TaxRow | Skipped]:
     """What each schedule pays, per rank per call: a TaxRow (static accounting + prediction) per schedule that
     applies, a Skipped (with the reason) per one that does not.

@@ -273,7 +273,7 @@ class _Emitter:
 
     def load(self, e: Load, out: list[str], indent: str) -> str:
         a = e.access
-        for w in self.waits.get(str(a), []):
+        for w in self.waits.pop(str(a), []):  # each tile read is waited for once per task
             self.wait(w, out, indent)
         off, mask = self.offsets(a)
         ptr = self.param(a.tensor)
@@ -352,7 +352,14 @@ class _Emitter:
         ptr = self.param(e.source.tensor)
         m = f", mask={' & '.join(masks)}, other=0" if masks else ""
         name = self.tmp()
-        src_rank = vals.get(e.source.rank, "rank") if e.source.rank != ME else None
+        # the copy ran on the rank whose buffer is read: ME of the copy is that rank
+        me_val = vals.get(ME, "rank" if e.read.rank == ME else e.read.rank)
+        if e.source.rank == ME:
+            src_rank = None if me_val == "rank" else me_val
+            if src_rank is not None and src_rank not in scalar_ranks:
+                scalar_ranks[src_rank] = {e.read.rank}
+        else:
+            src_rank = vals.get(e.source.rank, "rank")
         if src_rank is None:
             out.append(f"{indent}{name} = tl.load({ptr} + {' + '.join(offs)}{m})")
         elif src_rank in scalar_ranks:

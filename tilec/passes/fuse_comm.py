@@ -52,8 +52,13 @@ class FuseComm(Pass):
 
     def _pull(self, g: nx.DiGraph) -> nx.DiGraph:
         prog = g.graph["program"]
-        fused, why = 0, []
-        for cp in copy_stages(g, single=False):
+        fused, why, seen = 0, [], set()
+        while True:  # re-scan after each fusion: a fused copy can turn its consumer into a non-copy
+            todo = [s for s in copy_stages(g, single=False) if s.name not in seen]
+            if not todo:
+                break
+            cp = todo[0]
+            seen.add(cp.name)
             computed = [x.value.access.tensor for x in cp.body
                         if g.nodes[tid(x.value.access.tensor)]["payload"].kind != "in"]
             if computed:

@@ -11,8 +11,10 @@ they are never reset, a consumer in call e waits for e * count.
   After:   stage gather ...: Ag[r*M/W + m, k] = A@r[m, k];  release Ag.gather[r, m, k]
            stage gemm ...:   wait Ag.gather before reading Ag[m, k];  C[m, n] = ...
 
-granularity: tile (a counter per producer tile), rank (per source rank: fewer waits, later start), or tensor
-(one counter: a barrier that only the readers of this tensor wait on).
+granularity: auto (default: a counter per producer tile, except along dims its readers reduce over entirely, where
+one counter counts all the tiles: a GEMM waits once per row block instead of once per k-tile), tile (a counter per
+producer tile), rank (per source rank: fewer waits, later start), or tensor (one counter: a barrier that only the
+readers of this tensor wait on).
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ import networkx as nx
 from tilec.errors import ScheduleError
 from tilec.ir.graph import Flag, Pull, Wait, flags, rebuild_edges, sid, stages
 from tilec.ir.tiling import flag_size, invert
-from tilec.ir.types import ME, Var
+from tilec.ir.types import ME, Var, reduction_vars
 
 from .base import Pass
 
-GRANULARITIES = ("tile", "rank", "tensor")
+GRANULARITIES = ("auto", "tile", "rank", "tensor")
 
 
 def flag_dims(g: nx.DiGraph, f: Flag):
@@ -41,7 +43,7 @@ def flag_dims(g: nx.DiGraph, f: Flag):
 
 @dataclass(frozen=True)
 class ReplaceBarriers(Pass):
-    granularity: str = "tile"
+    granularity: str = "auto"
     name = "replace-barriers"
 
     def apply(self, g: nx.DiGraph) -> nx.DiGraph:
@@ -57,7 +59,10 @@ class ReplaceBarriers(Pass):
                                         " per-tile flags cannot order the second write after the first one's readers")
                 writer[t] = s.name
         made: dict[str, Flag] = {f.name: f for f in flags(g)}
+        deps = []  # (consumer, read, producer, producer's store)
+        reduced: dict[str, set[int]] = {}  # flag -> dims some consumer reads whole inside a reduction
         for c in stages(g):
+            red = {v.name for st in c.body for v in reduction_vars(st.value)}
             for r in c.reads():
                 if isinstance(r, Pull):
                     continue  # reads an input (fuse-comm only pulls inputs)
@@ -66,16 +71,21 @@ class ReplaceBarriers(Pass):
                     continue
                 p = g.nodes[sid(writer[t])]["payload"]
                 st = next(x for x in p.body if x.access.tensor == t)
-                fname = f"{t}.{p.name}"
-                if fname not in made:
-                    made[fname] = self._flag(fname, p, st.access, prog.world)
-                    g.add_node(f"f:{fname}", kind="flag", payload=made[fname])
-                    g.add_edge(sid(p.name), f"f:{fname}", kind="release")
-                fn = f"f:{fname}"
-                if g.has_edge(fn, sid(c.name)):
-                    g.edges[fn, sid(c.name)]["waits"] += (Wait(fname, r.access, r.loc),)
-                else:
-                    g.add_edge(fn, sid(c.name), kind="wait", waits=(Wait(fname, r.access, r.loc),))
+                deps.append((c, r, p, st))
+                reduced.setdefault(f"{t}.{p.name}", set()).update(
+                    d for d, aff in enumerate(r.access.index) if set(aff.vars) & red)
+        for c, r, p, st in deps:
+            fname = f"{st.access.tensor}.{p.name}"
+            if fname not in made:
+                made[fname] = self._flag(fname, p, st.access, prog.world, reduced.get(fname, set()))
+                g.add_node(f"f:{fname}", kind="flag", payload=made[fname])
+                g.add_edge(sid(p.name), f"f:{fname}", kind="release")
+            fn, w = f"f:{fname}", Wait(fname, r.access, r.loc)
+            if g.has_edge(fn, sid(c.name)):
+                if all(str(x.read) != str(w.read) for x in g.edges[fn, sid(c.name)]["waits"]):
+                    g.edges[fn, sid(c.name)]["waits"] += (w,)
+            else:
+                g.add_edge(fn, sid(c.name), kind="wait", waits=(w,))
         for n in [n for n in g.graph["order"] if g.nodes[n]["kind"] == "barrier"]:
             g.remove_node(n)
         g.graph["order"] = tuple(n for n in g.graph["order"] if n in g)
@@ -83,11 +93,13 @@ class ReplaceBarriers(Pass):
         rebuild_edges(g)
         return g
 
-    def _flag(self, name: str, p, write, world: int) -> Flag:
+    def _flag(self, name: str, p, write, world: int, reduced: set[int]) -> Flag:
         loops = {v.name: v for v in p.loops} | {ME: Var(ME, "me", world, 1, p.loc)}
         idx_vars = [v for a in write.index for v in a.vars]
         if self.granularity == "tile":
             key = idx_vars
+        elif self.granularity == "auto":  # readers that take a whole dim in a reduction wait on it at once
+            key = [v for d, a in enumerate(write.index) for v in a.vars if d not in reduced or loops[v].is_rank]
         elif self.granularity == "rank":
             key = [v for v in idx_vars if loops[v].is_rank]
         else:

@@ -20,7 +20,7 @@ DESCRIPTIONS = {
 }
 
 
-def pipeline(schedule: str, granularity: str = "tile", comm_share: float = 0.25) -> list[Pass]:
+def pipeline(schedule: str, granularity: str = "auto", comm_share: float = 0.25) -> list[Pass]:
     if schedule == "bsp":
         return [Persist(merge=False)]
     if schedule == "flags":

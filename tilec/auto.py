@@ -1,0 +1,71 @@
+"""`--schedule auto`: pick the schedule with the cost model (tilec.model, the same one `tilec taxes` uses),
+preferring times measured by `tilec bench` on this GPU for the same program, shape and world when there are some.
+
+Choices and measurements are cached in <cache>/auto.json keyed by (program source, world, dims, GPU).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from tilec.program import cache_dir
+
+
+def _path() -> Path:
+    return cache_dir() / "auto.json"
+
+
+def _gpu() -> str:
+    try:
+        import torch
+
+        return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    except Exception:  # noqa: BLE001 - no torch GPU support: the CPU key
+        return "cpu"
+
+
+def key(source: str, world: int, dims: dict[str, int]) -> str:
+    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    shape = ",".join(f"{k}={v}" for k, v in sorted(dims.items()))
+    return f"{digest}|w{world}|{shape}|{_gpu()}"
+
+
+def _load() -> dict:
+    try:
+        return json.loads(_path().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _store(data: dict) -> None:
+    tmp = _path().with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, _path())
+
+
+def record_measured(k: str, schedule: str, micros: float) -> None:
+    data = _load()
+    data.setdefault(k, {}).setdefault("measured", {})[schedule] = round(micros, 2)
+    _store(data)
+
+
+def candidates(program: str, source: str, world: int, dims: dict[str, int], bound_dims: dict[str, int],
+               granularity: str = "auto") -> list[dict]:
+    """Every schedule that applies, with its predicted (and, when benchmarked here, measured) time, best first."""
+    from tilec.model import rank_schedules
+
+    k = key(source, world, {d: bound_dims[d] for d in bound_dims})
+    data = _load()
+    entry = data.get(k, {})
+    if "predicted" not in entry:
+        entry["predicted"] = dict(rank_schedules(program, world, dims, granularity=granularity))
+        data[k] = entry
+        _store(data)
+    measured = entry.get("measured", {})
+    rows = [{"schedule": s, "predicted_us": p, "measured_us": measured.get(s)} for s, p in entry["predicted"].items()]
+    full = all(r["measured_us"] is not None for r in rows)
+    rows.sort(key=lambda r: r["measured_us"] if full else r["predicted_us"])
+    return rows
