@@ -46,10 +46,8 @@ def compile(  # noqa: A001 - the public name the docs promise
     if schedule == "auto":  # the cost model (and measurements of this shape, if any) picks among legal schedules
         from tilec.auto import candidates
 
-        if source is not None or retype:
-            raise ScheduleError("schedule='auto' needs a program file without retype (the model compiles it)")
-        bound = check(ast, world, dims)
-        ranking = candidates(str(program), ast.source, world, dims or {}, dict(bound.dims), granularity)
+        base = compile(program, world, "bsp", dims, granularity=granularity, source=ast.source, retype=None)
+        ranking = candidates(base, ast.source, world, dims or {}, dict(base.program.dims), granularity)
         schedule = ranking[0]["schedule"]
     bound = check(ast, world, dims)
     g = Lower()(bound)

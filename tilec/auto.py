@@ -52,9 +52,10 @@ def record_measured(k: str, schedule: str, micros: float) -> None:
     _store(data)
 
 
-def candidates(program: str, source: str, world: int, dims: dict[str, int], bound_dims: dict[str, int],
+def candidates(program, source: str, world: int, dims: dict[str, int], bound_dims: dict[str, int],
                granularity: str = "auto") -> list[dict]:
-    """Every schedule that applies, with its predicted (and, when benchmarked here, measured) time, best first."""
+    """Every schedule that applies, with its predicted (and, when benchmarked here, measured) time, best first.
+    `program`: a path or a CompiledProgram of the same source (the model compiles every schedule from it)."""
     from tilec.model import rank_schedules
 
     k = key(source, world, {d: bound_dims[d] for d in bound_dims})

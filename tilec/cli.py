@@ -80,7 +80,8 @@ def _show_schedules(args) -> int:
 
     ast = parse_file(args.program)
     bound = check(ast, _world(args), _dims(args.dims))
-    rows = candidates(args.program, ast.source, _world(args), _dims(args.dims), dict(bound.dims), args.granularity)
+    rows = candidates(args.program, ast.source, _world(args), _dims(args.dims), dict(bound.dims),
+                      args.granularity)
     print(f"schedules for {args.program}, world {_world(args)}, "
           + " ".join(f"{k}={v}" for k, v in bound.dims) + " (best first; tilec bench records measured times)")
     print(f"  {'schedule':<12}{'predicted':>12}{'measured':>12}")

@@ -27,6 +27,8 @@ def _structure(g: nx.DiGraph) -> list[str]:
     for n, d in g.nodes(data=True):
         if d["kind"] == "stage" and n not in g.graph["order"]:
             out.append(f"stage '{n[2:]}' is not in the program order")
+    if out:  # the rules below walk the program order: stop at a broken one
+        return out
     names = {s.name for s in stages(g)}
     for s in stages(g):
         for st in s.body:
@@ -173,6 +175,13 @@ def _coverage(g: nx.DiGraph) -> list[str]:
             f = fl.get(w.flag)
             if f is None:
                 out.append(f"stage '{c.name}' waits on unknown flag {w.flag}")
+                continue
+            if f"s:{f.producer}" not in g:
+                continue  # reported by the release rule
+            foreign = sorted(set(w.read.vars) - set(scope))
+            if foreign:
+                out.append(f"stage '{c.name}' waits on {w.flag} for {w.read}, which uses variables it does not have:"
+                           f" {', '.join(foreign)}")
                 continue
             try:
                 dims = flag_dims(g, f)
