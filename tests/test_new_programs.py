@@ -66,51 +66,102 @@ def rewrite(ins, r):
     return {"C": ins[r]["X"].float() * 3}
 
 
-# (case id, program, dims for world w, schedules, expected, dtype for the tolerance, plain-tensor arguments)
+# (program, schedule) pairs that do not apply, and phrases their ScheduleError must contain (which schedule, which
+# stage or tensor, why). Every other pair must compile and match torch.
+NOT_APPLICABLE = {
+    ("chain", "fused-pull"): ["fused-pull does not apply", "'gather'", "'Y'"],
+    ("push_scale", "fused-pull"): ["fused-pull does not apply", "'Ag' is not a buffer written only locally by stage "
+                                   "'push'"],
+    ("elementwise", "fused-pull"): ["fused-pull does not apply", "no stage is a pure tile copy"],
+    ("elementwise", "fused-push"): ["fused-push does not apply", "no stage is a pure tile copy"],
+    ("elementwise", "specialized"): ["specialized does not apply", "tile-copy"],
+    ("gemm_rs", "fused-pull"): ["fused-pull does not apply", "no stage is a pure tile copy"],
+    ("gemm_rs", "fused-push"): ["fused-push does not apply", "no stage is a pure tile copy"],
+    ("gemm_rs", "specialized"): ["specialized does not apply", "tile-copy"],
+    ("place_gather", "fused-push"): ["fused-push does not apply", "stage 'place'"],
+    ("place_gather", "specialized"): ["specialized does not apply", "tile-copy"],
+    ("place_gather_sym", "fused-push"): ["fused-push does not apply", "stage 'place'"],
+    ("place_gather_sym", "specialized"): ["specialized does not apply", "tile-copy"],
+    ("rewrite", "flags"): ["replace-barriers", "'C' is written by stages 'first' and 'again'"],
+    ("rewrite", "fused-pull"): ["fused-pull does not apply", "no stage is a pure tile copy"],
+    ("rewrite", "fused-push"): ["fused-push does not apply", "no stage is a pure tile copy"],
+    ("rewrite", "specialized"): ["'C' is written by stages 'first' and 'again'"],
+    ("ag_gemm_local", "fused-push"): ["fused-push does not apply", "'Ag' is not symmetric, so peers cannot store into "
+                                      "it"],
+}
+
+# pairs that compile but are known to be wrong (see the xfail tests at the end): left out of the runs against torch,
+# where a race makes them fail only sometimes
+KNOWN_BUGS = {("place_gather", "fused-pull"), ("place_gather_sym", "fused-pull")}
+
+
+# (case id, program (None: examples/ag_gemm.tile), dims for world w, expected, dtype for the tolerance,
+#  plain-tensor arguments, compile options)
 def cases(w: int):
     return [
-        ("ag_gemm_k", "ag_gemm_k", None, SCHEDULES, ag_gemm_cols, "f16", ()),
+        ("ag_gemm_k", "ag_gemm_k", None, ag_gemm_cols, "f16", (), {}),
         # K/W = 20 columns per rank straddle the 16-column tiles; M, N ragged too
-        ("ag_gemm_k-ragged", "ag_gemm_k", {"M": 50, "N": 33, "K": 20 * w}, SCHEDULES, ag_gemm_cols, "f16", ()),
-        ("chain", "chain", None, ("bsp", "flags", "fused-push"), chain, "f16", ()),
+        ("ag_gemm_k-ragged", "ag_gemm_k", {"M": 50, "N": 33, "K": 20 * w}, ag_gemm_cols, "f16", (), {}),
+        ("chain", "chain", None, chain, "f16", (), {}),
         # 9 rows per rank in 16-row tiles; B an ordinary (non-heap) tensor: it is not symmetric
-        ("chain-ragged", "chain", {"M": 9 * w, "K": 24}, ("bsp", "flags", "fused-push"), chain, "f16", ("B",)),
-        ("push_scale", "push_scale", {"M": 24 * w}, ("bsp", "flags"), push_scale, "f32", ()),
-        ("elementwise", "elementwise", None, ("bsp", "flags"), elementwise, "f32", ()),
-        ("gemm_rs", "gemm_rs", None, ("bsp",), gemm_rs, "f32", ()),
-        ("place_gather", "place_gather", None, ("bsp",), place_gather, "f32", ()),
-        ("rewrite", "rewrite", None, ("bsp",), rewrite, "f32", ()),
-        ("ag_gemm_local", "ag_gemm_local", {"M": 32 * w}, ("bsp", "flags", "fused-pull"), ag_gemm_rows, "f16", ()),
+        ("chain-ragged", "chain", {"M": 9 * w, "K": 24}, chain, "f16", ("B",), {}),
+        ("push_scale", "push_scale", {"M": 24 * w}, push_scale, "f32", (), {}),
+        ("elementwise", "elementwise", None, elementwise, "f32", (), {}),
+        ("gemm_rs", "gemm_rs", None, gemm_rs, "f32", (), {}),
+        ("place_gather", "place_gather", None, place_gather, "f32", (), {}),
+        ("place_gather_sym", "place_gather_sym", None, place_gather, "f32", (), {}),
+        ("rewrite", "rewrite", None, rewrite, "f32", (), {}),
+        ("ag_gemm_local", "ag_gemm_local", {"M": 32 * w}, ag_gemm_rows, "f16", (), {}),
         # other tile sizes of the example: 9 m-tiles for W = 3 (more than group_m = 8), K in one 64-wide step + a
         # ragged one; and tiles larger than the whole problem
-        ("ag_gemm-small-tiles", None, {"M": 48 * w, "N": 40, "K": 72, "BM": 16, "BN": 16, "BK": 64}, SCHEDULES,
-         ag_gemm_rows, "f16", ()),
-        ("ag_gemm-big-tiles", None, {"M": 32 * w, "N": 64, "K": 48, "BM": 128, "BN": 128, "BK": 128}, SCHEDULES,
-         ag_gemm_rows, "f16", ()),
+        ("ag_gemm-small-tiles", None, {"M": 48 * w, "N": 40, "K": 72, "BM": 16, "BN": 16, "BK": 64}, ag_gemm_rows,
+         "f16", (), {}),
+        ("ag_gemm-big-tiles", None, {"M": 32 * w, "N": 64, "K": 48, "BM": 128, "BN": 128, "BK": 128}, ag_gemm_rows,
+         "f16", (), {}),
         # bf16 (dots run in f32 on the interpreter), and the plain row-major task order (group_m=1)
-        ("ag_gemm-bf16", None, {"M": 33 * w, "N": 40, "K": 48}, SCHEDULES, ag_gemm_rows, "bf16", ()),
-        ("ag_gemm-ungrouped", None, {"M": 40 * w, "N": 48, "K": 32, "BM": 16, "BN": 16}, ("flags", "fused-push"),
-         ag_gemm_rows, "f16", ()),
+        ("ag_gemm-bf16", None, {"M": 33 * w, "N": 40, "K": 48}, ag_gemm_rows, "bf16", (), {}),
+        ("ag_gemm-ungrouped", None, {"M": 40 * w, "N": 48, "K": 32, "BM": 16, "BN": 16}, ag_gemm_rows, "f16", (),
+         {"group_m": 1}),
+        # every flag granularity (a counter per tile, per source rank, one per tensor)
+        *[(f"ag_gemm-{g}-flags", None, {"M": 22 * w, "N": 40, "K": 40}, ag_gemm_rows, "f16", (), {"granularity": g})
+          for g in ("tile", "rank", "tensor")],
+        *[(f"chain-{g}-flags", "chain", None, chain, "f16", (), {"granularity": g})
+          for g in ("tile", "rank", "tensor")],
     ]
 
 
-def _compile(case, program, world, schedule, dims, dtype):
-    kw = {"group_m": 1} if case.endswith("-ungrouped") else {}
+def schedules_of(program) -> list[str]:
+    return [s for s in SCHEDULES if ((program or "ag_gemm"), s) not in {*NOT_APPLICABLE, *KNOWN_BUGS}]
+
+
+def _compile(program, world, schedule, dims, dtype, kw):
     if program is None:
         return compile_example(world, schedule, dims, dtype if dtype == "bf16" else "f16", **kw)
     return compile_program(program, world, schedule, dims, **kw)
 
 
-ALL = [(cid, s) for cid, _p, _d, scheds, *_r in cases(2) for s in scheds]
+def _granular(kw) -> bool:
+    return "granularity" in kw
+
+
+ALL = [(cid, s) for cid, program, _d, _e, _t, _p, kw in cases(2) for s in schedules_of(program)
+       if not _granular(kw) or s != "bsp"]
 
 
 @pytest.fixture(scope="module", params=WORLDS, ids=lambda w: f"w{w}")
 def new_run(request):
+    """Compile every applicable (case, schedule) for this world and run them all in one spawn."""
     world = request.param
     batch, meta = [], {}
-    for i, (cid, program, dims, scheds, expect, dtype, plain) in enumerate(cases(world)):
-        for j, s in enumerate(scheds):
-            prog = _compile(cid, program, world, s, dims, dtype)
+    for i, (cid, program, dims, expect, dtype, plain, kw) in enumerate(cases(world)):
+        for j, s in enumerate(schedules_of(program)):
+            if _granular(kw) and s == "bsp":
+                continue
+            try:
+                prog = _compile(program, world, s, dims, dtype, kw)
+            except Exception as e:  # reported by that case's test; the others still run
+                meta[(cid, s)] = e
+                continue
             calls = make_calls(prog, CALLS, seed=7000 + 100 * world + 10 * i + j)
             meta[(cid, s)] = (calls, expect, dtype)
             batch.append(((cid, s), prog, calls, plain))
@@ -122,6 +173,8 @@ def new_run(request):
 @pytest.mark.parametrize("case,schedule", ALL, ids=[f"{c}-{s}" for c, s in ALL])
 def test_new_program_matches_torch(new_run, case, schedule):
     world, meta, results = new_run
+    if isinstance(meta[(case, schedule)], Exception):
+        raise meta[(case, schedule)]
     calls, expect, dtype = meta[(case, schedule)]
     for i, ins in enumerate(calls):
         for r in range(world):
@@ -135,35 +188,21 @@ def test_new_program_matches_torch(new_run, case, schedule):
 
 # -- schedules that do not apply say why ----------------------------------------------------------------------------
 
-# (program, schedule, phrases the ScheduleError must contain: which schedule, which stage/tensor, why)
-NOT_APPLICABLE = [
-    ("chain", "fused-pull", ["fused-pull does not apply", "'gather'", "'Y'", "flags"]),
-    ("push_scale", "fused-pull", ["fused-pull does not apply", "'Ag' is not a buffer written only locally by stage "
-                                  "'push'"]),
-    ("push_scale", "fused-push", ["fused-push does not apply", "stage 'push' does not pull from a peer chosen by a "
-                                  "rank loop"]),
-    ("elementwise", "fused-pull", ["fused-pull does not apply", "no stage is a pure tile copy"]),
-    ("elementwise", "fused-push", ["fused-push does not apply", "no stage is a pure tile copy"]),
-    ("gemm_rs", "fused-push", ["fused-push does not apply", "no stage is a pure tile copy"]),
-    ("rewrite", "flags", ["replace-barriers", "'C' is written by stages 'first' and 'again'"]),
-    ("rewrite", "fused-push", ["fused-push does not apply", "no stage is a pure tile copy"]),
-    ("ag_gemm_local", "fused-push", ["fused-push does not apply", "'Ag' is not symmetric, so peers cannot store "
-                                     "into it"]),
-]
 
-
-@pytest.mark.parametrize("program,schedule,why", NOT_APPLICABLE, ids=[f"{p}-{s}" for p, s, _ in NOT_APPLICABLE])
-def test_schedule_does_not_apply(program, schedule, why):
+@pytest.mark.parametrize("program,schedule", list(NOT_APPLICABLE), ids=[f"{p}-{s}" for p, s in NOT_APPLICABLE])
+def test_schedule_does_not_apply(program, schedule):
     with pytest.raises(ScheduleError) as info:
         compile_program(program, 2, schedule)
-    for phrase in why:
+    for phrase in NOT_APPLICABLE[(program, schedule)]:
         assert phrase in str(info.value)
 
 
 def test_unknown_schedule():
-    with pytest.raises(ScheduleError, match=r"unknown schedule 'eager' \(choose from bsp, flags, fused-pull, "
-                                            r"fused-push\)"):
+    with pytest.raises(ScheduleError) as info:
         compile_example(2, "eager")
+    assert str(info.value).startswith("unknown schedule 'eager' (choose from ")
+    for s in SCHEDULES:
+        assert s in str(info.value)
 
 
 def test_check_reports_why_a_schedule_does_not_apply(capsys):
@@ -174,7 +213,8 @@ def test_check_reports_why_a_schedule_does_not_apply(capsys):
     out = capsys.readouterr().out
     (line,) = [ln for ln in out.splitlines() if ln.startswith("  fused-pull ")]
     assert "does not apply" in line and "'Y'" in line and "verified" not in line
-    assert "3 of 4 schedules verified for world 2" in out
+    n = len(SCHEDULES)
+    assert f"{n - 1} of {n} schedules verified for world 2" in out
 
 
 def test_chain_graphs():
@@ -188,53 +228,7 @@ def test_chain_graphs():
     assert [(k.stages, k.persistent) for k in g.graph["kernels"]] == [(("act", "gather", "gemm"), True)]
 
 
-# -- bugs: compiled programs that fail ---------------------------------------------------------------------------
-
-
-def _run_against_torch(progs_expect, world):
-    batch, metas = [], []
-    for i, (prog, expect, dtype) in enumerate(progs_expect):
-        calls = make_calls(prog, CALLS, seed=9100 + i)
-        batch.append((i, prog, calls, ()))
-        metas.append((calls, expect, dtype))
-    results = spawn(_workers.run_cases, world, heap_bytes=1 << 22, timeout=300, args=(batch,))
-    for i, (calls, expect, dtype) in enumerate(metas):
-        for c, ins in enumerate(calls):
-            for r in range(world):
-                for name, want in expect(ins, r).items():
-                    check_close(results[r][i][c][name], want, dtype, f"case {i} call {c + 1} rank {r} {name}")
-
-
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="BUG codegen/emit.py _Emitter.wait (~line 283): a wait whose read is on a "
-                                       "peer chosen by a `sum r in ranks` variable is hoisted out of the r loop (only "
-                                       "index vars count as dependencies, not read.rank), so the kernel uses r before "
-                                       "it is bound: InterpreterError UnboundLocalError 'r'")
-def test_sum_over_ranks_with_flags():
-    _run_against_torch([(compile_program("gemm_rs", 2, "flags"), gemm_rs, "f32")], 2)
-
-
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="BUG passes/replace_barriers.py _flag: a local write indexed by `rank` "
-                                       "(S[rank*M + m, n]) keys the flag on `rank`, so counters for other ranks' "
-                                       "blocks exist on every rank but are never released; the verifier rejects "
-                                       "the legal program (VerifyError 'missing release') instead of compiling it")
-def test_flags_for_a_write_indexed_by_rank():
-    _run_against_torch([(compile_program("place_gather", 2, "flags"), place_gather, "f32")], 2)
-
-
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="BUG ir/tiling.py DimInverse.lin / passes/verify.py _coverage (~line 190): "
-                                       "with granularity rank or tensor a flag dim has no key var, lin() returns the "
-                                       "int 0 and `lins.min()` raises AttributeError (tilec check --granularity rank "
-                                       "prints a traceback)")
-@pytest.mark.parametrize("granularity", ["rank", "tensor"])
-def test_flag_granularities(granularity):
-    dims = {"M": 66, "N": 40, "K": 40}
-    progs = [(compile_example(2, s, dims, granularity=granularity), ag_gemm_rows, "f16")
-             for s in ("flags", "fused-push")]
-    progs.append((compile_program("chain", 2, "fused-push", granularity=granularity), chain, "f16"))
-    _run_against_torch(progs, 2)
+# -- bugs ------------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.xfail(strict=True, reason="BUG frontend/sema.py: an in-place stage (C[m, n] = C[m, n] * 3) passes the "
@@ -248,3 +242,23 @@ def test_in_place_update_is_a_located_compile_error():
     with pytest.raises(CompileError) as info:
         tilec.compile("rewrite.tile", world=2, schedule="bsp", source=src)
     assert info.value.diagnostics[0].loc.line > 0
+
+
+@pytest.mark.xfail(strict=True, reason="BUG passes/fuse_comm.py _pull: in place_gather the copy reads X locally "
+                                       "(S[rank*M + m, n] = X[m, n]) and the consumer reads S@r, so the fused read "
+                                       "is X on rank r -- but X is not symmetric (it may not even be on the heap); "
+                                       "fused-pull should not apply")
+def test_fused_pull_needs_a_symmetric_source():
+    with pytest.raises(ScheduleError, match="symmetric"):
+        compile_program("place_gather", 2, "fused-pull")
+
+
+@pytest.mark.xfail(strict=True, reason="BUG codegen/emit.py _peers_touch_user_tensors: a Pull whose source access is "
+                                       "on `rank` (solved per element to the writing rank, i.e. a peer) does not count "
+                                       "as remote, so the call gets no exit barrier; a fast rank then overwrites its "
+                                       "input X for the next call while a peer still pulls it (place_gather_sym "
+                                       "fused-pull, world 3, in a batch: wrong rows in the first call)")
+def test_fused_pull_of_a_rank_placed_copy_ends_with_a_barrier():
+    prog = compile_program("place_gather_sym", 3, "fused-pull")
+    assert "pull(X[m, n] via S@r" in prog.show()
+    assert prog.module.EXIT_BARRIER is True

@@ -110,7 +110,7 @@ def test_graph_shape_per_schedule(progs):
     assert [k.stages for k in g["fused-pull"].graph["kernels"]] == [("gemm",)]
     # fused-push: owners push, the flags live on the destination rank; one persistent kernel for both stages
     (f,) = flags(g["fused-push"])
-    assert f.write.rank == "r" and f.count == 1
+    assert f.write.rank == "r" and f.producer == "gather"  # the counters live on the destination rank
     assert [(k.stages, k.persistent) for k in g["fused-push"].graph["kernels"]] == [(("gather", "gemm"), True)]
 
 
@@ -148,9 +148,9 @@ _PROBE = textwrap.dedent("""
             self.events.append("barrier")
         def heap_bases(self):
             return None
-        def grid(self, total, persistent, share):
+        def grid(self, total, persistent, *more):
             return 1 if persistent else total
-        def stream(self, i):
+        def stream(self, i, *more):
             self.events.append(f"stream {i}")
             return contextlib.nullcontext()
         def join_streams(self):
@@ -238,7 +238,8 @@ def test_fine_grained_schedules_have_no_barrier_between_kernels(saved_modules, s
     assert ev[launches[-1] + 1:] == (["join", "barrier"] if m["exit_barrier"] else ["join"])
     if schedule == "flags":  # two kernels on their own streams
         assert [e for e in ev if e.startswith("stream")] == ["stream 0", "stream 1"]
-        assert m["flags"] == {"F_Ag_gather": [16, 1, "gather", "m, r, k", 1]}  # counters, count, producer, key
+        (size, count, producer, _key, number) = m["flags"]["F_Ag_gather"]  # counters, count, producer, key, no.
+        assert list(m["flags"]) == ["F_Ag_gather"] and producer == "gather" and number == 1 and size * count == 16
     if schedule == "fused-pull":
         assert "Ag" not in m["tensors"] and m["flags"] == {}
 

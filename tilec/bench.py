@@ -4,6 +4,9 @@ Each rank times each candidate with CUDA events around the call only; a cross-ra
 iteration (outside the timed region, for tilec and baselines alike). Reported: median time, TFLOP/s and the
 ratio to the best baseline of the row. Tile configs are tuned per (program, schedule, shape, world, GPU) by short
 timed trials and cached. Results: JSON + a plot under benchmarks/results/<machine>/.
+
+The benchmark family comes from the program's dims: M, N, K -> All-Gather + GEMM (this module, shape sets SHAPES);
+B, HKV, G, D, S -> distributed flash decode (tilec.bench_decode, shape sets DECODE_SHAPES, GB/s of KV streamed).
 """
 
 from __future__ import annotations
@@ -207,24 +210,62 @@ def save_results(rows: list[dict], out_dir: Path, tag: str, meta: dict) -> tuple
         import matplotlib.pyplot as plt
     except ImportError:
         return js, None
-    shapes = list(dict.fromkeys("x".join(str(v) for v in r["shape"].values()) for r in rows))
+    metric = meta.get("metric", "tflops")  # decode plots GB/s of KV streamed per rank
+
+    def shape_of(r):
+        return r.get("label") or "x".join(str(v) for v in r["shape"].values())
+
+    shapes = list(dict.fromkeys(shape_of(r) for r in rows))
     names = list(dict.fromkeys(r["name"] for r in rows))
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(shapes)), 4))
     w = 0.8 / max(1, len(names))
     for i, nm in enumerate(names):
         ys = []
         for s in shapes:
-            v = [r["tflops"] for r in rows if r["name"] == nm and "x".join(str(x) for x in r["shape"].values()) == s]
+            v = [r[metric] for r in rows if r["name"] == nm and shape_of(r) == s]
             ys.append(v[0] if v else 0)
         ax.bar([j + i * w for j in range(len(shapes))], ys, w, label=nm)
     ax.set_xticks([j + 0.4 - w / 2 for j in range(len(shapes))], shapes, rotation=15, fontsize=8)
-    ax.set_ylabel("TFLOP/s")
+    if metric == "gbps":
+        ax.set_ylabel("GB/s (KV bytes streamed per rank / time)")
+        if meta.get("copy_gbps") and meta.get("backend") != "cpu":  # the CPU emulation is nowhere near it
+            ax.axhline(meta["copy_gbps"], color="gray", linestyle="--", linewidth=0.8,
+                       label=f"copy bandwidth {meta['copy_gbps']:.0f} GB/s")
+    else:
+        ax.set_ylabel("TFLOP/s")
     ax.set_title(f"{tag} ({meta.get('gpu', '')}, world {meta.get('world')})", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)
     return js, png
+
+
+FAMILIES = {"gemm": ("M", "N", "K"), "decode": ("B", "HKV", "G", "D", "S")}
+
+
+def program_family(path: str) -> str:
+    """'gemm' for a program with dims M, N, K; 'decode' for one with B, HKV, G, D, S; else a TilecError."""
+    from tilec.frontend.parser import parse_file
+
+    ast = parse_file(path)
+    have = {d.name for d in ast.dims}
+    found = [f for f, need in FAMILIES.items() if set(need) <= have]
+    if len(found) != 1:
+        what = "both" if found else "neither"
+        raise TilecError(f"{path}: tilec bench times All-Gather+GEMM programs (dims M, N, K, like "
+                         "examples/ag_gemm.tile) or flash-decode programs (dims B, HKV, G, D, S and tile BS, like "
+                         f"examples/flash_decode.tile); program {ast.name} has dims {', '.join(sorted(have)) or 'none'}"
+                         f", {what} of those")
+    return found[0]
+
+
+def shape_sets(family: str) -> dict[str, list[tuple[int, ...]]]:
+    if family == "decode":
+        from tilec.bench_decode import DECODE_SHAPES
+
+        return DECODE_SHAPES
+    return SHAPES
 
 
 def machine_tag(world: int) -> str:
@@ -236,46 +277,82 @@ def machine_tag(world: int) -> str:
 
 
 def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, dtype: str, iters: int,
-              tune: bool, out_dir: str | None, backend: str | None) -> list[dict]:
+              tune: bool | None, out_dir: str | None, backend: str | None) -> list[dict]:
+    """Times every schedule of `path` beside the baselines on the named shape sets (comma separated) and writes
+    JSON + a plot. The family (GEMM or decode) and so the valid shape sets follow from the program's dims.
+    tune: time several tile configs (cached); None: the family's default (GEMM: tune, decode: don't)."""
     from tilec.runtime import default_backend, spawn
 
     backend = backend or default_backend()
+    family = program_family(path)
+    sets = shape_sets(family)
     shape_list = []
     for s in shapes.split(","):
-        if s not in SHAPES:
-            raise TilecError(f"--shapes {s}: choose from {', '.join(SHAPES)}")
-        shape_list += SHAPES[s]
+        if s not in sets:
+            other = next((f for f in FAMILIES if f != family and s in shape_sets(f)), None)
+            why = f" ({s} is a {other} set; {path} is a {family} program)" if other else ""
+            raise TilecError(f"--shapes {s}: choose from {', '.join(sets)}{why}")
+        shape_list += sets[s]
     schedules = schedules or list(SCHEDULES)
-    heap_bytes = _heap_bytes(shape_list, world, dtype)
+    if tune is None:
+        tune = family == "gemm"
+    if family == "decode":
+        from tilec.bench_decode import prepare
+
+        heap_bytes = prepare(path, shape_list, world, dtype, backend == "cpu")
+    else:
+        heap_bytes = _heap_bytes(shape_list, world, dtype)
     log = _log
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun: this process is one rank
         from tilec.runtime import from_env
 
         heap = from_env(backend, heap_bytes)
         world = heap.world
-        rows = bench_rank(heap, path, shape_list, world, schedules, dtype, iters, tune, log if heap.rank == 0
-                          else lambda *_: None)
+        result = _bench_family(family, heap, path, shape_list, world, schedules, dtype, iters, tune,
+                               log if heap.rank == 0 else lambda *_: None)
         if heap.rank != 0:
-            return rows
+            return result["rows"] if family == "decode" else result
     else:
         results = spawn(_bench_spawned, world, backend=backend, heap_bytes=heap_bytes, timeout=3600,
-                        args=(path, shape_list, world, schedules, dtype, iters, tune))
-        rows = results[0]
+                        args=(path, shape_list, world, schedules, dtype, iters, tune, family))
+        result = results[0]
+    rows, skipped = (result["rows"], result["skipped"]) if family == "decode" else (result, None)
     meta = {"program": path, "world": world, "gpu": _gpu_name(), "dtype": dtype, "shapes": shapes,
             "torch": torch.__version__, "backend": backend, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
             "ranks_share_gpu": bool(torch.cuda.is_available() and world > torch.cuda.device_count()),
             "timing": "median of CUDA-event times per call; cross-rank barrier before each call, outside the timer"}
+    if family == "decode":
+        from tilec.bench_decode import COPY_GBPS, MAX_SPLITS
+
+        meta.update({"family": "decode", "metric": "gbps", "copy_gbps": COPY_GBPS, "max_splits": MAX_SPLITS,
+                     "lens": "full: lens[b] = W * S", "tune": tune, "skipped": skipped,
+                     "kv_bytes": "2 * B * S * HKV * D * element size, per rank per call",
+                     "rel_err": "max |O - O_ref| / max |O_ref|; O_ref: the first baseline's output, else the whole"
+                                " op in f32 (small shapes)"})
     tag = f"{Path(path).stem}_{shapes.replace(',', '+')}_{dtype}"
     out = Path(out_dir or f"benchmarks/results/{machine_tag(world)}")
     js, png = save_results(rows, out, tag, meta)
     _log(f"wrote {js}" + (f" and {png}" if png else ""))
-    _table(rows)
+    if family == "decode":
+        from tilec.bench_decode import table
+
+        table(rows, skipped)
+    else:
+        _table(rows)
     return rows
 
 
-def _bench_spawned(heap, path, shape_list, world, schedules, dtype, iters, tune):
-    return bench_rank(heap, path, shape_list, world, schedules, dtype, iters, tune,
-                      _log if heap.rank == 0 else (lambda *_: None))
+def _bench_family(family, heap, path, shape_list, world, schedules, dtype, iters, tune, log):
+    if family == "decode":
+        from tilec.bench_decode import bench_rank as decode_bench_rank
+
+        return decode_bench_rank(heap, path, shape_list, world, schedules, dtype, iters, tune, log)
+    return bench_rank(heap, path, shape_list, world, schedules, dtype, iters, tune, log)
+
+
+def _bench_spawned(heap, path, shape_list, world, schedules, dtype, iters, tune, family="gemm"):
+    return _bench_family(family, heap, path, shape_list, world, schedules, dtype, iters, tune,
+                         _log if heap.rank == 0 else (lambda *_: None))
 
 
 def _heap_bytes(shapes, world, dtype) -> int:

@@ -175,8 +175,9 @@ def cmd_bench(args) -> int:
     for s in schedules or ():
         if s not in SCHEDULES:
             raise TilecError(f"--schedules {s}: choose from {', '.join(SCHEDULES)}")
-    run_bench(args.program, _world(args), args.shapes, schedules, args.dtype, args.iters, not args.no_tune,
-              args.out, args.backend)
+    tune = True if args.tune else False if args.no_tune else None  # None: tune GEMMs, not decode
+    run_bench(args.program, _world(args), args.shapes, schedules, args.dtype, args.iters, tune, args.out,
+              args.backend)
     return 0
 
 
@@ -207,11 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("bench", help="time every schedule beside the external baselines (JSON + plot)")
     p.add_argument("program", help="a .tile file with dims M, N, K (e.g. examples/ag_gemm.tile)")
     p.add_argument("--world", "-w", type=int, default=None, help="ranks (default: WORLD_SIZE under torchrun, or 1)")
-    p.add_argument("--shapes", default="small", help="shape sets, comma separated: paper, square, decode, small")
+    p.add_argument("--shapes", default="small", help="shape sets, comma separated: paper, square, decode, small"
+                   " (GEMM programs); decode-paper, decode-quick, decode-small (flash decode)")
     p.add_argument("--schedules", default=None, help="comma separated (default: all)")
     p.add_argument("--dtype", default="bf16", choices=("f16", "bf16", "f32"))
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--no-tune", action="store_true", help="use the first tile config instead of tuning")
+    p.add_argument("--tune", action="store_true", help="tune tile configs (the default for GEMM programs)")
     p.add_argument("--backend", choices=("cpu", "iris"), default=None)
     p.add_argument("--out", default=None, help="results folder (default: benchmarks/results/<machine>)")
     p.set_defaults(fn=cmd_bench)

@@ -26,6 +26,15 @@ UNARY = {
 
 
 @dataclass(frozen=True)
+class TaskFn:
+    """One stage's task body as a device function (merged kernels call one per stage, so each stage's names
+    stay its own: Triton wants a name bound in both branches of an `if` to keep one type)."""
+
+    name: str
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class KernelModel:
     name: str
     stages: tuple[str, ...]
@@ -37,6 +46,7 @@ class KernelModel:
     barrier_before: bool
     share: float  # fraction of the co-resident programs this kernel takes when launched concurrently
     groups: int  # > 0: workgroup-specialized, one program group per stage (the body holds its own loops)
+    tasks: tuple[TaskFn, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -604,6 +614,7 @@ def _peers_touch_user_tensors(g: nx.DiGraph) -> bool:
 def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], group_m: int, share: float) -> KernelModel:
     lines: list[str] = []
     params: list[str] = []
+    tasks: list[TaskFn] = []
     offset = 0
     total = sum(_trips(stage(g, s).loops) for s in k.stages)
     if k.groups:  # program group i covers pids [lo_i, lo_i + n_i); every group has at least one program
@@ -618,27 +629,30 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], group_m: int, sha
         em = _Emitter(g, st, flag_no)
         has_sum = any(isinstance(x.value, Sum) for x in st.body)
         body = em.task("t", group_m if has_sum else 1)
+        call = f"_task_{k.name}_{sname}"
+        if len(k.stages) > 1:
+            tasks.append(TaskFn(call, tuple(body)))
         if k.groups:
             lo, hi = bounds[i], bounds[i + 1]
             cond = "if" if i == 0 else "elif" if i < len(k.stages) - 1 else "else"
             lines.append(f"{cond} pid < {hi}:  # stage {sname}" if cond != "else" else f"else:  # stage {sname}")
             lines.append(f"    for task in range(pid - {lo}, {n}, {hi} - {lo}):")
-            lines.append("        t = task")
-            lines += ["    " + b for b in body]
+            lines.append(f"        {call}(task, ARGS)")
         elif len(k.stages) == 1:
             lines += ["t = task"] + [b[4:] for b in body]
         else:
             cond = "if" if i == 0 else "elif" if i < len(k.stages) - 1 else "else"
             test = f" task < {offset + n}" if cond != "else" else ""
             lines.append(f"{cond}{test}:")
-            lines.append(f"    t = task - {offset}" if offset else "    t = task")
-            lines += body
+            lines.append(f"    {call}(task - {offset}, ARGS)" if offset else f"    {call}(task, ARGS)")
         offset += n
         for p in em.params:
             if p not in params:
                 params.append(p)
+    args = ", ".join([*params, "ERR, heap_bases, rank, epoch, max_spin, UPCAST_DOT"])
+    lines = [ln.replace("ARGS", args) for ln in lines]
     return KernelModel(k.name, k.stages, tuple(params), tuple(lines), total, k.persistent, k.concurrent,
-                       k.barrier_before, share, len(k.groups))
+                       k.barrier_before, share, len(k.groups), tuple(tasks))
 
 
 def _trips(loops) -> int:

@@ -1,0 +1,378 @@
+"""`tilec bench` for flash-decode programs (dims B, HKV, G, D, S; tile BS), e.g. examples/flash_decode.tile.
+
+Same discipline as the GEMM path (tilec.bench): every tilec schedule that applies and the external baselines
+(tilec.bench_baselines.decode_baselines) run on the same Q/K/V/lens, each timed with CUDA events around the call
+only, with a cross-rank barrier before every call outside the timed region; tilec is called with
+entry_barrier=False, sync=False. Reported per row: median time, the KV bytes each rank streams
+(2 * B * S * HKV * D * element size) and the GB/s that makes, its fraction of the H200 copy bandwidth
+(COPY_GBPS), the ratio to tilec's bsp schedule and to the best baseline, and the relative error of the output
+against the first baseline's (a fast wrong kernel shows up). Lengths are full (lens[b] = W * S).
+
+Tile size BS: one default per shape (default_bs) unless --tune, which times BS in BS_CANDIDATES and caches the
+winner per (program, schedule, shape, world, dtype, GPU) beside the GEMM tuner's entries. Candidates whose split
+count S/BS exceeds MAX_SPLITS are not compiled (see there).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from tilec.errors import ScheduleError, TilecError
+
+DECODE_DIMS = ("B", "HKV", "G", "D", "S")
+COPY_GBPS = 4200.0  # measured H200 device-to-device copy bandwidth (docs/GPU.md)
+BS_CANDIDATES = (32, 64, 128)  # --tune
+CPU_BS = 32
+NUM_WARPS, NUM_STAGES = 4, 3
+# The example's local merge holds all S/BS partials of one (batch, head) in one program (S/BS x D f32): at 2048
+# splits Triton takes ~10 s to compile it for sm_90, at 4096 ~30 s, and 16384 x 128 exceeds Triton's 2^20-element
+# tile limit. Candidates beyond this many splits are skipped (with that reason) so a bench run stays bounded;
+# TILEC_BENCH_MAX_SPLITS=0 lifts the cap.
+MAX_SPLITS = int(os.environ.get("TILEC_BENCH_MAX_SPLITS", "2048"))
+WAIT_TIMEOUT_S = 10.0  # a flag wait on a GPU that lasts this long is a hang: fail the candidate, don't stall the run
+TOLERANCE = {"f16": 1e-2, "bf16": 5e-2, "f32": 1e-3}  # relative error above which a row is flagged in the log
+
+K_, M_ = 1024, 1024 * 1024
+
+
+def _paper() -> list[tuple[int, int, int, int, int]]:
+    rows = [(1, h // 8, 8, 128, s) for s in (8 * K_, 16 * K_, 32 * K_, 64 * K_, 128 * K_, 256 * K_, M_)
+            for h in (96, 128)]
+    rows += [(b, 16, 8, 128, s) for b in (8, 32) for s in (16 * K_, 64 * K_)]
+    return rows
+
+
+# (B, HKV, G, D, S): H = HKV * G query heads, GQA G:1, head dim D, S KV positions per rank
+DECODE_SHAPES: dict[str, list[tuple[int, int, int, int, int]]] = {
+    "decode-paper": _paper(),
+    "decode-quick": [(1, 16, 8, 128, 8 * K_), (1, 12, 8, 128, 64 * K_), (1, 16, 8, 128, 128 * K_),
+                     (8, 16, 8, 128, 16 * K_)],
+    "decode-small": [(1, 2, 4, 32, 64), (2, 1, 8, 32, 96)],
+}
+
+
+@dataclass
+class DecodeRow:
+    program: str
+    shape: dict
+    world: int
+    dtype: str
+    name: str  # schedule or baseline
+    kind: str  # tilec | baseline
+    median_us: float
+    gbps: float  # KV bytes streamed per rank / time
+    frac_of_copy_bw: float  # gbps / COPY_GBPS
+    tflops: float  # 4 * B * H * S * D per rank / time
+    kv_bytes: int
+    label: str
+    config: dict = field(default_factory=dict)
+    ratio_to_bsp: float | None = None  # bsp time / this time (> 1: faster than tilec's bsp schedule)
+    ratio_to_best_baseline: float | None = None  # best baseline time / this time
+    rel_err: float | None = None  # max |O - O_ref| / max |O_ref|; O_ref: the first baseline's output, else
+    # (no distributed baseline here) the whole op recomputed in f32 on each rank when it is small
+    note: str = ""
+
+
+def _sig(x: float, digits: int = 5) -> float:
+    """x to `digits` significant digits (CPU-emulation rows are millions of times slower: no fixed decimals)."""
+    return float(f"{x:.{digits}g}")
+
+
+def shape_dims(shape: tuple[int, ...]) -> dict[str, int]:
+    return dict(zip(DECODE_DIMS, shape, strict=True))
+
+
+def _si(n: int) -> str:
+    for unit, div in (("M", M_), ("K", K_)):
+        if n >= div and n % div == 0:
+            return f"{n // div}{unit}"
+    return str(n)
+
+
+def label(dims: dict) -> str:
+    return f"B{dims['B']} H{dims['HKV'] * dims['G']} S{_si(dims['S'])}"
+
+
+def kv_bytes(dims: dict, dtype: str) -> int:
+    esz = 4 if dtype == "f32" else 2
+    return 2 * dims["B"] * dims["S"] * dims["HKV"] * dims["D"] * esz
+
+
+def attn_flops(dims: dict) -> float:
+    return 4.0 * dims["B"] * dims["HKV"] * dims["G"] * dims["S"] * dims["D"]
+
+
+def default_bs(s: int, interpret: bool) -> int:
+    """BS without --tune: 64 while S/64 stays within MAX_SPLITS, else 128 (CPU emulation: 32)."""
+    if interpret:
+        return CPU_BS
+    return 64 if not MAX_SPLITS or s // 64 <= MAX_SPLITS else 128
+
+
+def candidates(s: int, interpret: bool, tune: bool) -> list[int]:
+    if interpret:
+        return [CPU_BS]
+    return list(BS_CANDIDATES) if tune else [default_bs(s, interpret)]
+
+
+def _too_many_splits(s: int, bs: int) -> str | None:
+    splits = -(-s // bs)
+    if MAX_SPLITS and splits > MAX_SPLITS:
+        return (f"S/BS = {splits} splits > {MAX_SPLITS} (TILEC_BENCH_MAX_SPLITS): the local merge would hold "
+                f"{splits} partials per program; not compiled")
+    return None
+
+
+def make_inputs(dims: dict, world: int, rank: int, dtype: str, device, seed: int = 0):
+    """Q and lens are the same on every rank; K and V are this rank's block of the cache. Generated on the
+    device (GiBs of KV: a CPU generator would take minutes)."""
+    from tilec.reference import TORCH_DTYPE
+
+    dt = TORCH_DTYPE[dtype]
+    b, hkv, g, d, s = (dims[k] for k in DECODE_DIMS)
+    shared = torch.Generator(device=device).manual_seed(seed)
+    mine = torch.Generator(device=device).manual_seed(seed + 1000 + rank)
+    q = torch.randn((b, hkv * g, d), generator=shared, device=device, dtype=dt)
+    k = torch.randn((b, s, hkv, d), generator=mine, device=device, dtype=dt)
+    v = torch.randn((b, s, hkv, d), generator=mine, device=device, dtype=dt)
+    lens = torch.full((b,), world * s, dtype=torch.int32, device=device)
+    return q, k, v, lens
+
+
+REF_LIMIT = 1 << 30  # bytes of KV over all ranks up to which a rank recomputes the whole op as a reference
+
+
+def reference_output(dims: dict, world: int, dtype: str, device, seed: int = 0) -> torch.Tensor | None:
+    """O of the whole op computed on this rank from every rank's block (regenerated from their seeds), in f32:
+    the reference where no distributed baseline runs (ranks sharing a device); None when the cache is too big."""
+    from tilec.bench_baselines import local_attention_lse, lse_combine
+
+    if world * kv_bytes(dims, dtype) > REF_LIMIT:
+        return None
+    os_, ls_ = [], []
+    for r in range(world):
+        q, k, v, lens = make_inputs(dims, world, r, dtype, device, seed)
+        n_local = (lens.to(torch.int64) - r * dims["S"]).clamp(0, dims["S"])
+        o, lse = local_attention_lse(q.float(), k.float().transpose(1, 2).contiguous(),
+                                     v.float().transpose(1, 2).contiguous(), n_local, dims["G"])
+        os_.append(o)
+        ls_.append(lse)
+    return lse_combine(torch.stack(os_), torch.stack(ls_))
+
+
+def _args(prog, heap, data: dict) -> dict:
+    """The call's tensors: the shared inputs as they are (symmetric ones copied onto the heap), outputs fresh."""
+    from tilec.reference import TORCH_DTYPE
+
+    out = {}
+    for name, (kind, dtype, shape, sym) in prog.signature().items():
+        if kind == "in" and not sym:
+            out[name] = data[name]
+            continue
+        dt = TORCH_DTYPE[dtype]
+        t = heap.alloc(shape, dt) if sym else torch.zeros(shape, dtype=dt, device=heap.device)
+        if kind == "in":
+            t.copy_(data[name])
+        out[name] = t
+    return out
+
+
+def check_signature(bound, path: str) -> None:
+    """The decode bench feeds Q, K, V, lens and reads O: say so when a program with decode dims differs."""
+    d = dict(bound.dims)
+    b, h, dd, s, hkv = d["B"], d["HKV"] * d["G"], d["D"], d["S"], d["HKV"]
+    want = {"Q": ("in", (b, h, dd)), "K": ("in", (b, s, hkv, dd)), "V": ("in", (b, s, hkv, dd)),
+            "lens": ("in", (b,)), "O": ("out", (b, h, dd))}
+    have = {t.name: (t.kind, tuple(t.shape)) for t in bound.tensors if t.kind != "buf"}
+    if have != want:
+        raise TilecError(f"{path}: the decode bench feeds in Q[B, HKV*G, D], K[B, S, HKV, D], V[B, S, HKV, D], "
+                         f"lens[B] and reads out O[B, HKV*G, D] (as examples/flash_decode.tile); with dims {d} "
+                         f"the program takes {', '.join(f'{n} ({k} {list(sh)})' for n, (k, sh) in have.items())}")
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor | None) -> float | None:
+    if ref is None:
+        return None
+    diff = float((out.float() - ref.float()).abs().max())
+    scale = float(ref.float().abs().max())
+    return _sig(diff / scale) if scale > 0 else diff
+
+
+def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, schedules: list[str], dtype: str,
+               iters: int, tune: bool, log) -> dict:
+    """Runs on every rank; returns {"rows": [...], "skipped": [...]} (rank 0's are the ones reported)."""
+    import tilec
+    from tilec.bench import _gpu_name, _median_time, _tune_cache
+    from tilec.bench_baselines import decode_baselines
+
+    rows: list[DecodeRow] = []
+    skipped: list[dict] = []
+    cache = json.loads(_tune_cache().read_text()) if _tune_cache().exists() else {}
+    src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
+    retype = {"f16": dtype} if dtype != "f16" else None
+    stem = Path(path).stem
+    total = len(shapes) * (len(schedules) + 1)
+    tol = TOLERANCE.get(dtype, 1e-2)
+    wait_timeout = 60.0 if heap.interpret else WAIT_TIMEOUT_S
+    step = 0
+
+    def compile_(s, dims, bs):
+        return tilec.compile(path, world=world, schedule=s, retype=retype, num_warps=NUM_WARPS,
+                             num_stages=NUM_STAGES, dims={**dims, "BS": bs}, wait_timeout=wait_timeout)
+
+    def time_prog(prog, data, n):
+        inner = heap.mark()
+        try:
+            args = _args(prog, heap, data)
+            prog(heap, **args)  # compiles, and a hanging wait fails once here (WaitTimeout), not on every timed call
+            secs = _median_time(lambda: prog(heap, entry_barrier=False, sync=False, **args), heap, n, 1)
+            prog(heap, **args)  # one synchronous call: a wait that timed out raises here instead of going unseen
+            return secs, args["O"].clone()
+        finally:
+            heap.release(inner)
+
+    def skip(dims, name, reason):
+        skipped.append({"shape": dims, "label": label(dims), "name": name, "reason": reason})
+        log(f"[{step}/{total}] {label(dims)} {name}: skipped ({reason})")
+
+    for shape in shapes:
+        dims = shape_dims(shape)
+        lab = label(dims)
+        nbytes, flops = kv_bytes(dims, dtype), attn_flops(dims)
+        shape_rows: list[DecodeRow] = []
+
+        def row(name, kind, secs, config=None, err=None, note="", dims=dims, lab=lab, nbytes=nbytes, flops=flops):
+            gbps = nbytes / secs / 1e9
+            return DecodeRow(stem, dims, world, dtype, name, kind, _sig(secs * 1e6), _sig(gbps),
+                             _sig(gbps / COPY_GBPS), _sig(flops / secs / 1e12), nbytes, lab, config or {},
+                             rel_err=err, note=note)
+
+        mark = heap.mark()
+        q, k, v, lens = make_inputs(dims, world, heap.rank, dtype, heap.device)
+        data = {"Q": q, "K": k, "V": v, "lens": lens}
+        ref = None
+        for name, secs, note, out in decode_baselines(heap, dims, world, dtype, iters, _median_time, q, k, v, lens,
+                                                      log):
+            if ref is None and out is not None:
+                ref = out
+            shape_rows.append(row(name, "baseline", secs, err=rel_err(out, ref), note=note))
+        if ref is None:  # no baseline computed the whole op here (ranks share a device)
+            ref = reference_output(dims, world, dtype, heap.device)
+        step += 1
+        log(f"[{step}/{total}] {lab} baselines: " + ", ".join(
+            f"{r.name} {r.median_us:.0f}us {r.gbps:.0f} GB/s" for r in shape_rows))
+        for s in schedules:
+            step += 1
+            key = f"decode|{src_hash}|{s}|{'x'.join(str(x) for x in shape)}|w{world}|{dtype}|{_gpu_name()}"
+            cached = cache.get(key, {}).get("BS")
+            cands = [cached] if cached and not _too_many_splits(dims["S"], cached) else candidates(
+                dims["S"], heap.interpret, tune)
+            too_many = [r for r in map(lambda bs: _too_many_splits(dims["S"], bs), cands) if r]
+            cands = [bs for bs in cands if not _too_many_splits(dims["S"], bs)]
+            if not cands:
+                try:  # a schedule that does not apply says so, whatever the tile size
+                    compile_(s, dims, default_bs(dims["S"], heap.interpret))
+                    reason = too_many[0]
+                except TilecError as e:
+                    reason = str(e)
+                skip(dims, s, reason)
+                continue
+            best, reason = None, "no config ran"
+            for bs in cands:
+                try:
+                    prog = compile_(s, dims, bs)
+                except ScheduleError as e:  # the schedule does not apply to this program: say why
+                    reason = str(e)
+                    break
+                except TilecError as e:  # e.g. this BS does not fit the shape: the other candidates may
+                    reason = f"BS={bs}: {e}"
+                    log(f"    {s} {reason}")
+                    continue
+                try:
+                    secs, out = time_prog(prog, data, iters if len(cands) == 1 else max(3, iters // 3))
+                except Exception as e:  # e.g. a kernel Triton cannot compile for this GPU: reported, not fatal
+                    lines = str(e).strip().splitlines()
+                    reason = f"BS={bs}: {type(e).__name__}: {lines[-1][:240] if lines else ''}"
+                    log(f"    {s} {reason}")
+                    continue
+                if len(cands) > 1:
+                    log(f"    tune {s} BS={bs}: {secs * 1e6:.0f}us")
+                if best is None or secs < best[1]:
+                    best = (bs, secs, out)
+            if best is None:
+                skip(dims, s, reason)
+                continue
+            bs, secs, out = best
+            cache[key] = {"BS": bs}
+            if len(cands) > 1:  # re-time the winner with the full iteration count (fresh buffers and flags)
+                secs, out = time_prog(compile_(s, dims, bs), data, iters)
+            r = row(s, "tilec", secs, {"BS": bs, "num_warps": NUM_WARPS, "num_stages": NUM_STAGES}, rel_err(out, ref))
+            wrong = r.rel_err is not None and not r.rel_err <= tol
+            if wrong:
+                r.note = f"relative error {r.rel_err:.3g} above {tol:g}"
+            shape_rows.append(r)
+            log(f"[{step}/{total}] {lab} {s}: {r.median_us:.0f}us {r.gbps:.0f} GB/s ({100 * r.frac_of_copy_bw:.1f}%"
+                f" of copy) BS={bs}" + (f"  WRONG: {r.note}" if wrong else ""))
+        del q, k, v, lens, data, ref
+        heap.release(mark)
+        best_base = min((r.median_us for r in shape_rows if r.kind == "baseline"), default=None)
+        bsp = next((r.median_us for r in shape_rows if r.kind == "tilec" and r.name == "bsp"), None)
+        for r in shape_rows:
+            r.ratio_to_best_baseline = _sig(best_base / r.median_us) if best_base else None
+            r.ratio_to_bsp = _sig(bsp / r.median_us) if bsp else None
+        rows += shape_rows
+        if not heap.interpret:
+            torch.cuda.empty_cache()  # the next shape's KV must not wait behind this one's cached blocks
+    if heap.rank == 0:
+        fresh = json.loads(_tune_cache().read_text()) if _tune_cache().exists() else {}
+        fresh.update(cache)
+        tmp = _tune_cache().with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(fresh, indent=1, sort_keys=True))
+        os.replace(tmp, _tune_cache())
+    return {"rows": [asdict(r) for r in rows], "skipped": skipped}
+
+
+def prepare(path: str, shapes: list[tuple[int, ...]], world: int, dtype: str, interpret: bool) -> int:
+    """Checks the program against the decode contract (before any rank starts) and returns the heap each rank
+    needs: the largest program's internal buffers and symmetric tensors over the shapes and the tile sizes that
+    may run (inputs live in ordinary device memory)."""
+    from tilec.api import _retype
+    from tilec.frontend.parser import parse_file
+    from tilec.frontend.sema import check
+    from tilec.ir.types import DTYPES
+
+    ast = parse_file(path)
+    if dtype != "f16":
+        ast = _retype(ast, {"f16": dtype})
+    esz = {dt: torch.empty((), dtype=getattr(torch, name)).element_size() for dt, name in DTYPES.items()}
+    worst = 0
+    for shape in shapes:
+        dims = shape_dims(shape)
+        bss = [CPU_BS] if interpret else [*BS_CANDIDATES, default_bs(dims["S"], interpret)]
+        bss = [bs for bs in bss if not _too_many_splits(dims["S"], bs)]
+        bound = check(ast, world, {**dims, "BS": min(bss, default=max(BS_CANDIDATES))})
+        check_signature(bound, path)
+        if bss:
+            worst = max(worst, sum(math.prod(t.shape) * esz[t.dtype] for t in bound.tensors
+                                   if t.kind == "buf" or t.symmetric))
+    return int(worst * 1.25) + (64 << 20)
+
+
+def table(rows: list[dict], skipped: list[dict]) -> None:
+    print(f"{'shape':<18}{'name':<30}{'us':>11}{'GB/s':>8}{'%copy':>8}{'vs bsp':>10}{'vs best base':>14}"
+          f"{'rel err':>10}")
+    for r in rows:
+        bsp = f"{r['ratio_to_bsp']:.3g}x" if r["ratio_to_bsp"] is not None else "-"
+        base = f"{r['ratio_to_best_baseline']:.3g}x" if r["ratio_to_best_baseline"] is not None else "-"
+        err = f"{r['rel_err']:.1e}" if r["rel_err"] is not None else "-"
+        print(f"{r['label']:<18}{r['name']:<30}{r['median_us']:>11.1f}{r['gbps']:>8.0f}"
+              f"{100 * r['frac_of_copy_bw']:>7.1f}%{bsp:>10}{base:>14}{err:>10}")
+    for s in skipped:
+        print(f"{s['label']:<18}{s['name']:<30}skipped: {s['reason'][:160]}")
