@@ -101,8 +101,9 @@ class LaunchContext:
                 cur.wait_stream(s)
 
 
-# Spin budgets per second of waiting (rough: a remote acquire on a GPU takes ~1 us; an interpreted spin ~50 us).
-SPINS_PER_SECOND = {True: 20_000, False: 1_000_000}
+# Spin budgets per second of waiting (rough: a remote acquire on a GPU takes ~1 us; an interpreted spin sleeps
+# 0.2 ms so that the rank it waits for gets the core).
+SPINS_PER_SECOND = {True: 4_000, False: 1_000_000}
 
 
 @dataclass

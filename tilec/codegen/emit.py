@@ -416,7 +416,7 @@ class _Emitter:
             idx_parts.append(fvar if stride == 1 else f"{fvar} * {stride}")
         idx = " + ".join(idx_parts) or "0"
         target_lines.append(f"{ind}_tilec_wait({fp} + {idx}, epoch * {f.count}, rank, {owner}, heap_bases, ERR,"
-                            f" max_spin, {self.flag_no[f.name]}, {idx})")
+                            f" max_spin, {self.flag_no[f.name]}, {idx}, UPCAST_DOT)")
 
     def release(self, f: Flag, out: list[str], indent: str) -> None:
         dims = flag_dims(self.g, f)
