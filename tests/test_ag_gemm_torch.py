@@ -32,14 +32,9 @@ def shapes(world: int) -> dict[str, dict[str, int]]:
 
 CASES = [(s, dt, shp) for s in SCHEDULES for dt in DTYPES for shp in ("square", "ragged", "row-per-rank")]
 
-ROW_PER_RANK_PULL = pytest.mark.xfail(strict=True, reason="BUG (regression of 8c4944c) codegen/emit.py _Emitter.pull "
-                                      "~line 346: fused-pull with M/W = 1 (the copy's m loop has one element) raises "
-                                      "KeyError 'm' at compile time: `tilec compile examples/ag_gemm.tile -w 2 -D M=2 "
-                                      "-s fused-pull`")
-
 
 def _param(case):
-    marks = [ROW_PER_RANK_PULL] if case[0] == "fused-pull" and case[2] == "row-per-rank" else []
+    marks = []
     return pytest.param(*case, id="-".join(case), marks=marks)
 
 

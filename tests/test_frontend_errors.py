@@ -141,16 +141,12 @@ def test_missing_file():
         tilec.compile(ROOT / "no" / "such.tile")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG sema.py _tile_var/_const: a non-integer loop extent does not name the "
-                                       "values (M=100, W=3) as the tensor-shape and index messages do")
 def test_non_integer_loop_extent_names_values():
     err = compile_error("sema_not_integer")
     (loop,) = [d for d in err.diagnostics if "loop extent" in d.message]
     assert "M=100" in loop.message and "W=3" in loop.message
 
 
-@pytest.mark.xfail(strict=True, reason="BUG sema.py declare: after 'dim M must be >= 1', M=0 stays bound and "
-                                       "cascades into a spurious write conflict ('r' drops out of r*M/W + m)")
 def test_no_cascading_error_after_bad_dim(example_source):
     with pytest.raises(CompileError) as info:
         tilec.compile("examples/ag_gemm.tile", world=2, dims={"M": 0}, source=example_source)

@@ -206,9 +206,6 @@ def test_verifier_reports_instead_of_crashing(graphs, breakage):
     assert expected in problems(g)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG passes/verify.py _dataflow/_coverage: a wait is matched to the read it "
-                                       "guards by str(Access), which omits the tile extents, so a wait that covers "
-                                       "1 row of a 64-row read passes (and codegen then waits on too few counters)")
 def test_wait_narrower_than_the_read(graphs):
     g = broken(graphs, "flags")
     (w,) = g.edges["f:Ag.gather", sid("gemm")]["waits"]

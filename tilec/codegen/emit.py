@@ -96,12 +96,12 @@ class _Emitter:
         self.flag_no = flag_no
         self.scope: dict[str, Var] = {v.name: v for v in st.loops} | {ME: Var(ME, "me", self.world, 1, st.loc)}
         self.loop_vars: set[str] = set()  # reduction vars bound by an enclosing emitted loop
-        self.waits: dict[str, list] = {}
+        self.waits: dict[Access, list] = {}
         for w in waits(g, st.name):
-            self.waits.setdefault(str(w.read), []).append(w)
+            self.waits.setdefault(w.read, []).append(w)
         self.params: list[str] = []
         self.fl = {f.name: f for f in flags(g)}
-        self.ptrs: dict[str, str] = {}  # access -> pointer walked along an enclosing reduction
+        self.ptrs: dict[Access, str] = {}  # access -> pointer walked along an enclosing reduction
         self.memo: dict[int, tuple[str, str]] = {}  # tile-function calls shared by several stores
         self.library: set[str] = set()  # tile-library device functions the task uses
 
@@ -257,7 +257,7 @@ class _Emitter:
                 off, _ = self.offsets(x.access, masks=False, at_zero=v.name)
                 pname = self.tmp("p")
                 out.append(f"{indent}{pname} = {self.param(x.access.tensor)} + {off}")
-                self.ptrs[str(x.access)] = pname
+                self.ptrs[x.access] = pname
                 t = tensor(self.g, x.access.tensor)
                 inc = sum(k * v.step * st for aff, st in zip(x.access.index, _strides(t.shape), strict=True)
                           for var, k in aff.terms if var == v.name)
@@ -283,14 +283,14 @@ class _Emitter:
 
     def load(self, e: Load, out: list[str], indent: str) -> str:
         a = e.access
-        for w in self.waits.pop(str(a), []):  # each tile read is waited for once per task
+        for w in self.waits.pop(a, []):  # each tile read is waited for once per task
             self.wait(w, out, indent)
         off, mask = self.offsets(a)
         ptr = self.param(a.tensor)
         m = f", mask={mask}, other=0" if mask else ""
         name = self.tmp()
-        if str(a) in self.ptrs:
-            out.append(f"{indent}{name} = tl.load({self.ptrs[str(a)]}{m})")
+        if a in self.ptrs:
+            out.append(f"{indent}{name} = tl.load({self.ptrs[a]}{m})")
         elif a.remote:
             delta = self.peer_offset(a.rank, tensor(self.g, a.tensor).dtype, {a.rank}, out, indent)
             out.append(f"{indent}{name} = tl.load({ptr} + {delta} + {off}{m})")
@@ -354,7 +354,7 @@ class _Emitter:
         st = _strides(t.shape)
         offs = []
         for j, aff in enumerate(e.source.index):
-            terms = [(vals[v], k) for v, k in aff.terms]
+            terms = [(vals.get(v, "0"), k) for v, k in aff.terms]  # a one-element copy loop is always 0
             ex = self.scalar(terms, aff.const)
             if t.numel >= 2**31 and j == 0:
                 ex = f"({ex}).to(tl.int64)"
@@ -604,7 +604,9 @@ def _peers_touch_user_tensors(g: nx.DiGraph) -> bool:
     for st in last:
         for r in st.reads():
             a = r.source if isinstance(r, Pull) else r.access
-            if a.remote and tensor(g, a.tensor).kind != "buf":
+            # a pull reads its source on the rank that ran the copy: a peer when the buffer read was remote
+            remote = a.remote or (isinstance(r, Pull) and r.read.remote)
+            if remote and tensor(g, a.tensor).kind != "buf":
                 return True
         if any(s.access.remote and tensor(g, s.access.tensor).kind != "buf" for s in st.body):
             return True

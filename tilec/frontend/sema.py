@@ -148,6 +148,7 @@ class _Checker:
                 v = 1
             elif v < 1:
                 self.err(d.loc, f"dim '{d.name}' must be >= 1, got {v}")
+                v = 1  # keeps later checks from cascading on a zero
             self.consts[d.name] = v
             self.dims.append((d.name, v))
         for t in p.tiles:
@@ -205,7 +206,10 @@ class _Checker:
         return StageIR(s.name, tuple(loops) + tuple(self.implicit), tuple(body), s.loc)
 
     def _tile_var(self, name: str, extent: ast.Expr, step: ast.Expr, loc: Loc) -> Var:
-        n = _const(extent, self.consts, "loop extent")
+        try:
+            n = _const(extent, self.consts, "loop extent")
+        except _Err as e:
+            raise _Err(e.loc, e.msg + self._values_hint(extent)) from None
         b = _const(step, self.consts, "tile size")
         if n < 1:
             raise _Err(extent.loc, f"loop extent of '{name}' must be >= 1, got {n}" + self._values_hint(extent))
@@ -398,10 +402,15 @@ class _Checker:
                 written_before |= set(phase_writes)
                 phase_writes = {}
                 continue
+            written_here = {st.access.tensor for st in it.body}
             for st in it.body:
                 for ld in loads(st.value):
                     a, name = ld.access, ld.access.tensor
                     t = self.tensors[name]
+                    if name in written_here:
+                        self.err(ld.loc, f"stage '{it.name}' reads '{name}', which it also writes: tasks would race"
+                                         " on it; write the result to another tensor")
+                        continue
                     if t.kind != "in" and name not in written_before and name not in phase_writes:
                         self.err(ld.loc, f"stage '{it.name}' reads '{name}' before any stage writes it")
                     elif name in phase_writes and (a.remote or phase_writes[name][1]):

@@ -70,6 +70,12 @@ class FuseComm(Pass):
                 continue
             st = cp.body[0]
             buf, src = st.access, st.value.access
+            remote_readers = [r for c in stages(g) for r in c.reads()
+                              if isinstance(r, Load) and r.access.tensor == buf.tensor and r.access.remote]
+            if remote_readers and not g.nodes[tid(src.tensor)]["payload"].symmetric:
+                why.append(f"'{buf.tensor}' is read on peers, so pulling its source '{src.tensor}' means reading"
+                           f" '{src.tensor}' on a peer, and '{src.tensor}' is not symmetric")
+                continue
             tb = g.nodes[tid(buf.tensor)]["payload"]
             writers = [s for s in stages(g) if any(x.access.tensor == buf.tensor for x in s.body)]
             if tb.kind != "buf" or len(writers) != 1 or buf.remote:

@@ -82,7 +82,7 @@ class ReplaceBarriers(Pass):
                 g.add_edge(sid(p.name), f"f:{fname}", kind="release")
             fn, w = f"f:{fname}", Wait(fname, r.access, r.loc)
             if g.has_edge(fn, sid(c.name)):
-                if all(str(x.read) != str(w.read) for x in g.edges[fn, sid(c.name)]["waits"]):
+                if all(x.read != w.read for x in g.edges[fn, sid(c.name)]["waits"]):  # Access equality: index+tiles
                     g.edges[fn, sid(c.name)]["waits"] += (w,)
             else:
                 g.add_edge(fn, sid(c.name), kind="wait", waits=(w,))

@@ -67,7 +67,8 @@ def _dataflow(g: nx.DiGraph) -> list[str]:
     dep = nx.DiGraph()
     dep.add_nodes_from(pos)
     for c in stages(g):
-        waited = {(w.flag.rsplit(".", 1)[0], str(w.read)) for w in waits(g, c.name)}
+        # a wait guards exactly the read it names: the same tensor, rank, index and tile extents
+        waited = {(w.flag.rsplit(".", 1)[0], w.read) for w in waits(g, c.name)}
         for r in c.reads():
             if isinstance(r, Pull):
                 continue
@@ -79,19 +80,21 @@ def _dataflow(g: nx.DiGraph) -> list[str]:
                 dep.add_edge(w, c.name)
                 if pos[w] > pos[c.name]:
                     out.append(f"stage '{c.name}' reads '{a.tensor}' before stage '{w}' writes it")
-                elif (a.tensor, str(a)) not in waited:
+                elif (a.tensor, a) not in waited:
                     # without flags only a barrier, or program order on one rank for a local read, orders the two
                     ordered = not g.graph.get("barriers_replaced") and (
                         phase[w] < phase[c.name] or (not a.remote and not _pushes(g, w)))
                     if not ordered:
                         out.append(f"read before flag: stage '{c.name}' reads {a} (written by stage '{w}') without a"
                                    " barrier or a wait on its flag")
+    return out + _cycle(dep, "dataflow cycle")
+
+
+def _cycle(g: nx.DiGraph, what: str) -> list[str]:
     try:
-        cyc = nx.find_cycle(dep)
-        out.append("dataflow cycle: " + " -> ".join(u for u, _ in cyc))
+        return [f"{what}: " + " -> ".join(u for u, _ in nx.find_cycle(g))]
     except nx.NetworkXNoCycle:
-        pass
-    return out
+        return []
 
 
 def _pushes(g: nx.DiGraph, stage_name: str) -> bool:
@@ -227,12 +230,7 @@ def _deadlock(g: nx.DiGraph) -> list[str]:
             if kernels is not None and kernel_of.get(p) is kernel_of.get(c.name) and p in kernel_of \
                     and not kernel_of[p].persistent:
                 out.append(f"kernel {kernel_of[p].name} waits on its own programs but is not persistent")
-    try:
-        cyc = nx.find_cycle(wg)
-        out.append("wait cycle: " + " -> ".join(u for u, _ in cyc))
-    except nx.NetworkXNoCycle:
-        pass
-    return out
+    return out + _cycle(wg, "wait cycle")
 
 
 RULES = [_structure, _dataflow, _barriers, _releases, _coverage, _deadlock]

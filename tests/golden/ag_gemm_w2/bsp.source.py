@@ -8,6 +8,8 @@
 # Kernels are persistent loops over tile tasks; flags are epoch counters on the symmetric heap (release/acquire,
 # system scope), so repeated calls need no zeroing. Run it with tilec (tilec.compile(...)(...)) or call
 # launch(ctx, buffers, epoch) with a context that provides rank, barrier(), heap_bases(), grid() and stream().
+import time
+
 import triton
 import triton.language as tl
 

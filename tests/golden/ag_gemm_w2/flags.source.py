@@ -8,6 +8,8 @@
 # Kernels are persistent loops over tile tasks; flags are epoch counters on the symmetric heap (release/acquire,
 # system scope), so repeated calls need no zeroing. Run it with tilec (tilec.compile(...)(...)) or call
 # launch(ctx, buffers, epoch) with a context that provides rank, barrier(), heap_bases(), grid() and stream().
+import time
+
 import triton
 import triton.language as tl
 
@@ -32,13 +34,20 @@ FLAGS = {
 }
 
 
+def _tilec_yield():
+    # CPU emulation only: ranks are processes sharing few cores; a spinning rank sleeps so its producer can run
+    time.sleep(0.0002)
+
+
 @triton.jit
-def _tilec_wait(flag, target, rank, owner, heap_bases, err, max_spin, flag_no, counter):
+def _tilec_wait(flag, target, rank, owner, heap_bases, err, max_spin, flag_no, counter, INTERPRET: tl.constexpr):
     # Acquire-spin on a counter (on `owner`'s heap) until it reaches target. A bounded spin: after max_spin tries
     # the first timeout is recorded in err and the kernel moves on, so the host reports it instead of hanging.
     seen = iris.atomic_add(flag, 0, rank, owner, heap_bases, sem="acquire", scope="sys")
     spins = 0
     while (seen < target) & (spins < max_spin):
+        if INTERPRET:
+            _tilec_yield()
         seen = iris.atomic_add(flag, 0, rank, owner, heap_bases, sem="acquire", scope="sys")
         spins += 1
     if seen < target:
@@ -123,7 +132,7 @@ def k1_gemm(
         # wait until stage gather has written the tiles of Ag[m, k] this call
         lo4 = m
         for f5 in range((lo4 // 128) * 2 + ((lo4 - 128 * (lo4 // 128)) // 64), ((lo4 + 0 + 64 - 1) // 128) * 2 + (((lo4 + 0 + 64 - 1) - 128 * ((lo4 + 0 + 64 - 1) // 128)) // 64) + 1):
-            _tilec_wait(F_Ag_gather + f5, epoch * 4, rank, rank, heap_bases, ERR, max_spin, 1, f5)
+            _tilec_wait(F_Ag_gather + f5, epoch * 4, rank, rank, heap_bases, ERR, max_spin, 1, f5, UPCAST_DOT)
         acc1 = tl.zeros((64, 64), dtype=tl.float32)
         k_r = tl.arange(0, 32)  # k = 0
         p2 = Ag + m_r[:, None] * 128 + k_r[None, :]

@@ -8,6 +8,8 @@
 # Kernels are persistent loops over tile tasks; flags are epoch counters on the symmetric heap (release/acquire,
 # system scope), so repeated calls need no zeroing. Run it with tilec (tilec.compile(...)(...)) or call
 # launch(ctx, buffers, epoch) with a context that provides rank, barrier(), heap_bases(), grid() and stream().
+import time
+
 import triton
 import triton.language as tl
 
@@ -32,13 +34,20 @@ FLAGS = {
 }
 
 
+def _tilec_yield():
+    # CPU emulation only: ranks are processes sharing few cores; a spinning rank sleeps so its producer can run
+    time.sleep(0.0002)
+
+
 @triton.jit
-def _tilec_wait(flag, target, rank, owner, heap_bases, err, max_spin, flag_no, counter):
+def _tilec_wait(flag, target, rank, owner, heap_bases, err, max_spin, flag_no, counter, INTERPRET: tl.constexpr):
     # Acquire-spin on a counter (on `owner`'s heap) until it reaches target. A bounded spin: after max_spin tries
     # the first timeout is recorded in err and the kernel moves on, so the host reports it instead of hanging.
     seen = iris.atomic_add(flag, 0, rank, owner, heap_bases, sem="acquire", scope="sys")
     spins = 0
     while (seen < target) & (spins < max_spin):
+        if INTERPRET:
+            _tilec_yield()
         seen = iris.atomic_add(flag, 0, rank, owner, heap_bases, sem="acquire", scope="sys")
         spins += 1
     if seen < target:
@@ -80,6 +89,57 @@ def _tilec_dot(a, b, acc, UPCAST: tl.constexpr, IEEE: tl.constexpr):
 
 
 @triton.jit
+def _task_k0_gather_gemm_gather(
+    t, A, Ag, F_Ag_gather, B, C,
+    ERR, heap_bases, rank, epoch, max_spin, UPCAST_DOT: tl.constexpr,
+):
+    # stage gather over r in ranks, m in 128 by 64, k in 128 by 32
+    k = (t % 4) * 32
+    t_0 = t // 4
+    m = (t_0 % 2) * 64
+    t_1 = t_0 // 2
+    r = t_1
+    m_r = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
+    k_r = tl.max_contiguous(tl.multiple_of(k + tl.arange(0, 32), 32), 32)
+    peer2 = _tilec_peer_offset(heap_bases, rank, r, 2)
+    x1 = tl.load(A + peer2 + m_r[:, None] * 128 + k_r[None, :])
+    tl.store(Ag + (128 * r + m_r)[:, None] * 128 + k_r[None, :], x1.to(tl.float16))
+    _tilec_release(F_Ag_gather + r * 2 + (m // 64), rank, rank, heap_bases)
+
+
+@triton.jit
+def _task_k0_gather_gemm_gemm(
+    t, A, Ag, F_Ag_gather, B, C,
+    ERR, heap_bases, rank, epoch, max_spin, UPCAST_DOT: tl.constexpr,
+):
+    # stage gemm over m in 256 by 64, n in 192 by 64
+    # grouped order: 8 rows of m-tiles share the n-tiles in L2
+    g_size = 8 * 3
+    g_first = (t // g_size) * 8
+    g_rows = tl.minimum(4 - g_first, 8)
+    m = (g_first + (t % g_size) % g_rows) * 64
+    n = ((t % g_size) // g_rows) * 64
+    m_r = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
+    n_r = tl.max_contiguous(tl.multiple_of(n + tl.arange(0, 64), 64), 64)
+    # wait until stage gather has written the tiles of Ag[m, k] this call
+    lo4 = m
+    for f5 in range((lo4 // 128) * 2 + ((lo4 - 128 * (lo4 // 128)) // 64), ((lo4 + 0 + 64 - 1) // 128) * 2 + (((lo4 + 0 + 64 - 1) - 128 * ((lo4 + 0 + 64 - 1) // 128)) // 64) + 1):
+        _tilec_wait(F_Ag_gather + f5, epoch * 4, rank, rank, heap_bases, ERR, max_spin, 1, f5, UPCAST_DOT)
+    acc1 = tl.zeros((64, 64), dtype=tl.float32)
+    k_r = tl.arange(0, 32)  # k = 0
+    p2 = Ag + m_r[:, None] * 128 + k_r[None, :]
+    p3 = B + k_r[:, None] * 192 + n_r[None, :]
+    for k in range(0, 128, 32):
+        k_r = k + tl.arange(0, 32)
+        x6 = tl.load(p2)
+        x7 = tl.load(p3)
+        acc1 = _tilec_dot(x6, x7, acc1, UPCAST_DOT, False)
+        p2 += 32
+        p3 += 6144
+    tl.store(C + m_r[:, None] * 192 + n_r[None, :], acc1.to(tl.float16))
+
+
+@triton.jit
 def k0_gather_gemm(
     A, Ag, F_Ag_gather, B, C,
     ERR, heap_bases, rank, epoch, max_spin, NPROG: tl.constexpr, UPCAST_DOT: tl.constexpr,
@@ -89,47 +149,10 @@ def k0_gather_gemm(
     # workgroup specialization: programs per stage in proportion 250, 750
     if pid < (1 + (NPROG - 2) * 250 // 1000):  # stage gather
         for task in range(pid - 0, 16, (1 + (NPROG - 2) * 250 // 1000) - 0):
-            t = task
-            # stage gather over r in ranks, m in 128 by 64, k in 128 by 32
-            k = (t % 4) * 32
-            t_0 = t // 4
-            m = (t_0 % 2) * 64
-            t_1 = t_0 // 2
-            r = t_1
-            m_r = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
-            k_r = tl.max_contiguous(tl.multiple_of(k + tl.arange(0, 32), 32), 32)
-            peer2 = _tilec_peer_offset(heap_bases, rank, r, 2)
-            x1 = tl.load(A + peer2 + m_r[:, None] * 128 + k_r[None, :])
-            tl.store(Ag + (128 * r + m_r)[:, None] * 128 + k_r[None, :], x1.to(tl.float16))
-            _tilec_release(F_Ag_gather + r * 2 + (m // 64), rank, rank, heap_bases)
+            _task_k0_gather_gemm_gather(task, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, max_spin, UPCAST_DOT)
     else:  # stage gemm
         for task in range(pid - (1 + (NPROG - 2) * 250 // 1000), 12, NPROG - (1 + (NPROG - 2) * 250 // 1000)):
-            t = task
-            # stage gemm over m in 256 by 64, n in 192 by 64
-            # grouped order: 8 rows of m-tiles share the n-tiles in L2
-            g_size = 8 * 3
-            g_first = (t // g_size) * 8
-            g_rows = tl.minimum(4 - g_first, 8)
-            m = (g_first + (t % g_size) % g_rows) * 64
-            n = ((t % g_size) // g_rows) * 64
-            m_r = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
-            n_r = tl.max_contiguous(tl.multiple_of(n + tl.arange(0, 64), 64), 64)
-            # wait until stage gather has written the tiles of Ag[m, k] this call
-            lo4 = m
-            for f5 in range((lo4 // 128) * 2 + ((lo4 - 128 * (lo4 // 128)) // 64), ((lo4 + 0 + 64 - 1) // 128) * 2 + (((lo4 + 0 + 64 - 1) - 128 * ((lo4 + 0 + 64 - 1) // 128)) // 64) + 1):
-                _tilec_wait(F_Ag_gather + f5, epoch * 4, rank, rank, heap_bases, ERR, max_spin, 1, f5)
-            acc1 = tl.zeros((64, 64), dtype=tl.float32)
-            k_r = tl.arange(0, 32)  # k = 0
-            p2 = Ag + m_r[:, None] * 128 + k_r[None, :]
-            p3 = B + k_r[:, None] * 192 + n_r[None, :]
-            for k in range(0, 128, 32):
-                k_r = k + tl.arange(0, 32)
-                x6 = tl.load(p2)
-                x7 = tl.load(p3)
-                acc1 = _tilec_dot(x6, x7, acc1, UPCAST_DOT, False)
-                p2 += 32
-                p3 += 6144
-            tl.store(C + m_r[:, None] * 192 + n_r[None, :], acc1.to(tl.float16))
+            _task_k0_gather_gemm_gemm(task, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, max_spin, UPCAST_DOT)
 
 KERNELS = [
     # (kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups)
