@@ -28,7 +28,8 @@ class Diagnostic:
     message: str
 
     def render(self, source: str | None = None) -> str:
-        head = f"{self.loc}: error: {self.message}"
+        where = str(self.loc) if self.loc.line > 0 else self.loc.file  # no position: name the file alone
+        head = f"{where}: error: {self.message}"
         if not source or self.loc.line <= 0:
             return head
         lines = source.splitlines()
