@@ -119,7 +119,7 @@ def test_diagnostic_render_edge_cases():
     d = Diagnostic(Loc("f.tile", 3, 5), "boom")
     assert d.render(None) == "f.tile:3:5: error: boom"
     assert d.render("one line\n") == "f.tile:3:5: error: boom"  # line past the end: no excerpt
-    assert Diagnostic(Loc("f.tile", 0, 0), "unreadable").render("x") == "f.tile:0:0: error: unreadable"
+    assert Diagnostic(Loc("f.tile", 0, 0), "unreadable").render("x") == "f.tile: error: unreadable"  # no position
     assert d.render("a\nb\n0123456789\n") == "f.tile:3:5: error: boom\n  0123456789\n      ^"
 
 
