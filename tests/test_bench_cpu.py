@@ -173,3 +173,12 @@ def test_distributed_baseline_on_gloo():
     for rows in results:
         assert [r[0] for r in rows] == ["nccl+torch (bsp)"]
         assert rows[0][1] > 0 and rows[0][2] < 1e-5
+
+
+def test_gemm_pattern_picks_the_baselines_of_each_example():
+    from tilec.bench_baselines import gemm_pattern
+
+    dims = {"M": 256, "N": 128, "K": 256}
+    got = {e: gemm_pattern(f"examples/{e}.tile", 2, dims) for e in ("ag_gemm", "gemm_rs", "gemm_ar")}
+    assert got == {"ag_gemm": "ag", "gemm_rs": "rs", "gemm_ar": "ar"}
+    assert gemm_pattern("examples/gemm_rs.tile", 1, dims) == "ag"  # world 1: every pattern is a plain matmul

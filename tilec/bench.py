@@ -112,7 +112,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
                dtype: str, iters: int, tune: bool, log) -> list[dict]:
     """Runs on every rank; returns rows (rank 0's are the ones reported)."""
     import tilec
-    from tilec.bench_baselines import baselines
+    from tilec.bench_baselines import baselines, gemm_pattern
 
     rows: list[Row] = []
     cache = json.loads(_tune_cache().read_text()) if _tune_cache().exists() else {}
@@ -123,10 +123,11 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
     step = 0
     for (m, n, k) in shapes:
         dims = {"M": m, "N": n, "K": k}
-        flops = _flops(dims, None)
+        pattern = gemm_pattern(path, world, dims)
+        flops = _flops(dims, None) / (world if pattern != "ag" else 1)  # rs/ar: each rank multiplies a K-shard
         shape_rows: list[Row] = []
         mark = heap.mark()
-        base = baselines(heap, dims, world, dtype, iters, _median_time)
+        base = baselines(heap, dims, world, dtype, iters, _median_time, pattern)
         for name, secs, note in base:
             shape_rows.append(Row(Path(path).stem, dims, world, dtype, name, "baseline", secs * 1e6,
                                   flops / secs / 1e12, note=note))

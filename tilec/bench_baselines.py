@@ -1,6 +1,11 @@
 """External baselines, timed by the same harness as tilec's schedules.
 
-All-Gather + GEMM (`baselines`):
+GEMM programs (`baselines`), by pattern (`gemm_pattern`: read off the program's tensor shapes):
+- ag (All-Gather + GEMM, A [M/W, K]), rs (GEMM + Reduce-Scatter, A [M, K/W], C [M/W, N]),
+  ar (GEMM + All-Reduce, A [M, K/W], C [M, N]).
+- rs: matmul + reduce_scatter_tensor (NCCL), and PyTorch's fused_matmul_reduce_scatter (symmetric memory).
+- ar: matmul + all_reduce (NCCL).
+All-Gather + GEMM:
 - torch.matmul (cuBLAS) on the gathered A: the compute floor (world 1: the whole op).
 - NCCL + cuBLAS (BSP): all_gather_into_tensor then matmul; needs one GPU per rank.
 - PyTorch async-TP: torch.ops.symm_mem.fused_all_gather_matmul; needs one GPU per rank and symmetric memory.
@@ -32,7 +37,23 @@ def _nccl_group():
     return _groups["nccl"]
 
 
-def baselines(heap, dims: dict, world: int, dtype: str, iters: int, timer) -> list[tuple[str, float, str]]:
+def gemm_pattern(path: str, world: int, dims: dict) -> str:
+    """'ag', 'rs' or 'ar' from the shapes of the program's A and C (dims bound as for the benchmark row)."""
+    from tilec.frontend.parser import parse_file
+    from tilec.frontend.sema import check
+
+    prog = check(parse_file(path), world, dims)
+    shape = {t.name: t.shape for t in prog.tensors}
+    m, n, k = dims["M"], dims["N"], dims["K"]
+    if shape.get("A") == (m, k // world) and world > 1:
+        return "rs" if shape.get("C") == (m // world, n) else "ar"
+    return "ag"
+
+
+def baselines(heap, dims: dict, world: int, dtype: str, iters: int, timer, pattern: str = "ag"
+              ) -> list[tuple[str, float, str]]:
+    if pattern in ("rs", "ar") and world > 1:
+        return _reduce_baselines(heap, dims, world, dtype, iters, timer, pattern)
     m, n, k = dims["M"], dims["N"], dims["K"]
     dt = TORCH_DTYPE[dtype]
     dev = heap.device
@@ -126,6 +147,47 @@ def lse_combine(o: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
 
 def _one_gpu_per_rank(dev, world: int) -> bool:
     return dev.type == "cuda" and world <= torch.cuda.device_count()
+
+
+def _reduce_baselines(heap, dims: dict, world: int, dtype: str, iters: int, timer, pattern: str):
+    """GEMM + Reduce-Scatter / All-Reduce: each rank multiplies its K-shard, then NCCL reduces (BSP)."""
+    m, n, k = dims["M"], dims["N"], dims["K"]
+    dt = TORCH_DTYPE[dtype]
+    dev = heap.device
+    g = torch.Generator(device="cpu").manual_seed(1 + heap.rank)
+    a = (torch.randn(m, k // world, generator=g) / 8).to(dev, dt)
+    b = (torch.randn(k // world, n, generator=g) / 8).to(dev, dt)
+    out = []
+    if not (dev.type == "cuda" and world <= torch.cuda.device_count()):
+        print(f"  baselines: ranks share {dev}; NCCL needs one GPU per rank, so only the local matmul is timed",
+              file=sys.stderr)
+        out.append(("torch.matmul (no comm)", timer(lambda: torch.matmul(a, b), heap, iters, 3),
+                    "compute only: a lower bound, not a distributed baseline"))
+        return out
+    import torch.distributed as dist
+
+    grp = _nccl_group()
+    if pattern == "rs":
+        shard = torch.empty(m // world, n, device=dev, dtype=dt)
+        out.append(("nccl+cublas (bsp)", timer(lambda: dist.reduce_scatter_tensor(shard, a @ b, group=grp), heap,
+                                               iters, 3), "matmul + reduce_scatter_tensor"))
+        try:
+            import torch.distributed._symmetric_memory as symm_mem
+
+            symm_mem.enable_symm_mem_for_group(grp.group_name)
+
+            def fused():
+                return torch.ops.symm_mem.fused_matmul_reduce_scatter(a, b, "sum", scatter_dim=0,
+                                                                      group_name=grp.group_name)
+
+            out.append(("pytorch fused_matmul_reduce_scatter", timer(fused, heap, iters, 3), "symmetric memory"))
+        except Exception as e:  # not every build has it; say so instead of failing the run
+            print(f"  baselines: fused_matmul_reduce_scatter unavailable: {type(e).__name__}: {str(e)[:160]}",
+                  file=sys.stderr)
+    else:
+        out.append(("nccl+cublas (bsp)", timer(lambda: dist.all_reduce(a @ b, group=grp), heap, iters, 3),
+                    "matmul + all_reduce"))
+    return out
 
 
 def decode_baselines(heap, dims: dict, world: int, dtype: str, iters: int, timer, q, k, v, lens,
