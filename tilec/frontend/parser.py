@@ -11,20 +11,25 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from tilec.errors import CompileError, Diagnostic, Loc
 from tilec.frontend import ast
 
+_MESSAGES = {
+    "loop": "a tile loop is `VAR in EXTENT by TILE` (or `VAR in ranks`)",
+    "body": "a stage body is one or more assignments `X[...] = expr`",
+    "tensor": "tensor declarations look like `in A : f16[M, K] symmetric`",
+}
 # Common mistakes, recognised by lark's match_examples, mapped to messages users can act on.
 _EXAMPLES: dict[str, list[str]] = {
     "a program starts with `program NAME(world W)`": ["dims M", "stage s over m in M by BM:\n X[m] = Y[m]"],
     "expected `(world W)` after the program name": ["program p\n", "program p(W)"],
     "a stage needs `over LOOPS:` before its body": ["program p(world W)\nstage s:\n"],
-    "a tile loop is `VAR in EXTENT by TILE` (or `VAR in ranks`)": [
+    _MESSAGES["loop"]: [
         "program p(world W)\nstage s over m in M:",
         "program p(world W)\nstage s over m by BM:",
     ],
-    "a stage body is one or more assignments `X[...] = expr`": [
+    _MESSAGES["body"]: [
         "program p(world W)\nstage s over m in M by BM:\nbarrier",
         "program p(world W)\nstage s over m in M by BM:\n",
     ],
-    "tensor declarations look like `in A : f16[M, K] symmetric`": [
+    _MESSAGES["tensor"]: [
         "program p(world W)\nin A f16[M]",
         "program p(world W)\nin A : [M]",
         "program p(world W)\nin A : f64[M]",
@@ -167,6 +172,23 @@ class _ToAst(Transformer):
         return ast.Name(str(t), self._loc(t))
 
 
+def _by_expectation(e: UnexpectedInput, source: str) -> str | None:
+    """The same friendly messages for mistakes inside real programs, which lark's match_examples misses (it
+    compares whole parser states, stack depth included): judged from what the parser expected and the line."""
+    expected = set(getattr(e, "expected", ()) or ())
+    lines = source.splitlines()
+    at = lines[e.line - 1].strip() if 0 < e.line <= len(lines) else ""
+    if getattr(e, "token", None) is not None and e.token.type == "$END":
+        at = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
+    if "BY" in expected:
+        return _MESSAGES["loop"]
+    if expected == {"COLON"} and at.split(" ", 1)[0] in ("in", "out", "buf"):
+        return _MESSAGES["tensor"]
+    if (expected and expected <= {"NAME", "PEER", "UNDERSCORE"}) or (expected == {"LSQB"} and at == "barrier"):
+        return _MESSAGES["body"]
+    return None
+
+
 def _describe(tok: Token | None) -> str:
     if tok is None or tok.type == "$END":
         return "end of file"
@@ -178,7 +200,7 @@ def parse(source: str, file: str = "<string>") -> ast.Program:
     try:
         tree = _parser().parse(source)
     except UnexpectedInput as e:
-        friendly = e.match_examples(_parser().parse, _EXAMPLES, use_accepts=True)
+        friendly = e.match_examples(_parser().parse, _EXAMPLES, use_accepts=True) or _by_expectation(e, source)
         line, col = max(e.line, 1), max(e.column, 1)
         if isinstance(e, UnexpectedCharacters):
             msg = f"unexpected character {source[e.pos_in_stream]!r}"
