@@ -59,3 +59,24 @@ def test_specialized_applies_to_ag_gemm_and_gemm_ar_and_says_why_not_for_pushing
         assert k.persistent and len(k.groups) == len(k.stages)
     with pytest.raises(ScheduleError, match="no kernel has both a tile-copy"):
         tilec.compile("examples/gemm_rs.tile", world=2, schedule="specialized")
+
+
+@pytest.mark.slow
+def test_start_local_order_matches_torch():
+    world, (m, n, k) = 3, (96, 64, 64)
+    g = torch.Generator().manual_seed(9)
+    shards = [torch.randn(m // world, k, generator=g).half() for _ in range(world)]
+    b = torch.randn(k, n, generator=g).half()
+    want = torch.cat(shards).float() @ b.float()
+    cases = []
+    for sched in ("fused-push", "specialized", "flags"):
+        prog = tilec.compile("examples/ag_gemm.tile", world=world, schedule=sched, dims={"M": m, "N": n, "K": k},
+                             start_local=True)
+        assert "rank *" in prog.source
+        cases.append((sched, prog, [[{"A": shards[r], "B": b} for r in range(world)]] * 2, ()))
+    got = spawn("tests._workers:run_cases", world, args=(cases,), heap_bytes=1 << 24, timeout=600)
+    for rank, res in enumerate(got):
+        for sched, outs in res.items():
+            for out in outs:
+                err = ((out["C"].float() - want).abs().max() / want.abs().max()).item()
+                assert err < 1e-2, (rank, sched, err)

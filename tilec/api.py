@@ -27,6 +27,7 @@ def compile(  # noqa: A001 - the public name the docs promise
     num_warps: int = 4,
     num_stages: int = 3,
     retype: dict[str, str] | None = None,
+    start_local: bool = False,
     wait_timeout: float = 60.0,
     source: str | None = None,
 ) -> CompiledProgram:
@@ -35,6 +36,7 @@ def compile(  # noqa: A001 - the public name the docs promise
     dims: values for the program's dims and tile sizes (like -D on the command line).
     retype: map declared dtypes to others, e.g. {"f16": "bf16"} to build the same program in bf16.
     num_warps, num_stages, group_m: launch and tile-order settings of the generated kernels (the tuner's knobs).
+    start_local: each rank starts every stage's tasks at its own share (its rows, its shard) instead of task 0.
     Raises CompileError (bad program), ScheduleError (schedule does not apply, with the reason) or VerifyError.
     """
     if schedule not in (*SCHEDULES, "auto"):
@@ -54,7 +56,8 @@ def compile(  # noqa: A001 - the public name the docs promise
     verify(g, "lower")
     snaps = {"lower": g}
     g = run_pipeline(g, pipeline(schedule, granularity), verify, snaps)
-    model = build_model(g, schedule, {"group_m": group_m, "num_warps": num_warps, "num_stages": num_stages})
+    model = build_model(g, schedule, {"group_m": group_m, "num_warps": num_warps, "num_stages": num_stages,
+                                      "start_local": start_local})
     src = render(model)
     prog = CompiledProgram(bound, schedule, src, g, snaps, wait_timeout)
     prog.candidates = ranking

@@ -565,7 +565,8 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
     kernels = []
     nconc = sum(1 for k in g.graph["kernels"] if k.concurrent) or 1
     for k in g.graph["kernels"]:
-        kernels.append(_kernel(g, k, flag_no, options.get("group_m", 8), 1.0 / nconc if k.concurrent else 1.0))
+        kernels.append(_kernel(g, k, flag_no, options.get("group_m", 8), 1.0 / nconc if k.concurrent else 1.0,
+                               options.get("start_local", False)))
     tensors_used = []
     for _, d in sorted(g.nodes(data=True)):
         if d["kind"] == "tensor":
@@ -613,10 +614,12 @@ def _peers_touch_user_tensors(g: nx.DiGraph) -> bool:
     return False
 
 
-def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], group_m: int, share: float) -> KernelModel:
+def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], group_m: int, share: float,
+            start_local: bool = False) -> KernelModel:
     lines: list[str] = []
     params: list[str] = []
     tasks: list[TaskFn] = []
+    world = g.graph["program"].world
     offset = 0
     total = sum(_trips(stage(g, s).loops) for s in k.stages)
     if k.groups:  # program group i covers pids [lo_i, lo_i + n_i); every group has at least one program
@@ -639,14 +642,15 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], group_m: int, sha
             cond = "if" if i == 0 else "elif" if i < len(k.stages) - 1 else "else"
             lines.append(f"{cond} pid < {hi}:  # stage {sname}" if cond != "else" else f"else:  # stage {sname}")
             lines.append(f"    for task in range(pid - {lo}, {n}, {hi} - {lo}):")
-            lines.append(f"        {call}(task, ARGS)")
+            lines.append(f"        {call}({_rotated('task', n, start_local, world)}, ARGS)")
         elif len(k.stages) == 1:
-            lines += ["t = task"] + [b[4:] for b in body]
+            lines += [f"t = {_rotated('task', n, start_local, world)}"] + [b[4:] for b in body]
         else:
             cond = "if" if i == 0 else "elif" if i < len(k.stages) - 1 else "else"
             test = f" task < {offset + n}" if cond != "else" else ""
             lines.append(f"{cond}{test}:")
-            lines.append(f"    {call}(task - {offset}, ARGS)" if offset else f"    {call}(task, ARGS)")
+            local = f"task - {offset}" if offset else "task"
+            lines.append(f"    {call}({_rotated(local, n, start_local, world)}, ARGS)")
         offset += n
         for p in em.params:
             if p not in params:
@@ -655,6 +659,14 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], group_m: int, sha
     lines = [ln.replace("ARGS", args) for ln in lines]
     return KernelModel(k.name, k.stages, tuple(params), tuple(lines), total, k.persistent, k.concurrent,
                        k.barrier_before, share, len(k.groups), tuple(tasks))
+
+
+def _rotated(t: str, n: int, on: bool, world: int) -> str:
+    """start_local: rank q starts its stage's tasks at q/W of the way round (its own rows, its own shard first),
+    so programs do not all begin by waiting on the same peer; every task is still run exactly once."""
+    if not on or world == 1 or n < world:
+        return t
+    return f"({t} + rank * {n // world}) % {n}"
 
 
 def _trips(loops) -> int:
