@@ -94,9 +94,14 @@ class Heap(abc.ABC):
         return self.used
 
     def release(self, mark: int) -> None:
-        """Free everything allocated after `mark` (all ranks must do it alike). Freed memory is not cleared."""
+        """Free everything allocated after `mark` (all ranks must do it alike). Freed memory is not cleared.
+
+        A collective: it starts with a barrier, because after a call returns on this rank its peers may still be
+        reading this rank's buffers and flags (their last waits), and the next allocation zeroes them."""
         if not 0 <= mark <= self.used:
             raise HeapError(f"release({mark}) outside the allocated range [0, {self.used}]")
+        if self.world > 1:
+            self.barrier()
         self.used = mark
 
     # -- queries ---------------------------------------------------------------------------------
