@@ -218,20 +218,6 @@ def _pull_remote(p: Pull, scope, q: int, world: int, total: int) -> int:
     return total // max(1, len(e)) * far
 
 
-def _lin(d, e: np.ndarray) -> np.ndarray:
-    """Flag coordinate of element e along one dim, as the generated wait loops compute it (no clamping)."""
-    x = e - d.const
-    r = x // d.rank_coef if d.rank_var else 0 * x
-    off = x - d.rank_coef * r if d.rank_var else x
-    t = off // d.step if d.tile_var and d.key_tile else 0 * x
-    out = 0 * x
-    if d.key_rank:
-        out = out + (r * d.trips if d.key_tile else r)
-    if d.key_tile:
-        out = out + t
-    return out
-
-
 def _wait_count(g, w, red: tuple[Var, ...], scope, q: int, world: int) -> int:
     """Counters one consumer stage spins on per call for one wait: per task the flag range its reads cover, the
     whole reduction included (the generated prologue waits for it all at task start)."""
@@ -254,7 +240,7 @@ def _wait_count(g, w, red: tuple[Var, ...], scope, q: int, world: int) -> int:
             top = top + scope[tv].extent - 1
         elif tv:
             top = top + np.minimum(scope[tv].step, scope[tv].extent - tval) - 1
-        total *= int(np.sum(_lin(d, lo + top) - _lin(d, lo) + 1))
+        total *= int(np.sum(d.lin(lo + top, clamp=False) - d.lin(lo, clamp=False) + 1))
     for name, v in scope.items():
         if name not in used and name not in rednames and v.kind != "me":
             total *= v.trips

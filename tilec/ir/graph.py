@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from tilec.errors import Loc
-from tilec.ir.types import Access, Affine, Load, Store, TExpr, Var, loads, map_expr, walk
+from tilec.ir.types import Access, Load, Store, Var, walk
 
 
 @dataclass(frozen=True)
@@ -173,21 +173,3 @@ def copy_graph(g: nx.DiGraph) -> nx.DiGraph:
     h = g.copy()
     h.graph = dict(g.graph)
     return h
-
-
-def replace_stage(g: nx.DiGraph, st: Stage) -> None:
-    g.nodes[sid(st.name)]["payload"] = st
-
-
-def map_stage_exprs(st: Stage, fn) -> tuple[Store, ...]:
-    from dataclasses import replace
-
-    return tuple(replace(s, value=map_expr(s.value, fn)) for s in st.body)
-
-
-def expr_reads(e: TExpr) -> list[Load]:
-    return loads(e)
-
-
-def affine_eval(a: Affine, env: dict[str, int]) -> int:
-    return a.const + sum(k * env[v] for v, k in a.terms)

@@ -53,11 +53,14 @@ class DimInverse:
             ok = ok & (r >= 0) & (r < self.world)
         return ok
 
-    def lin(self, e):
-        """Flag coordinate of element e along this dim (clamped into range for gap elements)."""
+    def lin(self, e, clamp: bool = True):
+        """Flag coordinate of element e along this dim; clamped into range for gap elements unless clamp=False
+        (as the generated wait loops compute it)."""
         r, off = self.solve(e)
-        t = np.clip(off // self.step, 0, self.trips - 1) if self.tile_var else 0
-        r = np.clip(r, 0, self.world - 1) if self.rank_var else 0
+        t = off // self.step if self.tile_var else 0
+        if clamp:
+            t = np.clip(t, 0, self.trips - 1) if self.tile_var else 0
+            r = np.clip(r, 0, self.world - 1) if self.rank_var else 0
         return self.lin_of(r, t) + e * 0  # an array like e, also when no part of this dim is keyed
 
     def lin_of(self, r, t):

@@ -16,7 +16,8 @@ import numpy as np
 
 from tilec.errors import ScheduleError, VerifyError
 from tilec.ir.graph import Pull, flags, stages, waits
-from tilec.ir.types import ME, Var
+from tilec.ir.tiling import strides
+from tilec.ir.types import ME, Var, reduction_vars
 
 
 def _structure(g: nx.DiGraph) -> list[str]:
@@ -115,8 +116,7 @@ def _task_grid(loops: tuple[Var, ...]) -> dict[str, np.ndarray]:
 
 def _releases(g: nx.DiGraph) -> list[str]:
     """Every counter of every flag is bumped exactly `count` times per call, on the rank that owns it."""
-    from tilec.ir.tiling import strides
-    from tilec.passes.replace_barriers import flag_dims
+    from tilec.passes.replace_barriers import flag_dims  # replace_barriers is a pass module: import on use
 
     out = []
     prog = g.graph["program"]
@@ -170,8 +170,6 @@ def _coverage(g: nx.DiGraph) -> list[str]:
     for c in stages(g):
         scope = {v.name: v for v in c.loops}
         for s in c.body:
-            from tilec.ir.types import reduction_vars
-
             scope.update({v.name: v for v in reduction_vars(s.value)})
         scope[ME] = Var(ME, "me", prog.world, 1, c.loc)
         for w in waits(g, c.name):
