@@ -102,13 +102,19 @@ def test_decode_paper_sets_and_split_cap():
     assert {s[0] for s in paper} == {1, 8, 32}
     assert all(s[4] in (16 * 1024, 64 * 1024) for s in paper if s[0] > 1)
     assert set(bench_decode.DECODE_SHAPES["decode-quick"]) <= set(paper)
-    # without --tune one BS per shape that keeps the local merge within the split cap; 1M positions exceed it
-    assert bench_decode.candidates(8192, False, False) == [64]
-    assert bench_decode.candidates(8192, False, True) == [32, 64, 128]
-    assert bench_decode.candidates(256 * 1024, False, False) == [128]
-    assert bench_decode._too_many_splits(256 * 1024, 128) is None
+    # without --tune the largest split that leaves >= TASKS_PER_RANK split tasks: B1 HKV16 S8K -> 8192/256 * 16
+    dims = bench_decode.shape_dims
+    assert bench_decode.candidates(dims((1, 16, 8, 128, 8192)), False, False) == [256]
+    assert bench_decode.candidates(dims((1, 16, 8, 128, 8192)), False, True) == [64, 128, 256, 512]
+    assert bench_decode.candidates(dims((1, 12, 8, 128, 1024 * 1024)), False, False) == [16384]
+    assert bench_decode.candidates(dims((32, 16, 8, 128, 16384)), False, False) == [16384]
+    for shape in paper:  # every paper shape gets one within the split cap, and enough tasks
+        d = dims(shape)
+        bs = bench_decode.default_bs(d, False)
+        assert bench_decode._too_many_splits(d["S"], bs) is None
+        assert d["B"] * d["HKV"] * d["S"] // bs >= bench_decode.TASKS_PER_RANK
     assert "splits" in bench_decode._too_many_splits(1024 * 1024, 128)
-    assert bench_decode.prepare(DECODE, paper, 1, "bf16", False) > 1 << 30  # B=32 S=64K BS=32: 4 GiB of partials
+    assert bench_decode.prepare(DECODE, paper, 1, "bf16", False) > 64 << 20
 
 
 def test_decode_signature_is_checked(tmp_path):

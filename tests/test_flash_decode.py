@@ -10,10 +10,12 @@ from tilec.runtime import spawn
 
 EXAMPLE = "examples/flash_decode.tile"
 TOL = {"f16": 2e-3, "f32": 1e-4}
-# (world, dims): GQA ratios 1, 4, 8; batch 1..8; lengths not multiples of BS; empty shards
+# (world, dims): GQA ratios 1, 4, 8; batch 1..8; lengths not multiples of BS; empty shards; tiny tiles (the
+# broadcast path), tl.dot tiles and streamed ones
 CASES = {
-    1: [dict(B=3, HKV=2, G=4, D=32, S=96, BS=32)],
-    2: [dict(B=2, HKV=2, G=4, D=64, S=64, BS=32), dict(B=8, HKV=1, G=1, D=32, S=32, BS=16)],
+    1: [dict(B=3, HKV=2, G=4, D=32, S=96, BS=32), dict(B=2, HKV=2, G=2, D=8, S=32, BS=8)],
+    2: [dict(B=2, HKV=2, G=4, D=64, S=64, BS=32), dict(B=8, HKV=1, G=1, D=32, S=32, BS=16),
+        dict(B=3, HKV=1, G=8, D=32, S=256, BS=128)],  # BS > 64: attend streams blocks of keys
     3: [dict(B=3, HKV=1, G=8, D=32, S=64, BS=32)],
     4: [dict(B=1, HKV=2, G=1, D=64, S=32, BS=16)],
 }

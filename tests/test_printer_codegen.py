@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 
+import tilec
 from tests._util import ROOT, SCHEDULES, compile_example
 from tilec.cli import main as cli_main
 from tilec.errors import TilecError
@@ -246,3 +247,12 @@ def test_fine_grained_schedules_have_no_barrier_between_kernels(saved_modules, s
 
 def test_bsp_has_no_exit_barrier(saved_modules):
     assert saved_modules["ag_gemm_bsp"]["exit_barrier"] is False
+
+
+def test_flash_decode_source_golden(golden):
+    """The single persistent flash-decode kernel with splits longer than one block: attend streams 64-key blocks
+    (masked past the sequence's length) through tl.dot with the query rows padded to 16."""
+    prog = tilec.compile("examples/flash_decode.tile", world=2, schedule="fused-push",
+                         dims=dict(B=2, HKV=2, G=4, D=64, S=256, BS=128))
+    golden("flash_decode_w2/fused-push.source.py", prog.source)
+    assert "for c" in prog.source and "_tilec_attend_step(" in prog.source

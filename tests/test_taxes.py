@@ -134,21 +134,24 @@ def test_prediction_adds_up(ag_w2):
 
 
 def test_model_matches_the_measured_world1_bench():
-    """benchmarks/results/h200-1gpu: bsp, flags and fused-pull at world 1 within 15% on the M=8192 shapes (the
-    bench calls without entry barrier; bf16 has f16's sizes)."""
+    """benchmarks/results/h200-1gpu (2026-11-29, call 2): on the M=8192 shapes the model is within 15% of the
+    measured bsp and fused-pull calls and within 25% of flags and specialized (the bench calls without entry
+    barrier; bf16 has f16's sizes). fused-push is left out: measured 1.2-2.4x slower than predicted there (its
+    GEMM tasks wait on copies made inside the same kernel; the model does not charge that yet)."""
     data = json.loads((ROOT / "benchmarks/results/h200-1gpu/ag_gemm_paper+square_bf16.json").read_text())
+    tolerance = {"bsp": 0.15, "fused-pull": 0.15, "flags": 0.25, "specialized": 0.25}
     checked = 0
     for row in data["rows"]:
         s = row["shape"]
-        if row["kind"] != "tilec" or row["name"] == "fused-push" or s["M"] < 8192:
+        if row["kind"] != "tilec" or row["name"] not in tolerance or s["M"] < 8192:
             continue
         cfg = {k: row["config"][k] for k in ("BM", "BN", "BK")}
-        # the recorded run used per-tile flags (the default then)
-        prog = tilec.compile(AG, world=1, schedule=row["name"], dims={**s, **cfg}, granularity="tile")
+        prog = tilec.compile(AG, world=1, schedule=row["name"], dims={**s, **cfg})
         pred = predict(static(prog), Machine(), entry_barrier=False).predicted_us
-        assert 0.85 < pred / row["median_us"] < 1.15, (s, row["name"], pred, row["median_us"])
+        tol = tolerance[row["name"]]
+        assert 1 - tol < pred / row["median_us"] < 1 + tol, (s, row["name"], pred, row["median_us"])
         checked += 1
-    assert checked == 15
+    assert checked == 20
 
 
 BENCH_TILES = {"BM": 128, "BN": 256, "BK": 64}

@@ -165,6 +165,8 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
                 log(f"[{step}/{total}] {dims} {s}: skipped ({best[1] if best else 'no config ran'})")
                 continue
             cfg, secs = best[0], best[1]
+            ctx = best[2]._state.get(id(heap), {}).get("ctx")
+            per_sm = max(ctx.per_sm.values(), default=1) if ctx is not None else 1
             cache[key] = list(cfg)
             if len(cands) > 1:  # re-time the winner with the full iteration count
                 prog = tilec.compile(path, world=world, schedule=s, retype=retype, group_m=cfg[5],
@@ -176,6 +178,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
                                     iters, 2)
                 heap.release(inner)
             conf = dict(zip(("BM", "BN", "BK", "num_warps", "num_stages", "group_m"), cfg, strict=True))
+            conf["programs_per_sm"] = per_sm  # of the persistent kernels (occupancy, LaunchContext.fit)
             if heap.rank == 0:  # `--schedule auto` prefers measured times of this program, shape, world and GPU
                 from tilec.auto import key as auto_key
                 from tilec.auto import record_measured

@@ -8,9 +8,10 @@ entry_barrier=False, sync=False. Reported per row: median time, the KV bytes eac
 (COPY_GBPS), the ratio to tilec's bsp schedule and to the best baseline, and the relative error of the output
 against the first baseline's (a fast wrong kernel shows up). Lengths are full (lens[b] = W * S).
 
-Tile size BS: one default per shape (default_bs) unless --tune, which times BS in BS_CANDIDATES and caches the
-winner per (program, schedule, shape, world, dtype, GPU) beside the GEMM tuner's entries. Candidates whose split
-count S/BS exceeds MAX_SPLITS are not compiled (see there).
+Tile size BS (positions per split): one default per shape (default_bs: the largest split that still gives every
+SM a few tasks; attend streams a split in blocks of 64 keys, so a long split costs no registers) unless --tune,
+which times default/4 .. default*2 and caches the winner per (program, schedule, shape, world, dtype, GPU) beside
+the GEMM tuner's entries. Candidates whose split count S/BS exceeds MAX_SPLITS are not compiled (see there).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from tilec.errors import ScheduleError, TilecError
 
 DECODE_DIMS = ("B", "HKV", "G", "D", "S")
 COPY_GBPS = 4200.0  # measured H200 device-to-device copy bandwidth (docs/GPU.md)
-BS_CANDIDATES = (32, 64, 128)  # --tune
+TASKS_PER_RANK = 512  # split tasks default_bs aims for: ~4 per SM of an H200 (132 SMs), so the KV streams evenly
+MIN_BS = 64
 CPU_BS = 32
 NUM_WARPS, NUM_STAGES = 4, 3
 # The example's local merge holds all S/BS partials of one (batch, head) in one program (S/BS x D f32): at 2048
@@ -109,17 +111,25 @@ def attn_flops(dims: dict) -> float:
     return 4.0 * dims["B"] * dims["HKV"] * dims["G"] * dims["S"] * dims["D"]
 
 
-def default_bs(s: int, interpret: bool) -> int:
-    """BS without --tune: 64 while S/64 stays within MAX_SPLITS, else 128 (CPU emulation: 32)."""
+def default_bs(dims: dict, interpret: bool) -> int:
+    """BS without --tune: the largest power of two (>= 64, <= S) that leaves B * HKV * S/BS >= TASKS_PER_RANK
+    split tasks (CPU emulation: 32)."""
     if interpret:
         return CPU_BS
-    return 64 if not MAX_SPLITS or s // 64 <= MAX_SPLITS else 128
+    s, heads = dims["S"], dims["B"] * dims["HKV"]
+    bs = MIN_BS
+    while bs * 2 <= s and heads * (s // (bs * 2)) >= TASKS_PER_RANK:
+        bs *= 2
+    return bs
 
 
-def candidates(s: int, interpret: bool, tune: bool) -> list[int]:
+def candidates(dims: dict, interpret: bool, tune: bool) -> list[int]:
     if interpret:
         return [CPU_BS]
-    return list(BS_CANDIDATES) if tune else [default_bs(s, interpret)]
+    bs = default_bs(dims, interpret)
+    if not tune:
+        return [bs]
+    return [c for c in (bs // 4, bs // 2, bs, bs * 2) if MIN_BS <= c <= dims["S"]]
 
 
 def _too_many_splits(s: int, bs: int) -> str | None:
@@ -273,12 +283,12 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
             key = f"decode|{src_hash}|{s}|{'x'.join(str(x) for x in shape)}|w{world}|{dtype}|{_gpu_name()}"
             cached = cache.get(key, {}).get("BS")
             cands = [cached] if cached and not _too_many_splits(dims["S"], cached) else candidates(
-                dims["S"], heap.interpret, tune)
+                dims, heap.interpret, tune)
             too_many = [r for r in map(lambda bs: _too_many_splits(dims["S"], bs), cands) if r]
             cands = [bs for bs in cands if not _too_many_splits(dims["S"], bs)]
             if not cands:
                 try:  # a schedule that does not apply says so, whatever the tile size
-                    compile_(s, dims, default_bs(dims["S"], heap.interpret))
+                    compile_(s, dims, default_bs(dims, heap.interpret))
                     reason = too_many[0]
                 except TilecError as e:
                     reason = str(e)
@@ -355,9 +365,9 @@ def prepare(path: str, shapes: list[tuple[int, ...]], world: int, dtype: str, in
     worst = 0
     for shape in shapes:
         dims = shape_dims(shape)
-        bss = [CPU_BS] if interpret else [*BS_CANDIDATES, default_bs(dims["S"], interpret)]
+        bss = candidates(dims, interpret, tune=True) if not interpret else [CPU_BS]
         bss = [bs for bs in bss if not _too_many_splits(dims["S"], bs)]
-        bound = check(ast, world, {**dims, "BS": min(bss, default=max(BS_CANDIDATES))})
+        bound = check(ast, world, {**dims, "BS": min(bss, default=default_bs(dims, interpret))})
         check_signature(bound, path)
         if bss:
             worst = max(worst, sum(math.prod(t.shape) * esz[t.dtype] for t in bound.tensors

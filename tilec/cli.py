@@ -93,20 +93,33 @@ def _show_schedules(args) -> int:
 
 def cmd_check(args) -> int:
     """Parse, check and verify the program under every schedule; say which apply and why the others don't."""
-    from tilec.errors import ScheduleError, VerifyError
+    from tilec.errors import ScheduleError, TilecError, VerifyError
 
     ok, failed = 0, 0
     for s in SCHEDULES:
         try:
             prog = _compile(args, s)
             print(f"  {s:<11} verified: {len(prog.graph.graph['kernels'])} kernel(s), "
-                  f"{sum(1 for _, d in prog.graph.nodes(data=True) if d['kind'] == 'flag')} flag(s)")
+                  f"{sum(1 for _, d in prog.graph.nodes(data=True) if d['kind'] == 'flag')} flag(s)", flush=True)
             ok += 1
         except ScheduleError as e:
             print(f"  {s:<11} {e}")
+            continue
         except VerifyError as e:  # a compiler bug: report it and go on with the other schedules
             print(f"  {s:<11} REJECTED by the verifier: {e}")
             failed += 1
+            continue
+        if args.target:
+            from tilec.codegen.target_check import compile_for_target
+
+            try:
+                built = compile_for_target(prog, args.target)
+            except TilecError as e:  # the GPU compiler rejected a kernel the verifier accepted
+                print(f"  {'':<11} {e}")
+                failed += 1
+                continue
+            print(f"  {'':<11} compiled for {args.target}: " + ", ".join(f"{k} ({b // 1024} KiB shared)"
+                                                                      for k, b in built), flush=True)
     verdict = "ok" if not failed else f"{failed} schedule(s) rejected"
     print(f"{args.program}: {verdict}, {ok} of {len(SCHEDULES)} schedules verified for world {_world(args)}")
     return 1 if failed else 0
@@ -196,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_show)
     p = sub.add_parser("check", help="static checks and verification of every schedule")
     _common(p, schedule=False)
+    p.add_argument("--target", default=None, metavar="BACKEND:ARCH",
+                   help="also compile every kernel for this GPU (e.g. cuda:90); needs no GPU")
     p.set_defaults(fn=cmd_check)
     p = sub.add_parser("run", help="compile, run on W ranks and compare every output with the reference")
     _common(p, schedule=False)

@@ -395,7 +395,7 @@ def _max_rows(rows: list[StageCost]) -> StageCost:
 
 
 def compile_all(program, world: int | None = None, dims: dict[str, int] | None = None,
-                schedules=SCHEDULES, granularity: str = "auto") -> list:
+                schedules=SCHEDULES, granularity: str = "auto", launch: dict | None = None) -> list:
     """Each schedule compiled (CompiledProgram), or Skipped with the reason it does not apply."""
     import tilec
     from tilec.program import CompiledProgram
@@ -417,7 +417,7 @@ def compile_all(program, world: int | None = None, dims: dict[str, int] | None =
             continue
         try:
             out.append(tilec.compile(path, world=world or 1, schedule=s, dims=dims, granularity=granularity,
-                                     source=src))
+                                     source=src, **(launch or {})))
         except (ScheduleError, VerifyError) as e:  # a verifier failure is a compiler bug: say it, go on
             out.append(Skipped(s, str(e)))
         except CompileError:
@@ -429,7 +429,7 @@ def compile_all(program, world: int | None = None, dims: dict[str, int] | None =
 
 def taxes(program, world: int | None = None, dims: dict[str, int] | None = None, machine: Machine | None = None,
           *, schedules=SCHEDULES, granularity: str = "auto", measure: bool = False,
-          entry_barrier: bool = True) -> list[TaxRow | Skipped]:
+          entry_barrier: bool = True, launch: dict | None = None) -> list[TaxRow | Skipped]:
     """What each schedule pays, per rank per call: a TaxRow (static accounting + prediction) per schedule that
     applies, a Skipped (with the reason) per one that does not.
 
@@ -437,10 +437,11 @@ def taxes(program, world: int | None = None, dims: dict[str, int] | None = None,
     the same world, dims and tiles). machine: tilec.model.Machine (default: H200 from GPU.md).
     measure: also time each schedule on the GPUs (CUDA events); raises TilecError without a GPU.
     entry_barrier=False predicts a call made with entry_barrier=False (no entry and exit barriers), as
-    `tilec bench` times them.
+    `tilec bench` times them. launch: tilec.compile options of the measured kernels (num_warps, num_stages,
+    group_m); the measured times are those of the tiles and launch options given, e.g. the ones `tilec bench` tuned.
     """
     machine = machine or Machine()
-    compiled = compile_all(program, world, dims, schedules, granularity)
+    compiled = compile_all(program, world, dims, schedules, granularity, launch)
     measured = measure_times([p for p in compiled if not isinstance(p, Skipped)]) if measure else {}
     rows: list[TaxRow | Skipped] = []
     for p in compiled:

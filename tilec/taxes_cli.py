@@ -20,6 +20,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--machine", metavar="JSON", help="machine file from `tilec calibrate` (default: H200, GPU.md)")
     p.add_argument("--plot", metavar="PNG", help="write stacked bars of each schedule's time (needs matplotlib)")
     p.add_argument("--measure", action="store_true", help="also time every schedule on the GPUs (CUDA events)")
+    p.add_argument("--num-warps", type=int, default=4, help="warps per program of the measured kernels (default 4)")
+    p.add_argument("--num-stages", type=int, default=3, help="software-pipeline stages (default 3)")
     p.set_defaults(fn=cmd_taxes)
     p = subparsers.add_parser("calibrate", help="measure this GPU's rates into a machine file for `tilec taxes`")
     p.add_argument("-o", "--output", default="machine.json", help="where to write it (default: machine.json)")
@@ -34,7 +36,8 @@ def cmd_taxes(args) -> int:
     machine = Machine.load(args.machine) if args.machine else Machine()
     world = _world(args)
     measure = args.measure and gpu_count() > 0
-    rows = taxes(args.program, world, _dims(args.dims), machine, granularity=args.granularity, measure=measure)
+    rows = taxes(args.program, world, _dims(args.dims), machine, granularity=args.granularity, measure=measure,
+                 launch={"num_warps": args.num_warps, "num_stages": args.num_stages})
     shared = measure and world > gpu_count()
     print(render(args.program, rows, machine, shared))
     if args.measure and not measure:

@@ -37,3 +37,28 @@ def ag_gemm_cases(heap, cases, calls: int = 3):
         heap.release(mark)
         out.append(((sched, dtype, m, n, k), errs))
     return out
+
+
+def many_calls(heap, schedule: str, calls: int = 40):
+    """One program called `calls` times back to back (sync=False between checks): every call's C against torch,
+    and the number of kernels Triton compiled (epoch changes every call and must not cause recompiles)."""
+    m, n, k = 256, 256, 128
+    prog = tilec.compile("examples/ag_gemm.tile", world=heap.world, schedule=schedule,
+                         dims={"M": m, "N": n, "K": k}, retype={"f16": "bf16"})
+    a = heap.alloc((m // heap.world, k), torch.bfloat16)
+    b = heap.alloc((k, n), torch.bfloat16)
+    c = heap.alloc((m, n), torch.bfloat16)
+    errs = []
+    for call in range(calls):
+        shards = [torch.randn(m // heap.world, k, generator=torch.Generator().manual_seed(10 * call + r))
+                  for r in range(heap.world)]
+        bb = torch.randn(k, n, generator=torch.Generator().manual_seed(call))
+        a.copy_(shards[heap.rank].to(torch.bfloat16))
+        b.copy_(bb.to(torch.bfloat16))
+        prog(heap, A=a, B=b, C=c)
+        want = torch.cat([s.to(torch.bfloat16).float() for s in shards]) @ bb.to(torch.bfloat16).float()
+        errs.append(((c.float().cpu() - want).abs().max() / want.abs().max()).item())
+    mod = prog.module
+    dev = torch.cuda.current_device()
+    compiled = {k.__name__: len(k.device_caches[dev][0]) for k, *_rest in mod.KERNELS}
+    return errs, compiled

@@ -15,7 +15,7 @@ TOL = {"bf16": 3e-2, "f16": 1e-2}
 def _cases(world):
     shapes = [(512, 384, 256), (8 * world - world, 200, 136)]  # square-ish, ragged (rows straddle tiles)
     shapes = [(m - m % world, n, k) for m, n, k in shapes]
-    return [(s, dt, *shp) for s in ("bsp", "flags", "fused-pull", "fused-push") for dt in ("bf16", "f16")
+    return [(s, dt, *shp) for s in ("bsp", "flags", "fused-pull", "fused-push", "specialized") for dt in ("bf16", "f16")
             for shp in shapes]
 
 
@@ -29,3 +29,12 @@ def test_ag_gemm_all_schedules(world):
             if not all(math.isfinite(e) and e <= TOL[case[1]] for e in errs):
                 bad.append((rank, case, errs))
     assert not bad, bad
+
+
+@pytest.mark.parametrize("schedule", ["fused-pull", "specialized"])
+def test_many_calls_reuse_one_compiled_kernel(schedule):
+    res = spawn("tests.gpu.gpu_workers:many_calls", 2, backend="iris", heap_bytes=1 << 26, timeout=600,
+                args=(schedule,))
+    for errs, compiled in res:
+        assert max(errs) < TOL["bf16"], errs
+        assert set(compiled.values()) == {1}, compiled  # the epoch (1, 2, .., 16, ..) is not specialized on

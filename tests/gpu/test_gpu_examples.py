@@ -1,4 +1,5 @@
-"""GPU: flash decode, GEMM + RS and GEMM + AR, every applicable schedule, bf16 and fp16, 2 ranks on the GPU(s)."""
+"""GPU: flash decode, GEMM + RS and GEMM + AR, every applicable schedule, bf16 and fp16, 1, 2 and 4 ranks on the
+visible GPU(s)."""
 
 import math
 
@@ -13,46 +14,49 @@ from tilec.runtime import spawn
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")]
 
 
-@pytest.mark.xfail(reason="timed out on one H200 (2026-11-29: rank 1 on Ol.local of rank 0); likely the cross-case"
-                          " race fixed since (heap.release barriers first), not re-run on a GPU yet", strict=False)
+@pytest.mark.parametrize("world", [1, 2, 4])
 @pytest.mark.parametrize("dtype", ["bf16", "f16"])
-def test_flash_decode_on_gpu(dtype):
-    dims = dict(B=3, HKV=2, G=4, D=64, S=128, BS=32)
+def test_flash_decode_on_gpu(world, dtype):
     cases = []
-    for sched in SCHEDULES:
-        try:
-            prog = tilec.compile("examples/flash_decode.tile", world=2, schedule=sched, dims=dims,
-                                 retype={"f16": dtype})
-        except ScheduleError:
-            continue
-        cases.append((prog, dtype, 5))
-    res = spawn("tests.fd_workers:run_cases", 2, backend="iris", args=(cases,), heap_bytes=1 << 26, timeout=600)
+    # one split per tile (tl.dot) and splits longer than a block (attend streams blocks of 64 keys)
+    for i, dims in enumerate([dict(B=3, HKV=2, G=4, D=64, S=128, BS=32), dict(B=2, HKV=2, G=8, D=128, S=256, BS=128)]):
+        for sched in SCHEDULES:
+            try:
+                prog = tilec.compile("examples/flash_decode.tile", world=world, schedule=sched, dims=dims,
+                                     retype={"f16": dtype})
+            except ScheduleError:
+                continue
+            cases.append((prog, dtype, 5 + i))
+    res = spawn("tests.fd_workers:run_cases", world, backend="iris", args=(cases,), heap_bytes=1 << 26, timeout=600)
     tol = 3e-2 if dtype == "bf16" else 5e-3
     bad = [(r, row) for r, rows in enumerate(res) for row in rows if not all(math.isfinite(e) and e <= tol
                                                                               for e in row[3])]
     assert not bad, bad
 
 
+@pytest.mark.parametrize("world", [1, 2, 4])
 @pytest.mark.parametrize("example", ["gemm_rs", "gemm_ar"])
-def test_gemm_reductions_on_gpu(example):
-    world, (m, n, k) = 2, (256, 192, 128)
+def test_gemm_reductions_on_gpu(example, world):
+    m, n, k = 256, 192, 128
     g = torch.Generator().manual_seed(3)
-    a = [torch.randn(m, k // world, generator=g).to(torch.bfloat16) for _ in range(world)]
-    b = [torch.randn(k // world, n, generator=g).to(torch.bfloat16) for _ in range(world)]
-    full = sum(a[r].float() @ b[r].float() for r in range(world))
-    cases = []
-    for sched in SCHEDULES:
-        try:
-            prog = tilec.compile(f"examples/{example}.tile", world=world, schedule=sched,
-                                 dims={"M": m, "N": n, "K": k}, retype={"f16": "bf16"})
-        except ScheduleError:
-            continue
-        calls = [[{"A": a[r], "B": b[r]} for r in range(world)]] * 2
-        cases.append((sched, prog, calls, ()))
+    a = [torch.randn(m, k // world, generator=g) for _ in range(world)]
+    b = [torch.randn(k // world, n, generator=g) for _ in range(world)]
+    cases, wants = [], {}
+    for dtype, tdt in (("bf16", torch.bfloat16), ("f16", torch.float16)):  # one rank launch for both dtypes
+        wants[dtype] = sum(a[r].to(tdt).float() @ b[r].to(tdt).float() for r in range(world))
+        for sched in SCHEDULES:
+            try:
+                prog = tilec.compile(f"examples/{example}.tile", world=world, schedule=sched,
+                                     dims={"M": m, "N": n, "K": k}, retype={"f16": dtype})
+            except ScheduleError:
+                continue
+            calls = [[{"A": a[r].to(tdt), "B": b[r].to(tdt)} for r in range(world)]] * 2
+            cases.append((f"{sched}/{dtype}", prog, calls, ()))
     res = spawn("tests._workers:run_cases", world, backend="iris", args=(cases,), heap_bytes=1 << 26, timeout=600)
     for rank, outs in enumerate(res):
-        for sched, calls in outs.items():
+        for name, calls in outs.items():
+            full = wants[name.split("/")[1]]
             want = full[rank * (m // world):(rank + 1) * (m // world)] if example == "gemm_rs" else full
             for out in calls:
                 err = ((out["C"].float().cpu() - want).abs().max() / want.abs().max()).item()
-                assert err < 3e-2, (rank, sched, err)
+                assert err < 3e-2, (rank, name, err)

@@ -128,8 +128,8 @@ class _Emitter:
     def start(self, aff) -> str:
         return self.scalar(aff.terms, aff.const)
 
-    def mask_of(self, v: Var) -> str | None:
-        return f"({v.name}_r < {v.extent})" if v.extent % v.step else None
+    def mask_of(self, v: Var, r: str | None = None) -> str | None:
+        return f"({r or v.name + '_r'} < {v.extent})" if v.extent % v.step else None
 
     def bind_tile(self, v: Var, out: list[str], indent: str, hint: bool = False) -> None:
         r = f"{v.name} + tl.arange(0, {v.step})"
@@ -137,9 +137,10 @@ class _Emitter:
             r = f"tl.max_contiguous(tl.multiple_of({r}, {v.step}), {v.step})"
         out.append(f"{indent}{v.name}_r = {r}")
 
-    def offsets(self, a: Access, masks: bool = True, at_zero: str | None = None) -> tuple[str, str | None]:
+    def offsets(self, a: Access, masks: bool = True, at_zero: str | None = None,
+                ranges: dict[str, str] | None = None) -> tuple[str, str | None]:
         """Pointer offset (broadcast over the tile's dims) and mask for an affine access (`at_zero`: that
-        variable taken as 0)."""
+        variable taken as 0; `ranges`: a tile variable's index vector under another name, e.g. one block)."""
         t = tensor(self.g, a.tensor)
         st = _strides(t.shape)
         nd = len(a.index)
@@ -149,9 +150,10 @@ class _Emitter:
             rest = [(v, k) for v, k in aff.terms if v != tv and v != at_zero]
             base = self.scalar(rest, aff.const)
             if tv:
-                e = f"{tv}_r" if base == "0" else f"({base} + {tv}_r)"
+                r = (ranges or {}).get(tv, f"{tv}_r")
+                e = r if base == "0" else f"({base} + {r})"
                 e = _bcast(e, d, nd)
-                m = self.mask_of(self.scope[tv])
+                m = self.mask_of(self.scope[tv], r)
                 if m and masks:
                     mks.append(_bcast(m, d, nd))
             else:
@@ -205,6 +207,10 @@ class _Emitter:
         """attend / lse_merge: library device functions on canonical 2-d/3-d shapes; evaluated once per task."""
         if id(e) in self.memo:
             return self.memo[id(e)]
+        if e.fn == "attend" and self._streamable(e):
+            self.memo[id(e)] = self.attend_streamed(e, out, indent)
+            self.library.add(e.fn)
+            return self.memo[id(e)]
         args = [self.expr(a, out, indent) for a in e.args]
         o, lse = self.tmp("o"), self.tmp("lse")
         if e.fn == "attend":
@@ -212,7 +218,7 @@ class _Emitter:
             mq = q[0] if len(q) == 2 else 1
             scale = 1.0 / (self._extent_of_last(e.args[1]) ** 0.5)
             out.append(f"{indent}{o}, {lse} = _tilec_attend(tl.reshape({args[0]}, ({mq}, {q[-1]})),"
-                       f" tl.reshape({args[1]}, {k}), tl.reshape({args[2]}, {v}), {args[3]}, {scale!r})")
+                       f" tl.reshape({args[1]}, {k}), tl.reshape({args[2]}, {v}), {args[3]}, {scale!r}, UPCAST_DOT)")
         else:
             ov, lv = (logical_shape(a) for a in e.args)
             m = 1
@@ -224,6 +230,55 @@ class _Emitter:
         self.library.add(e.fn)
         self.memo[id(e)] = (o, lse)
         return self.memo[id(e)]
+
+    def _streamable(self, e: TupleCall) -> bool:
+        """attend over a key tile longer than one block, with k and v read straight from memory: stream it."""
+        k, v = e.args[1], e.args[2]
+        if not all(isinstance(x, Load) and not x.access.remote and x.access not in self.ptrs for x in (k, v)):
+            return False
+        kt, vt = ([t for t in x.access.tile if t] for x in (k, v))
+        if len(kt) != 2 or len(vt) != 2 or kt[0] != vt[0] or kt[0] in self.loop_vars:
+            return False
+        pos = self.scope[kt[0]]
+        d = logical_shape(k)[-1]
+        return pos.step > ATTEND_BLOCK and pos.step % ATTEND_BLOCK == 0 and d >= 16
+
+    def attend_streamed(self, e: TupleCall, out: list[str], indent: str) -> tuple[str, str]:
+        """attend(q, k, v, n) as a loop over blocks of ATTEND_BLOCK keys with online softmax: k and v stream
+        through the pipelined loop (block loads masked past n, so short sequences read less) instead of one
+        tile held whole in registers."""
+        q = self.expr(e.args[0], out, indent)
+        n = self.expr(e.args[3], out, indent)
+        qs = logical_shape(e.args[0])
+        mq = qs[0] if len(qs) == 2 else 1
+        k, v = e.args[1], e.args[2]
+        d = logical_shape(k)[-1]
+        pos = self.scope[[t for t in k.access.tile if t][0]]
+        scale = 1.0 / (self._extent_of_last(k) ** 0.5)
+        qp, mx, den, acc = self.tmp("qp"), self.tmp("m"), self.tmp("den"), self.tmp("acc")
+        out.append(f"{indent}{qp}, {mx}, {den}, {acc} = _tilec_attend_init(tl.reshape({q}, ({mq}, {qs[-1]})))")
+        c = self.tmp("c")
+        out.append(f"{indent}for {c} in range(0, {pos.step}, {ATTEND_BLOCK}):  # blocks of keys")
+        inner = indent + "    "
+        rng = f"{c}_r"
+        out.append(f"{inner}{rng} = {pos.name} + {c} + tl.arange(0, {ATTEND_BLOCK})")
+        tiles = []
+        for x in (k, v):
+            a = x.access
+            for w in self.waits.pop(a, []):
+                self.wait(w, out, indent)
+            off, mask = self.offsets(a, ranges={pos.name: rng})
+            dim = a.tile.index(pos.name)
+            live = _bcast(f"({c} + tl.arange(0, {ATTEND_BLOCK}) < {n})", dim, len(a.index))
+            mask = f"{mask} & {live}" if mask else live
+            name = self.tmp()
+            out.append(f"{inner}{name} = tl.load({self.param(a.tensor)} + {off}, mask={mask}, other=0)")
+            tiles.append(f"tl.reshape({name}, ({ATTEND_BLOCK}, {d}))")
+        out.append(f"{inner}{mx}, {den}, {acc} = _tilec_attend_step({qp}, {tiles[0]}, {tiles[1]}, {n} - {c}, {mx},"
+                   f" {den}, {acc}, {scale!r}, UPCAST_DOT)")
+        o, lse = self.tmp("o"), self.tmp("lse")
+        out.append(f"{indent}{o}, {lse} = _tilec_attend_finish({mx}, {den}, {acc}, {mq})")
+        return o, lse
 
     def _extent_of_last(self, x) -> int:
         """The true (unpadded) extent of a load's last tile dim (e.g. the head dim D)."""
@@ -506,6 +561,8 @@ class _Emitter:
         return out
 
 
+# keys per block of a streamed attend (one pipelined loop step; a multiple of 16 for tl.dot)
+ATTEND_BLOCK = 64
 _ESIZE = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
 
 

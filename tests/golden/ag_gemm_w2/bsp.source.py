@@ -55,7 +55,8 @@ def _tilec_dot(a, b, acc, UPCAST: tl.constexpr, IEEE: tl.constexpr):
     return out
 
 
-@triton.jit
+# epoch and max_spin change between calls: not specialized on, so one compiled kernel serves every call
+@triton.jit(do_not_specialize=["epoch", "max_spin"])
 def k0_gather(
     A, Ag,
     ERR, heap_bases, rank, epoch, max_spin, NPROG: tl.constexpr, UPCAST_DOT: tl.constexpr,
@@ -77,7 +78,8 @@ def k0_gather(
         tl.store(Ag + (128 * r + m_r)[:, None] * 128 + k_r[None, :], x1.to(tl.float16))
 
 
-@triton.jit
+# epoch and max_spin change between calls: not specialized on, so one compiled kernel serves every call
+@triton.jit(do_not_specialize=["epoch", "max_spin"])
 def k1_gemm(
     Ag, B, C,
     ERR, heap_bases, rank, epoch, max_spin, NPROG: tl.constexpr, UPCAST_DOT: tl.constexpr,
@@ -119,21 +121,40 @@ KERNELS = [
 
 
 def _args(ctx, buffers, epoch, k, nprog):
-    params = {
-        k0_gather: (buffers["A"], buffers["Ag"], ),
-        k1_gemm: (buffers["Ag"], buffers["B"], buffers["C"], ),
-    }[k]
+    if k is k0_gather:
+        params = (buffers["A"], buffers["Ag"], )
+    elif k is k1_gemm:
+        params = (buffers["Ag"], buffers["B"], buffers["C"], )
     return (*params, buffers["ERR"], ctx.heap_bases(), ctx.rank, epoch, ctx.max_spin, nprog)
 
 
 def warmup(ctx, buffers):
-    """Compile every kernel before any of them runs: loading a module while a spinning kernel runs can hang."""
+    """Compile every kernel before any of them runs (loading a module while a spinning kernel runs can hang), and
+    size persistent grids by how many programs of each kernel fit on an SM at once."""
     if ctx.interpret:
         return
     for k, total, persistent, _concurrent, _barrier, share, groups in KERNELS:
-        nprog = ctx.grid(total, persistent, share, groups)
-        k.warmup(*_args(ctx, buffers, 1, k, nprog), UPCAST_DOT=ctx.upcast_dot, grid=(1,),
-                 num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        nprog = ctx.grid(total, persistent, share, groups, k)
+        compiled = _compile(ctx, k, _args(ctx, buffers, 1, k, nprog))
+        if persistent or groups:
+            ctx.fit(k, compiled, NUM_WARPS)
+            more = ctx.grid(total, persistent, share, groups, k)
+            if more != nprog:  # more programs fit per SM; NPROG is compiled in (a constant loop step), so again
+                nprog, compiled = more, _compile(ctx, k, _args(ctx, buffers, 1, k, more))
+        ctx.compiled[(k, nprog, _aligned(_args(ctx, buffers, 1, k, nprog)))] = compiled
+
+
+def _compile(ctx, k, args):
+    compiled = k.warmup(*args, UPCAST_DOT=ctx.upcast_dot, grid=(1,), num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    if hasattr(compiled, "result"):  # Triton's asynchronous compile mode hands back a future
+        compiled = compiled.result()
+    return compiled
+
+
+def _aligned(args):
+    # what Triton specializes pointers on (16-byte alignment): a compiled kernel is reused only for the same
+    # (and only for the program count NPROG it was compiled with)
+    return tuple(a.data_ptr() % 16 == 0 for a in args if hasattr(a, "data_ptr"))
 
 
 def launch(ctx, buffers, epoch, entry_barrier=True):
@@ -145,10 +166,14 @@ def launch(ctx, buffers, epoch, entry_barrier=True):
     for i, (k, total, persistent, concurrent, barrier_before, share, groups) in enumerate(KERNELS):
         if barrier_before:
             ctx.barrier()
-        nprog = ctx.grid(total, persistent, share, groups)
+        nprog = ctx.grid(total, persistent, share, groups, k)
+        args = _args(ctx, buffers, epoch, k, nprog)
         with ctx.stream(i if concurrent else 0):
-            k[(nprog,)](*_args(ctx, buffers, epoch, k, nprog), UPCAST_DOT=ctx.upcast_dot,
-                        num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+            compiled = None if ctx.interpret else ctx.compiled.get((k, nprog, _aligned(args)))
+            if compiled is not None:  # straight to the compiled kernel: skips the JIT's per-call argument binding
+                compiled[(nprog, 1, 1)](*args, ctx.upcast_dot)
+            else:
+                k[(nprog,)](*args, UPCAST_DOT=ctx.upcast_dot, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     ctx.join_streams()
     if entry_barrier and EXIT_BARRIER:
         ctx.barrier()

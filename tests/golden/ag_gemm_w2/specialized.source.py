@@ -39,6 +39,11 @@ def _tilec_yield():
     time.sleep(0.0002)
 
 
+# Triton's cache key walks every name a kernel references, dead `if INTERPRET:` branches included, and rejects
+# plain Python functions; this one only ever runs under the interpreter, so it is declared opaque to that walk.
+_tilec_yield.__triton_builtin__ = True
+
+
 @triton.jit
 def _tilec_wait(flag, target, rank, owner, heap_bases, err, max_spin, flag_no, counter, INTERPRET: tl.constexpr):
     # Acquire-spin on a counter (on `owner`'s heap) until it reaches target. A bounded spin: after max_spin tries
@@ -139,7 +144,8 @@ def _task_k0_gather_gemm_gemm(
     tl.store(C + m_r[:, None] * 192 + n_r[None, :], acc1.to(tl.float16))
 
 
-@triton.jit
+# epoch and max_spin change between calls: not specialized on, so one compiled kernel serves every call
+@triton.jit(do_not_specialize=["epoch", "max_spin"])
 def k0_gather_gemm(
     A, Ag, F_Ag_gather, B, C,
     ERR, heap_bases, rank, epoch, max_spin, NPROG: tl.constexpr, UPCAST_DOT: tl.constexpr,
@@ -162,20 +168,38 @@ KERNELS = [
 
 
 def _args(ctx, buffers, epoch, k, nprog):
-    params = {
-        k0_gather_gemm: (buffers["A"], buffers["Ag"], buffers["F_Ag_gather"], buffers["B"], buffers["C"], ),
-    }[k]
+    if k is k0_gather_gemm:
+        params = (buffers["A"], buffers["Ag"], buffers["F_Ag_gather"], buffers["B"], buffers["C"], )
     return (*params, buffers["ERR"], ctx.heap_bases(), ctx.rank, epoch, ctx.max_spin, nprog)
 
 
 def warmup(ctx, buffers):
-    """Compile every kernel before any of them runs: loading a module while a spinning kernel runs can hang."""
+    """Compile every kernel before any of them runs (loading a module while a spinning kernel runs can hang), and
+    size persistent grids by how many programs of each kernel fit on an SM at once."""
     if ctx.interpret:
         return
     for k, total, persistent, _concurrent, _barrier, share, groups in KERNELS:
-        nprog = ctx.grid(total, persistent, share, groups)
-        k.warmup(*_args(ctx, buffers, 1, k, nprog), UPCAST_DOT=ctx.upcast_dot, grid=(1,),
-                 num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+        nprog = ctx.grid(total, persistent, share, groups, k)
+        compiled = _compile(ctx, k, _args(ctx, buffers, 1, k, nprog))
+        if persistent or groups:
+            ctx.fit(k, compiled, NUM_WARPS)
+            more = ctx.grid(total, persistent, share, groups, k)
+            if more != nprog:  # more programs fit per SM; NPROG is compiled in (a constant loop step), so again
+                nprog, compiled = more, _compile(ctx, k, _args(ctx, buffers, 1, k, more))
+        ctx.compiled[(k, nprog, _aligned(_args(ctx, buffers, 1, k, nprog)))] = compiled
+
+
+def _compile(ctx, k, args):
+    compiled = k.warmup(*args, UPCAST_DOT=ctx.upcast_dot, grid=(1,), num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    if hasattr(compiled, "result"):  # Triton's asynchronous compile mode hands back a future
+        compiled = compiled.result()
+    return compiled
+
+
+def _aligned(args):
+    # what Triton specializes pointers on (16-byte alignment): a compiled kernel is reused only for the same
+    # (and only for the program count NPROG it was compiled with)
+    return tuple(a.data_ptr() % 16 == 0 for a in args if hasattr(a, "data_ptr"))
 
 
 def launch(ctx, buffers, epoch, entry_barrier=True):
@@ -187,10 +211,14 @@ def launch(ctx, buffers, epoch, entry_barrier=True):
     for i, (k, total, persistent, concurrent, barrier_before, share, groups) in enumerate(KERNELS):
         if barrier_before:
             ctx.barrier()
-        nprog = ctx.grid(total, persistent, share, groups)
+        nprog = ctx.grid(total, persistent, share, groups, k)
+        args = _args(ctx, buffers, epoch, k, nprog)
         with ctx.stream(i if concurrent else 0):
-            k[(nprog,)](*_args(ctx, buffers, epoch, k, nprog), UPCAST_DOT=ctx.upcast_dot,
-                        num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+            compiled = None if ctx.interpret else ctx.compiled.get((k, nprog, _aligned(args)))
+            if compiled is not None:  # straight to the compiled kernel: skips the JIT's per-call argument binding
+                compiled[(nprog, 1, 1)](*args, ctx.upcast_dot)
+            else:
+                k[(nprog,)](*args, UPCAST_DOT=ctx.upcast_dot, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     ctx.join_streams()
     if entry_barrier and EXIT_BARRIER:
         ctx.barrier()

@@ -1,0 +1,71 @@
+"""Probe: what limits the single persistent flash-decode kernel (fused-push, world 1) on one GPU.
+
+Times whole calls (CUDA events, median of 20) of examples/flash_decode.tile for a few (S, BS, num_warps, programs
+per SM) (`tilec bench` has the SDPA baseline). Run on the device:
+    python benchmarks/decode_probe.py > probe.log
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+
+import torch
+
+import tilec
+from tilec.bench_decode import kv_bytes, make_inputs
+from tilec.runtime import spawn
+
+EX = "examples/flash_decode.tile"
+# (S, BS, num_warps, num_stages, programs per SM)
+CONFIGS = [
+    (131072, 4096, 4, 3, 1), (131072, 4096, 8, 3, 1), (131072, 4096, 4, 3, 2), (131072, 4096, 4, 4, 2),
+    (131072, 4096, 8, 3, 2), (131072, 2048, 4, 3, 3), (131072, 1024, 4, 3, 4),
+    (8192, 256, 4, 3, 1), (8192, 256, 4, 3, 2), (8192, 256, 8, 3, 1), (8192, 128, 4, 3, 3),
+]
+
+
+def _time(fn, iters=20):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        out.append(s.elapsed_time(e) * 1e3)
+    return statistics.median(out)
+
+
+def _one(heap, sms, s, bs, warps, stages, per_sm):
+    dims = dict(B=1, HKV=16, G=8, D=128, S=s)
+    q, k, v, lens = make_inputs(dims, 1, 0, "bf16", heap.device)
+    prog = tilec.compile(EX, world=1, schedule="fused-push", dims={**dims, "BS": bs}, retype={"f16": "bf16"},
+                         num_warps=warps, num_stages=stages)
+    o = torch.empty(q.shape, dtype=q.dtype, device=heap.device)
+    prog._buffers(heap)["ctx"].capacity = sms * per_sm  # before the first call: NPROG is compiled in
+    prog(heap, Q=q, K=k, V=v, lens=lens, O=o)
+    us = _time(lambda: prog(heap, entry_barrier=False, sync=False, Q=q, K=k, V=v, lens=lens, O=o))
+    prog(heap, Q=q, K=k, V=v, lens=lens, O=o)
+    return us, kv_bytes(dims, "bf16") / us / 1e3
+
+
+def probe(heap):
+    sms = torch.cuda.get_device_properties(heap.device).multi_processor_count
+    for cfg in CONFIGS:
+        s, bs, warps, stages, per_sm = cfg
+        try:
+            us, gbps = _one(heap, sms, *cfg)
+            print(f"S={s} BS={bs} warps={warps} stages={stages} programs/SM={per_sm}: {us:.1f} us {gbps:.0f} GB/s",
+                  flush=True)
+        except Exception as e:  # noqa: BLE001 - a probe: report and go on
+            print(f"S={s} BS={bs} warps={warps} programs/SM={per_sm}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    spawn("benchmarks.decode_probe:probe", 1, backend="iris", heap_bytes=1 << 28, timeout=600)
+    sys.exit(0)

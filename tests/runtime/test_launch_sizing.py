@@ -1,0 +1,88 @@
+"""The GPU launch path of generated modules, without a GPU: warmup compiles each kernel for the program count it
+will launch with (NPROG is a compile-time constant), sizes persistent grids by occupancy, and calls go straight
+to the compiled handle with that same count.
+
+Triton's JIT and the device properties are replaced by fakes that record what was compiled and launched; the
+generated module and LaunchContext are the real ones."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import tilec
+from tilec.program import LaunchContext
+
+
+class FakeCompiled:
+    def __init__(self, nprog, regs, shared):
+        self.nprog, self.n_regs, self.metadata, self.launches = nprog, regs, SimpleNamespace(shared=shared), []
+
+    def _init_handles(self):
+        pass
+
+    def __getitem__(self, grid):
+        return lambda *args: self.launches.append((grid, args))
+
+
+class FakeKernel:
+    """Stands in for a @triton.jit kernel: .warmup compiles (records NPROG), [grid](...) is the JIT launch path."""
+
+    def __init__(self, name, regs, shared):
+        self.__name__, self.regs, self.shared, self.compiles, self.jit_launches = name, regs, shared, [], []
+
+    def warmup(self, *args, UPCAST_DOT, grid, num_warps, num_stages):  # noqa: N803 - Triton's keyword
+        self.compiles.append(args[-1])  # NPROG: the last positional argument
+        return FakeCompiled(args[-1], self.regs, self.shared)
+
+    def __getitem__(self, grid):
+        return lambda *args, **kw: self.jit_launches.append(grid)
+
+
+class FakeHeap:
+    rank, interpret, device = 0, False, "cuda:0"
+
+    def heap_bases(self):
+        return torch.zeros(1, dtype=torch.int64)
+
+    def barrier(self):
+        pass
+
+
+def _setup(monkeypatch, regs, shared, schedule="fused-push"):
+    props = SimpleNamespace(multi_processor_count=132, regs_per_multiprocessor=65536,
+                            shared_memory_per_multiprocessor=228 * 1024, max_threads_per_multi_processor=2048)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: props)
+    prog = tilec.compile("examples/flash_decode.tile", world=1, schedule=schedule,
+                         dims=dict(B=2, HKV=16, G=8, D=128, S=8192, BS=256))
+    mod = prog.module
+    fakes = [FakeKernel(k.__name__, regs, shared) for k, *_ in mod.KERNELS]
+    monkeypatch.setattr(mod, "KERNELS", [(f, *rest) for f, (_k, *rest) in zip(fakes, mod.KERNELS, strict=True)])
+    for f in fakes:  # _args picks a kernel's parameters by identity with the module's kernel names
+        monkeypatch.setattr(mod, f.__name__, f)
+    ctx = LaunchContext(FakeHeap(), max_spin=10)
+    bufs = {n: torch.zeros(1) for n in list(mod.TENSORS) + list(mod.FLAGS) + ["ERR"]}
+    return mod, fakes, ctx, bufs
+
+
+# 4 warps: 255 registers a thread still fit twice in 64K; 150 KiB of shared memory only once
+@pytest.mark.parametrize(("regs", "shared", "per_sm"), [(96, 40 * 1024, 2), (255, 40 * 1024, 2), (64, 150 * 1024, 1)])
+def test_persistent_grid_follows_occupancy(monkeypatch, regs, shared, per_sm):
+    mod, (k,), ctx, bufs = _setup(monkeypatch, regs, shared)
+    total = mod.KERNELS[0][1]
+    mod.warmup(ctx, bufs)
+    want = min(total, 132 * per_sm)
+    assert k.compiles[-1] == want  # compiled for the count it launches with
+    assert len(k.compiles) == (1 if per_sm == 1 else 2)  # recompiled only when more programs fit
+    mod.launch(ctx, bufs, epoch=1)
+    mod.launch(ctx, bufs, epoch=2)
+    compiled = ctx.compiled[(k, want, mod._aligned(mod._args(ctx, bufs, 1, k, want)))]
+    assert [g for g, _ in compiled.launches] == [(want, 1, 1)] * 2  # straight to the compiled kernel
+    assert [a[-2] for _, a in compiled.launches] == [want] * 2 and not k.jit_launches  # (.., NPROG, UPCAST_DOT)
+
+
+def test_one_program_kernels_are_not_resized(monkeypatch):
+    mod, fakes, ctx, bufs = _setup(monkeypatch, 64, 16 * 1024, schedule="bsp")
+    mod.warmup(ctx, bufs)
+    for f, (_k, total, persistent, *_r) in zip(fakes, mod.KERNELS, strict=True):
+        assert not persistent and f.compiles == [total]  # one program per task, compiled once
