@@ -83,7 +83,8 @@ def _show_schedules(args) -> int:
     rows = candidates(args.program, ast.source, _world(args), _dims(args.dims), dict(bound.dims),
                       args.granularity)
     print(f"schedules for {args.program}, world {_world(args)}, "
-          + " ".join(f"{k}={v}" for k, v in bound.dims) + " (best first; tilec bench records measured times)")
+          + " ".join(f"{k}={v}" for k, v in bound.dims)
+          + " (best first; `tilec tune` and `tilec bench` record measured times)")
     print(f"  {'schedule':<12}{'predicted':>12}{'measured':>12}")
     for r in rows:
         meas = f"{r['measured_us']:.0f} us" if r["measured_us"] is not None else "-"
@@ -194,6 +195,46 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    """Short timed trials of every legal schedule; `--schedule auto` then picks the fastest measured one."""
+    from tilec.run import heap_bytes_for
+    from tilec.runtime import default_backend
+    from tilec.trials import run_trials, trial_rank
+
+    backend = args.backend or default_backend()
+    retype = {"f16": args.dtype} if args.dtype != "f16" else None
+    world, dims = _world(args), _dims(args.dims)
+    where = "CPU emulation (Triton interpreter: times say nothing about a GPU)" if backend == "cpu" else "GPU (Iris)"
+    if "RANK" in os.environ and "LOCAL_RANK" in os.environ:  # torchrun: this process is one rank
+        import tilec
+        from tilec.runtime import from_env
+
+        base = tilec.compile(args.program, world, "bsp", dims, granularity=args.granularity, retype=retype)
+        heap = from_env(backend, args.heap_mb << 20 if args.heap_mb else 4 * heap_bytes_for(base))
+        say = print if heap.rank == 0 else (lambda *a, **k: None)
+        say(f"tilec tune {args.program}: world {world}, {where}, torchrun, {args.iters} timed calls each", flush=True)
+        try:
+            trials = trial_rank(heap, args.program, dims, args.iters, granularity=args.granularity, retype=retype,
+                                log=say)
+        finally:
+            heap.close()
+    else:
+        say = print
+        say(f"tilec tune {args.program}: world {world}, {where}, {args.iters} timed calls each", flush=True)
+        trials = run_trials(args.program, world, dims, backend=backend, iters=args.iters,
+                            granularity=args.granularity, retype=retype,
+                            heap_bytes=args.heap_mb << 20 if args.heap_mb else None)
+    best = next((t for t in trials if t.measured_us is not None), None)
+    for t in trials:
+        if t.measured_us is None:
+            say(f"  {t.schedule}: {t.note}")
+    if best is None:
+        raise TilecError("no schedule completed its trial")
+    say(f"fastest measured: {best.schedule} ({best.measured_us:.1f} us); recorded for --schedule auto"
+        " (`tilec show --schedules` lists them)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tilec", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -220,6 +261,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=2, help="calls per schedule (flags are reused across calls)")
     p.add_argument("--heap-mb", type=int, default=None, help="symmetric heap size per rank")
     p.set_defaults(fn=cmd_run)
+    p = sub.add_parser("tune", help="time every legal schedule for a few calls; --schedule auto then picks the"
+                       " fastest measured one")
+    _common(p, schedule=False)
+    p.add_argument("--backend", choices=("cpu", "iris"), default=None,
+                   help="cpu: emulated ranks on the Triton interpreter; iris: GPUs (default when one is present)")
+    p.add_argument("--iters", type=int, default=5, help="timed calls per schedule (default 5)")
+    p.add_argument("--dtype", default="f16", choices=("f16", "bf16", "f32"), help="build the program in this dtype")
+    p.add_argument("--heap-mb", type=int, default=None, help="symmetric heap size per rank")
+    p.set_defaults(fn=cmd_tune)
     p = sub.add_parser("bench", help="time every schedule beside the external baselines (JSON + plot)")
     p.add_argument("program", help="a .tile file with dims M, N, K (e.g. examples/ag_gemm.tile)")
     p.add_argument("--world", "-w", type=int, default=None, help="ranks (default: WORLD_SIZE under torchrun, or 1)")

@@ -1,0 +1,94 @@
+"""Short timed trials of every legal schedule: the measured half of `--schedule auto` (`tilec tune`).
+
+The cost model ranks the schedules first (tilec.auto.candidates); trials then time each one for a few calls on
+the ranks at hand and record the times in the auto cache under this program, shape, world and GPU, so later
+`--schedule auto` compiles pick the fastest measured schedule (and `tilec show --schedules` prints both).
+
+Trials are collective: every rank compiles and calls the same schedules in the same order, and the time kept
+for a schedule is the slowest rank's median (all-reduced), so every rank records and picks the same one.
+Timing follows tilec.bench: a barrier before each call, outside the timer; CUDA events on a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tilec.errors import TilecError
+
+
+@dataclass(frozen=True)
+class Trial:
+    schedule: str
+    predicted_us: float
+    measured_us: float | None  # None: it failed, see note
+    note: str = ""
+
+
+def _max_over_ranks(x: float, world: int) -> float:
+    import torch
+    import torch.distributed as dist
+
+    if world == 1 or not (dist.is_available() and dist.is_initialized()):
+        return x
+    t = torch.tensor([x], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def trial_rank(heap, path: str, dims: dict[str, int], iters: int = 5, warmup: int = 2, granularity: str = "auto",
+               retype: dict[str, str] | None = None, record: bool = True, log=None) -> list[Trial]:
+    """In every rank: time each legal schedule (model order) for `iters` calls; returns the trials, fastest
+    measured first (the same list on every rank)."""
+    import tilec
+    from tilec.auto import candidates, key, record_measured
+    from tilec.bench import _inputs, _median_time
+
+    base = tilec.compile(path, heap.world, "bsp", dims, granularity=granularity, retype=retype)
+    source = base.program.source  # the auto cache is keyed by the program text, as `tilec bench` records it
+    ranked = candidates(base, source, heap.world, dims, dict(base.program.dims), granularity)
+    k = key(source, heap.world, dict(base.program.dims))
+    out = []
+    for i, row in enumerate(ranked):
+        s = row["schedule"]
+        prog = tilec.compile(path, heap.world, s, dims, granularity=granularity, retype=retype)
+        mark = heap.mark()
+        try:
+            args = _inputs(prog, heap, 0)
+            prog(heap, **args)  # compiles; a wait that never completes fails here, not in the timed calls
+            us = _median_time(lambda p=prog, a=args: p(heap, entry_barrier=False, sync=False, **a), heap, iters,
+                              warmup) * 1e6
+            prog(heap, **args)  # one synchronous call: a timeout in the timed calls raises here
+            note = ""
+        except TilecError as e:  # reported, not fatal: the other schedules still get their trial
+            us, note = float("inf"), f"{type(e).__name__}: {e}"
+        finally:
+            heap.release(mark)
+        us = _max_over_ranks(us, heap.world)
+        measured = None if us == float("inf") else us
+        if record and measured is not None and heap.rank == 0:
+            record_measured(k, s, measured)
+        out.append(Trial(s, row["predicted_us"], measured, note))
+        if log is not None and heap.rank == 0:
+            shown = f"{measured:.1f} us" if measured is not None else f"failed ({note})"
+            log(f"  [{i + 1}/{len(ranked)}] {s:<11} predicted {row['predicted_us']:.1f} us, measured {shown}")
+    return sorted(out, key=lambda t: (t.measured_us is None, t.measured_us or 0.0))
+
+
+def _spawned(heap, path, dims, iters, warmup, granularity, retype):
+    return trial_rank(heap, path, dims, iters, warmup, granularity, retype, log=lambda m: print(m, flush=True))
+
+
+def run_trials(path: str, world: int, dims: dict[str, int], *, backend: str = "cpu", iters: int = 5,
+               warmup: int = 2, granularity: str = "auto", retype: dict[str, str] | None = None,
+               heap_bytes: int | None = None, timeout: float = 1800.0) -> list[Trial]:
+    """Spawns `world` ranks on `backend` and runs trial_rank in each; returns rank 0's trials."""
+    import tilec
+    from tilec.run import heap_bytes_for
+    from tilec.runtime import spawn
+
+    if heap_bytes is None:  # the largest schedule's tensors, inputs included, twice over
+        base = tilec.compile(path, world, "bsp", dims, granularity=granularity, retype=retype)
+        heap_bytes = 4 * heap_bytes_for(base)
+    res = spawn(_spawned, world, backend=backend, heap_bytes=heap_bytes, timeout=timeout,
+                args=(path, dims, iters, warmup, granularity, retype))
+    return res[0]
