@@ -39,3 +39,15 @@ def test_tune_cli_reports_the_pick(tmp_path, monkeypatch, capsys):
     assert "CPU emulation" in out and "fastest measured:" in out
     picked = out.split("fastest measured: ")[1].split(" ")[0]
     assert tilec.compile(AG, world=1, dims={"M": 32, "N": 32, "K": 32}).schedule == picked
+
+
+def test_run_auto_times_the_candidates_when_asked(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TILEC_CACHE", str(tmp_path))
+    argv = ["run", AG, "--world", "1", "-D", "M=32", "-D", "N=32", "-D", "K=32", "--backend", "cpu", "-s", "auto"]
+    assert cli_main([*argv, "--trials"]) == 0
+    out = capsys.readouterr().out
+    assert "timing" in out and "tilec tune" in out
+    ran = [ln.split()[0] for ln in out.splitlines() if " ok:" in ln]
+    assert ran == [tilec.compile(AG, world=1, dims={"M": 32, "N": 32, "K": 32}).schedule]  # the measured pick
+    assert cli_main(argv) == 0  # measured now: no second round of trials
+    assert "timing" not in capsys.readouterr().out

@@ -126,6 +126,31 @@ def cmd_check(args) -> int:
     return 1 if failed else 0
 
 
+def _auto_pick(args, backend: str, world: int, torchrun: bool) -> str:
+    """`run --schedule auto`: the model's pick, refined by short trials on a GPU (or with --trials) unless every
+    legal schedule of this program, shape and world already has a measured time here."""
+    from tilec.auto import candidates
+    from tilec.frontend.parser import parse_file
+    from tilec.frontend.sema import check
+    from tilec.trials import run_trials
+
+    ast = parse_file(args.program)
+    bound = check(ast, world, _dims(args.dims))
+    rows = candidates(args.program, ast.source, world, _dims(args.dims), dict(bound.dims), args.granularity)
+    measured = all(r["measured_us"] is not None for r in rows)
+    if not measured and (args.trials or backend != "cpu"):
+        if torchrun:  # trials need every rank at once; under torchrun run `tilec tune` first
+            print("tilec run: --schedule auto uses the model here; `torchrun ... -m tilec tune` measures first")
+        else:
+            print(f"tilec run: timing {len(rows)} schedule(s) briefly to pick one (tilec tune)", flush=True)
+            trials = run_trials(args.program, world, _dims(args.dims), backend=backend,
+                                granularity=args.granularity)
+            best = next((t for t in trials if t.measured_us is not None), None)
+            if best is not None:
+                return best.schedule
+    return rows[0]["schedule"]
+
+
 def cmd_run(args) -> int:
     from tilec.errors import ScheduleError
     from tilec.run import heap_bytes_for, run_program, run_program_torchrun
@@ -135,6 +160,8 @@ def cmd_run(args) -> int:
     schedules = SCHEDULES if args.schedule == "all" else (args.schedule,)
     torchrun = "RANK" in os.environ and "LOCAL_RANK" in os.environ
     world = _world(args)
+    if args.schedule == "auto":
+        schedules = (_auto_pick(args, backend, world, torchrun),)
     heap = None
     say = print
     if torchrun:  # this process is one rank: build its heap once, run every schedule in it
@@ -255,9 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_check)
     p = sub.add_parser("run", help="compile, run on W ranks and compare every output with the reference")
     _common(p, schedule=False)
-    p.add_argument("--schedule", "-s", default="all", choices=("all", *SCHEDULES))
+    p.add_argument("--schedule", "-s", default="all", choices=("all", "auto", *SCHEDULES),
+                   help="all (default), auto (the model's pick; on a GPU refined by short trials), or one schedule")
     p.add_argument("--backend", choices=("cpu", "iris"), default=None,
                    help="cpu: emulated ranks on the Triton interpreter; iris: GPUs (default when one is present)")
+    p.add_argument("--trials", action="store_true", help="with --schedule auto: time the candidates even on the CPU")
     p.add_argument("--repeat", type=int, default=2, help="calls per schedule (flags are reused across calls)")
     p.add_argument("--heap-mb", type=int, default=None, help="symmetric heap size per rank")
     p.set_defaults(fn=cmd_run)
