@@ -39,3 +39,11 @@ def test_every_schedule_compiles_for_sm90(example):
 def test_bad_target_is_named():
     with pytest.raises(TilecError, match="--target 'sm90'"):
         parse_target("sm90")
+
+
+def test_timeline_build_compiles_for_sm90():
+    """The debug build reads %globaltimer through inline PTX; the interpreter never sees that branch."""
+    prog = tilec.compile("examples/ag_gemm.tile", world=2, schedule="fused-push", dims=CASES["ag_gemm"],
+                         retype={"f16": "bf16"}, timeline=True)
+    assert "%globaltimer" in prog.source
+    assert len(compile_for_target(prog, "cuda:90")) == 1

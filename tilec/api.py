@@ -30,6 +30,7 @@ def compile(  # noqa: A001 - the public name the docs promise
     start_local: bool = False,
     wait_timeout: float = 60.0,
     source: str | None = None,
+    timeline: bool = False,
 ) -> CompiledProgram:
     """Compile a .tile program (a path, or `source=` text) for `world` ranks with the given schedule.
 
@@ -37,6 +38,7 @@ def compile(  # noqa: A001 - the public name the docs promise
     retype: map declared dtypes to others, e.g. {"f16": "bf16"} to build the same program in bf16.
     num_warps, num_stages, group_m: launch and tile-order settings of the generated kernels (the tuner's knobs).
     start_local: each rank starts every stage's tasks at its own share (its rows, its shard) instead of task 0.
+    timeline: a debug build whose tasks record when they started, finished waiting and ended (prog.timeline()).
     Raises CompileError (bad program), ScheduleError (schedule does not apply, with the reason) or VerifyError.
     """
     if schedule not in (*SCHEDULES, "auto"):
@@ -57,7 +59,7 @@ def compile(  # noqa: A001 - the public name the docs promise
     snaps = {"lower": g}
     g = run_pipeline(g, pipeline(schedule, granularity), verify, snaps)
     model = build_model(g, schedule, {"group_m": group_m, "num_warps": num_warps, "num_stages": num_stages,
-                                      "start_local": start_local})
+                                      "start_local": start_local, "timeline": timeline})
     src = render(model)
     prog = CompiledProgram(bound, schedule, src, g, snaps, wait_timeout)
     prog.candidates = ranking

@@ -205,6 +205,8 @@ class CompiledProgram:
             for param, (size, *_rest) in self.module.FLAGS.items():
                 bufs[param] = heap.alloc((size,), torch.int32)
             bufs["ERR"] = heap.alloc((8,), torch.int32)
+            if getattr(self.module, "TIMELINE_SLOTS", 0):
+                bufs["TIMELINE"] = heap.alloc((self.module.TIMELINE_SLOTS * 5,), torch.int64)
             spins = int(self.wait_timeout * SPINS_PER_SECOND[heap.interpret])
             st = {"heap": heap, "bufs": bufs, "epoch": 0, "ctx": LaunchContext(heap, spins), "warm": False}
             self._state[key] = st
@@ -276,6 +278,24 @@ class CompiledProgram:
             torch.cuda.synchronize(heap.device)
         self._check_timeout(heap, st)
         return {n: tensors[n] for n, (kind, *_r) in self.signature().items() if kind == "out"}
+
+    def timeline(self, heap=None):
+        """Where this rank's last call went (tilec.timeline.Timeline); needs a build with timeline=True. Reads the
+        records of the last call, so call it after a synchronous call."""
+        from tilec.ir.graph import stages
+        from tilec.timeline import summarize
+
+        if not getattr(self.module, "TIMELINE_SLOTS", 0):
+            raise ArgumentError(f"{self.program.name}: not a timeline build (tilec.compile(..., timeline=True))")
+        if heap is None:
+            from tilec.runtime import active_heap
+
+            heap = active_heap()
+        st = self._state.get(id(heap))
+        if st is None or not st["epoch"]:
+            raise ArgumentError(f"{self.program.name}: no call has run on rank {heap.rank}'s heap yet")
+        recs = st["bufs"]["TIMELINE"].view(-1, 5).cpu()
+        return summarize(recs, self.module, [x.name for x in stages(self.graph)])
 
     def _check_timeout(self, heap, st) -> None:
         err = st["bufs"]["ERR"]

@@ -20,6 +20,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--machine", metavar="JSON", help="machine file from `tilec calibrate` (default: H200, GPU.md)")
     p.add_argument("--plot", metavar="PNG", help="write stacked bars of each schedule's time (needs matplotlib)")
     p.add_argument("--measure", action="store_true", help="also time every schedule on the GPUs (CUDA events)")
+    p.add_argument("--timeline", action="store_true",
+                   help="also run a timeline build of every schedule (in-kernel clocks per task) and split each"
+                   " call into work, flag waits, idle and time between kernels")
     p.add_argument("--num-warps", type=int, default=4, help="warps per program of the measured kernels (default 4)")
     p.add_argument("--num-stages", type=int, default=3, help="software-pipeline stages (default 3)")
     p.set_defaults(fn=cmd_taxes)
@@ -44,10 +47,45 @@ def cmd_taxes(args) -> int:
         print("measured: needs a CUDA GPU (none is visible here); the predicted columns need none")
     if shared:
         print("note: " + SHARED_GPU_NOTE.format(gpus=gpu_count(), world=world) + "; the BSP tax column is n/a")
+    if args.timeline:
+        print(render_timelines(measure_timelines(args, world)))
     if args.plot:
         plot(rows, args.plot, f"{args.program}, world {world}")
         print(f"wrote {args.plot}")
     return 0
+
+
+def measure_timelines(args, world: int) -> dict:
+    """schedule -> the slowest rank's Timeline of one call of a timeline build (after a warm-up call)."""
+    from tilec.cli import _dims
+    from tilec.run import heap_bytes_for
+    from tilec.runtime import default_backend, spawn
+    from tilec.taxes import Skipped, compile_all
+    from tilec.timeline import rank_timelines
+
+    launch = {"num_warps": args.num_warps, "num_stages": args.num_stages, "timeline": True}
+    builds = [p for p in compile_all(args.program, world, _dims(args.dims), granularity=args.granularity,
+                                     launch=launch) if not isinstance(p, Skipped)]
+    if not builds:
+        return {}
+    per_rank = spawn(rank_timelines, world, backend=default_backend(), timeout=1800, args=(builds,),
+                     heap_bytes=sum(heap_bytes_for(p) for p in builds))
+    return {p.schedule: max((r[p.schedule] for r in per_rank), key=lambda t: t.total_ns) for p in builds}
+
+
+def render_timelines(timelines: dict) -> str:
+    from tilec.runtime import default_backend
+
+    lines = ["", "measured inside the kernels (timeline builds: per-task clocks; the slowest rank's call)"]
+    if default_backend() == "cpu":
+        lines.append("CPU emulation: programs run one at a time in the interpreter; the split says nothing about"
+                     " a GPU")
+    lines.append(f"{'schedule':<13}{'call':>11}{'between kernels':>17}{'work':>8}{'flag waits':>12}{'idle':>8}")
+    for s, t in timelines.items():
+        sh = t.shares()
+        lines.append(f"{s:<13}{_us(t.total_ns / 1e3):>11}{_us(t.between_ns / 1e3):>17}"
+                     f"{100 * sh['work']:>7.0f}%{100 * sh['flag waits']:>11.0f}%{100 * sh['idle']:>7.0f}%")
+    return "\n".join(lines)
 
 
 def cmd_calibrate(args) -> int:

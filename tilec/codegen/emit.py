@@ -13,6 +13,7 @@ import networkx as nx
 
 from tilec.errors import TilecError
 from tilec.ir.graph import Flag, Kernel, Pull, flags, stage, tensor, waits
+from tilec.ir.graph import stages as stages_in_order
 from tilec.ir.tiling import DimInverse, invert, strides
 from tilec.ir.types import ME, Access, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var, logical_shape
 from tilec.passes.replace_barriers import flag_dims
@@ -82,6 +83,7 @@ class ModuleModel:
     num_stages: int
     exit_barrier: bool
     library: tuple[str, ...]  # tile-library device functions used (attend, lse_merge)
+    timeline_slots: int = 0  # > 0: a timeline build, one record per task of every kernel
 
 
 class _Emitter:
@@ -91,7 +93,8 @@ class _Emitter:
         self.g, self.st = g, st
         self.world = g.graph["program"].world
         self.lines: list[str] = []
-        self.prologue: list[str] = []
+        self.prologue: list[str] = []  # per-task setup (peer offsets, hoisted index math)
+        self.wait_lines: list[str] = []  # the task's flag waits, first thing after decoding its tile
         self.n = 0
         self.flag_no = flag_no
         self.scope: dict[str, Var] = {v.name: v for v in st.loops} | {ME: Var(ME, "me", self.world, 1, st.loc)}
@@ -443,7 +446,7 @@ class _Emitter:
         keyed = [d for d in dims if d.size > 1]
         # Waits go at the start of the task and cover everything its reductions will read, so the reduction
         # loop stays free of spins (Triton pipelines its loads only then).
-        target_lines, ind = self.prologue, "    "
+        target_lines, ind = self.wait_lines, "    "
         fp = self.param(f"F_{_ident(f.name)}")
         owner = "rank" if read.rank == ME else read.rank
         target_lines.append(f"{ind}# wait until stage {f.producer} has written the tiles of {read} this call")
@@ -490,7 +493,9 @@ class _Emitter:
         out.append(f"{indent}_tilec_release({fp} + {idx}, rank, {owner}, heap_bases)")
 
     # -- one task ----------------------------------------------------------------------------------
-    def task(self, task_var: str, group_m: int) -> list[str]:
+    def task(self, task_var: str, group_m: int, timeline: tuple[int, int] | None = None) -> list[str]:
+        """The task's lines. timeline=(first slot, stage number): record when the task started, when its waits
+        were done and when it finished (a debug build for `tilec taxes --timeline`)."""
         st = self.st
         head = [f"    # stage {st.name} over " + ", ".join(
             f"{v.name} in ranks" if v.is_rank else f"{v.name} in {v.extent} by {v.step}" for v in st.loops)]
@@ -526,7 +531,13 @@ class _Emitter:
         for f in flags(self.g):
             if f.producer == st.name:
                 self.release(f, body, "    ")
-        return head + self.prologue + body
+        if timeline is None:
+            return head + self.wait_lines + self.prologue + body
+        slot, number = timeline
+        tp = self.param("TIMELINE")
+        return [*head, "    _tl_start = _tilec_clock(UPCAST_DOT)", *self.wait_lines,
+                "    _tl_waited = _tilec_clock(UPCAST_DOT)", *self.prologue, *body,
+                f"    _tilec_mark({tp} + ({slot} + {task_var}) * 5, {number}, _tl_start, _tl_waited, UPCAST_DOT)"]
 
     def decode(self, task_var: str, group_m: int) -> list[str]:
         loops = list(self.st.loops)
@@ -621,9 +632,12 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
     flag_no = {f.name: i + 1 for i, f in enumerate(flags(g))}
     kernels = []
     nconc = sum(1 for k in g.graph["kernels"] if k.concurrent) or 1
+    slots = 0 if options.get("timeline") else None
     for k in g.graph["kernels"]:
         kernels.append(_kernel(g, k, flag_no, options.get("group_m", 8), 1.0 / nconc if k.concurrent else 1.0,
-                               options.get("start_local", False)))
+                               options.get("start_local", False), slots))
+        if slots is not None:
+            slots += kernels[-1].total
     tensors_used = []
     for _, d in sorted(g.nodes(data=True)):
         if d["kind"] == "tensor":
@@ -642,7 +656,7 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
     )
     return ModuleModel(header, prog.name, prog.world, schedule, tuple(tensors_used), fms, tuple(kernels),
                        options.get("num_warps", 4), options.get("num_stages", 3), _peers_touch_user_tensors(g),
-                       _library(g))
+                       _library(g), slots or 0)
 
 
 def _library(g: nx.DiGraph) -> tuple[str, ...]:
@@ -672,7 +686,7 @@ def _peers_touch_user_tensors(g: nx.DiGraph) -> bool:
 
 
 def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], group_m: int, share: float,
-            start_local: bool = False) -> KernelModel:
+            start_local: bool = False, timeline_base: int | None = None) -> KernelModel:
     lines: list[str] = []
     params: list[str] = []
     tasks: list[TaskFn] = []
@@ -690,7 +704,9 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], group_m: int, sha
         n = _trips(st.loops)
         em = _Emitter(g, st, flag_no)
         has_sum = any(isinstance(x.value, Sum) for x in st.body)
-        body = em.task("t", group_m if has_sum else 1)
+        stage_no = [x.name for x in stages_in_order(g)].index(sname)
+        mark = None if timeline_base is None else (timeline_base + offset, stage_no)
+        body = em.task("t", group_m if has_sum else 1, mark)
         call = f"_task_{k.name}_{sname}"
         if len(k.stages) > 1:
             tasks.append(TaskFn(call, tuple(body)))

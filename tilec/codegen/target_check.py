@@ -41,7 +41,7 @@ def compile_for_target(prog, target: str = "cuda:90", nprog: int = 132) -> list[
                 sig[name] = _PTR[mod.TENSORS[name][1]]
             elif name in mod.FLAGS or name == "ERR":
                 sig[name] = "*i32"
-            elif name == "heap_bases":
+            elif name in ("heap_bases", "TIMELINE"):
                 sig[name] = "*i64"
             elif name in _SCALARS:
                 sig[name] = _SCALARS[name]

@@ -28,6 +28,8 @@ TENSORS = {
     "B": ("in", "f16", (128, 192), False),
     "C": ("out", "f16", (256, 192), False),
 }
+# timeline build (tilec.compile(..., timeline=True)): one record per task, (stage, program, start, waited, end)
+TIMELINE_SLOTS = 0
 # flag parameter: (counters, releases per counter per call, producer stage, key, number)
 FLAGS = {
     "F_Ag_gather": (4, 4, "gather", "m, r", 1),

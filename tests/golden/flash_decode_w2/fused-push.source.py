@@ -35,6 +35,8 @@ TENSORS = {
     "V": ("in", "f16", (2, 256, 2, 64), False),
     "lens": ("in", "i32", (2,), False),
 }
+# timeline build (tilec.compile(..., timeline=True)): one record per task, (stage, program, start, waited, end)
+TIMELINE_SLOTS = 0
 # flag parameter: (counters, releases per counter per call, producer stage, key, number)
 FLAGS = {
     "F_Lg_exchange": (32, 1, "exchange", "rank, b, h", 1),
