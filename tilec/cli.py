@@ -119,8 +119,7 @@ def cmd_check(args) -> int:
                 print(f"  {'':<11} {e}")
                 failed += 1
                 continue
-            print(f"  {'':<11} compiled for {args.target}: " + ", ".join(f"{k} ({b // 1024} KiB shared)"
-                                                                      for k, b in built), flush=True)
+            print(f"  {'':<11} compiled for {args.target}: " + ", ".join(b.describe() for b in built), flush=True)
     verdict = "ok" if not failed else f"{failed} schedule(s) rejected"
     print(f"{args.program}: {verdict}, {ok} of {len(SCHEDULES)} schedules verified for world {_world(args)}")
     return 1 if failed else 0

@@ -7,6 +7,12 @@ shapes tl.dot refuses, ...): this catches those before a GPU is at hand.
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+
 from tilec.errors import TilecError
 
 _PTR = {"f16": "*fp16", "bf16": "*bf16", "f32": "*fp32", "i32": "*i32"}
@@ -25,8 +31,37 @@ def parse_target(text: str):
     raise TilecError(f"--target {text!r}: expected cuda:<sm>, e.g. cuda:90, or hip:<gfx>, e.g. hip:gfx942")
 
 
-def compile_for_target(prog, target: str = "cuda:90", nprog: int = 132) -> list[tuple[str, int]]:
-    """Compiles every kernel of `prog` (a CompiledProgram) for `target`; returns (kernel, shared memory bytes).
+@dataclass(frozen=True)
+class Built:
+    kernel: str
+    shared: int  # bytes of shared memory per program
+    registers: int | None  # per thread, from the cubin (None: no cuobjdump for this target)
+    spilled: int | None  # bytes of stack and local memory per thread (register spills): > 0 is slow
+
+    def describe(self) -> str:
+        regs = "" if self.registers is None else f", {self.registers} registers" + (
+            f", SPILLS {self.spilled} B" if self.spilled else ", no spills")
+        return f"{self.kernel} ({self.shared // 1024} KiB shared{regs})"
+
+
+def _resources(cubin: bytes) -> tuple[int | None, int | None]:
+    """Registers and spill bytes (stack frame + local memory) per thread, read with the cuobjdump that ships with
+    Triton."""
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.path.exists(tool):
+        return None, None
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    m = re.search(r"REG:(\d+) STACK:(\d+).*LOCAL:(\d+)", out)
+    return (int(m.group(1)), int(m.group(2)) + int(m.group(3))) if m else (None, None)
+
+
+def compile_for_target(prog, target: str = "cuda:90", nprog: int = 132) -> list[Built]:
+    """Compiles every kernel of `prog` (a CompiledProgram) for `target`; returns what each needs per program.
     Raises TilecError naming the kernel when Triton rejects one."""
     import triton
     from triton.compiler import ASTSource
@@ -47,12 +82,15 @@ def compile_for_target(prog, target: str = "cuda:90", nprog: int = 132) -> list[
                 sig[name] = _SCALARS[name]
             else:
                 sig[name] = "constexpr"
-        src = ASTSource(k, sig, constexprs={"NPROG": nprog, "UPCAST_DOT": False})
+        # pointers as the runtime sees heap and torch tensors: 16-byte aligned (Triton pipelines loads only then)
+        aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(k.arg_names) if sig[n].startswith("*")}
+        src = ASTSource(k, sig, constexprs={"NPROG": nprog, "UPCAST_DOT": False}, attrs=aligned)
         try:
             ck = triton.compile(src, target=tgt, options={"num_warps": mod.NUM_WARPS, "num_stages": mod.NUM_STAGES})
         except Exception as e:  # Triton's compile errors carry the offending source line
             lines = str(e).strip().splitlines()
             raise TilecError(f"{prog.program.name} ({prog.schedule}): kernel {k.__name__} does not compile for "
                              f"{target}: {type(e).__name__}: {' | '.join(lines[-6:])}") from e
-        out.append((k.__name__, int(ck.metadata.shared)))
+        regs, local = _resources(ck.asm["cubin"]) if "cubin" in ck.asm else (None, None)
+        out.append(Built(k.__name__, int(ck.metadata.shared), regs, local))
     return out
