@@ -49,3 +49,10 @@ def test_single_persistent_kernel_is_verified():
     assert kernels[0].stages == ("split", "local", "exchange", "combine")
     assert "ctx.barrier()" in prog.source  # only the entry barrier: no barrier between stages
     assert not any(k.barrier_before for k in kernels)
+
+
+def test_noinline_tasks_build_matches_torch():
+    dims = dict(B=2, HKV=1, G=8, D=32, S=256, BS=128)
+    prog = tilec.compile(EXAMPLE, world=2, schedule="fused-push", dims=dims, noinline_tasks=True)
+    results = spawn("tests.fd_workers:run_cases", 2, args=([(prog, "f16", 3)],), heap_bytes=1 << 24, timeout=600)
+    assert all(all(math.isfinite(e) and e <= TOL["f16"] for e in row[3]) for rows in results for row in rows)

@@ -49,3 +49,18 @@ def test_timeline_build_compiles_for_sm90():
                          retype={"f16": "bf16"}, timeline=True)
     assert "%globaltimer" in prog.source
     assert len(compile_for_target(prog, "cuda:90")) == 1
+
+
+def test_noinline_tasks_split_the_merged_kernels_registers():
+    """Inlined, the stages of a merged persistent kernel share one register allocation (the largest, plus what is
+    hoisted across them); called, each keeps its own."""
+    dims = dict(B=1, HKV=16, G=8, D=128, S=8192, BS=512)
+    regs = {}
+    for noinline in (False, True):
+        prog = tilec.compile("examples/flash_decode.tile", world=1, schedule="fused-push", dims=dims,
+                             retype={"f16": "bf16"}, noinline_tasks=noinline)
+        assert ("@triton.jit(noinline=True)" in prog.source) == noinline
+        (b,) = compile_for_target(prog, "cuda:90")
+        regs[noinline] = b.registers
+    if regs[False] is not None:
+        assert regs[True] < regs[False], regs

@@ -31,6 +31,7 @@ def compile(  # noqa: A001 - the public name the docs promise
     wait_timeout: float = 60.0,
     source: str | None = None,
     timeline: bool = False,
+    noinline_tasks: bool = False,
 ) -> CompiledProgram:
     """Compile a .tile program (a path, or `source=` text) for `world` ranks with the given schedule.
 
@@ -39,6 +40,8 @@ def compile(  # noqa: A001 - the public name the docs promise
     num_warps, num_stages, group_m: launch and tile-order settings of the generated kernels (the tuner's knobs).
     start_local: each rank starts every stage's tasks at its own share (its rows, its shard) instead of task 0.
     timeline: a debug build whose tasks record when they started, finished waiting and ended (prog.timeline()).
+    noinline_tasks: a merged kernel calls each stage's task function instead of inlining it, so registers are not
+    shared across stages (the persistent flash decode compiles to 128 registers instead of 255 for sm_90).
     Raises CompileError (bad program), ScheduleError (schedule does not apply, with the reason) or VerifyError.
     """
     if schedule not in (*SCHEDULES, "auto"):
@@ -59,7 +62,8 @@ def compile(  # noqa: A001 - the public name the docs promise
     snaps = {"lower": g}
     g = run_pipeline(g, pipeline(schedule, granularity), verify, snaps)
     model = build_model(g, schedule, {"group_m": group_m, "num_warps": num_warps, "num_stages": num_stages,
-                                      "start_local": start_local, "timeline": timeline})
+                                      "start_local": start_local, "timeline": timeline,
+                                      "noinline_tasks": noinline_tasks})
     src = render(model)
     prog = CompiledProgram(bound, schedule, src, g, snaps, wait_timeout)
     prog.candidates = ranking

@@ -84,6 +84,7 @@ class ModuleModel:
     exit_barrier: bool
     library: tuple[str, ...]  # tile-library device functions used (attend, lse_merge)
     timeline_slots: int = 0  # > 0: a timeline build, one record per task of every kernel
+    noinline_tasks: bool = False  # merged kernels call their stages' task functions instead of inlining them
 
 
 class _Emitter:
@@ -656,7 +657,7 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
     )
     return ModuleModel(header, prog.name, prog.world, schedule, tuple(tensors_used), fms, tuple(kernels),
                        options.get("num_warps", 4), options.get("num_stages", 3), _peers_touch_user_tensors(g),
-                       _library(g), slots or 0)
+                       _library(g), slots or 0, bool(options.get("noinline_tasks")))
 
 
 def _library(g: nx.DiGraph) -> tuple[str, ...]:
