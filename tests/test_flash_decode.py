@@ -26,7 +26,7 @@ CASES = {
 def test_flash_decode_schedules_match_torch(world):
     cases = []
     for i, dims in enumerate(CASES[world]):
-        for sched in ("bsp", "flags", "fused-push"):
+        for sched in ("bsp", "flags", "fused-push", "specialized"):
             for dtype in ("f16", "f32"):
                 retype = {"f16": dtype} if dtype != "f16" else None
                 prog = tilec.compile(EXAMPLE, world=world, schedule=sched, dims=dims, retype=retype)

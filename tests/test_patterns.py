@@ -52,13 +52,21 @@ def test_gemm_rs_and_ar_match_torch(world):
             assert torch.equal(outs[0]["C"], outs[2]["C"]), ("not deterministic", rank, key)
 
 
-def test_specialized_applies_to_ag_gemm_and_gemm_ar_and_says_why_not_for_pushing_gemm_rs():
-    for example in ("ag_gemm", "gemm_ar", "flash_decode"):
+def test_specialized_applies_to_every_example():
+    """Workgroup specialization: the compute stages and the data-movement stages (tile copies, sums over ranks,
+    merges) of one persistent kernel get programs of their own, 25% for data movement."""
+    for example in ("ag_gemm", "gemm_rs", "gemm_ar", "flash_decode"):
         prog = tilec.compile(f"examples/{example}.tile", world=2, schedule="specialized")
         (k,) = [k for k in prog.graph.graph["kernels"] if k.groups]
         assert k.persistent and len(k.groups) == len(k.stages)
-    with pytest.raises(ScheduleError, match="no kernel has both a tile-copy"):
-        tilec.compile("examples/gemm_rs.tile", world=2, schedule="specialized")
+        compute = {"ag_gemm": {"gemm"}, "gemm_rs": {"gemm"}, "gemm_ar": {"gemm"}, "flash_decode": {"split"}}[example]
+        moving = [g for s, g in zip(k.stages, k.groups, strict=True) if s not in compute]
+        assert sum(moving) == pytest.approx(250, abs=len(moving)), (example, k.stages, k.groups)
+
+
+def test_specialized_says_why_without_a_compute_stage():
+    with pytest.raises(ScheduleError, match="no kernel has both a data-movement stage"):
+        tilec.compile("tests/programs/elementwise.tile", world=2, schedule="specialized")
 
 
 @pytest.mark.slow

@@ -7,7 +7,8 @@ merge=True: the stages between two barriers become one persistent kernel whose p
   program order (`for t in range(pid, total, NPROG)`), so every task a program waits on is either done by itself
   earlier or by a co-resident program (pattern 3, "fused sequential").
 specialize=True (with merge): workgroup specialization (pattern 4): each stage of the kernel gets its own programs,
-  copy stages `comm_share` of them together, compute stages the rest in proportion to their tasks. Groups are laid
+  data-movement stages (tile copies, sums over ranks, log-sum-exp merges) `comm_share` of them together, compute
+  stages the rest in proportion to their tasks. Groups are laid
   out in stage order, so on the interpreter (one program at a time, in order) producers still run first.
 
   Before:  stage gather ...  release Ag.gather;  stage gemm ... wait Ag.gather
@@ -24,6 +25,16 @@ from tilec.errors import ScheduleError
 from tilec.ir.graph import Kernel, stage
 
 from .base import Pass
+
+
+def _moves_data(g: nx.DiGraph, name: str, copies: set[str]) -> bool:
+    """The communication side of workgroup specialization: tile copies, sums over ranks (a reduce-scatter's
+    reduction) and log-sum-exp merges; every other stage computes."""
+    from tilec.ir.types import Sum, TupleCall, walk
+
+    return name in copies or any(
+        (isinstance(x, Sum) and x.var.is_rank) or (isinstance(x, TupleCall) and x.fn == "lse_merge")
+        for s in stage(g, name).body for x in walk(s.value))
 
 
 def _tasks(g: nx.DiGraph, name: str) -> int:
@@ -63,15 +74,16 @@ class Persist(Pass):
                                   concurrent=flagged and not self.merge and len(groups) > 1, barrier_before=barrier,
                                   groups=shares))
         if self.specialize and not any(k.groups for k in kernels):
-            raise ScheduleError("specialized does not apply: no kernel has both a tile-copy (communication) stage"
-                                " and a compute stage to give programs of their own")
+            raise ScheduleError("specialized does not apply: no kernel has both a data-movement stage (tile copies,"
+                                " sums over ranks, merges) and a compute stage to give programs of their own")
         g.graph["kernels"] = tuple(kernels)
         return g
 
     def _shares(self, g: nx.DiGraph, names: list[str]) -> tuple[float, ...]:
         from tilec.passes.fuse_comm import copy_stages
 
-        comm = {s.name for s in copy_stages(g, single=False)}
+        copies = {s.name for s in copy_stages(g, single=False)}
+        comm = {n for n in names if _moves_data(g, n, copies)}
         if len(names) < 2 or not (set(names) & comm) or not (set(names) - comm):
             return ()
         ncomm = len(set(names) & comm)
