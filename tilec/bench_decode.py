@@ -232,6 +232,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
     tol = TOLERANCE.get(dtype, 1e-2)
     wait_timeout = 60.0 if heap.interpret else WAIT_TIMEOUT_S
     step = 0
+    per_sm: dict[str, int] = {}  # schedule -> programs per SM of its persistent kernels (LaunchContext.fit)
 
     def compile_(s, dims, bs):
         return tilec.compile(path, world=world, schedule=s, retype=retype, num_warps=NUM_WARPS,
@@ -244,6 +245,8 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
             prog(heap, **args)  # compiles, and a hanging wait fails once here (WaitTimeout), not on every timed call
             secs = _median_time(lambda: prog(heap, entry_barrier=False, sync=False, **args), heap, n, 1)
             prog(heap, **args)  # one synchronous call: a wait that timed out raises here instead of going unseen
+            ctx = prog._state.get(id(heap), {}).get("ctx")
+            per_sm[prog.schedule] = max(ctx.per_sm.values(), default=1) if ctx is not None else 1
             return secs, args["O"].clone()
         finally:
             heap.release(inner)
@@ -323,7 +326,8 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
             cache[key] = {"BS": bs}
             if len(cands) > 1:  # re-time the winner with the full iteration count (fresh buffers and flags)
                 secs, out = time_prog(compile_(s, dims, bs), data, iters)
-            r = row(s, "tilec", secs, {"BS": bs, "num_warps": NUM_WARPS, "num_stages": NUM_STAGES}, rel_err(out, ref))
+            r = row(s, "tilec", secs, {"BS": bs, "num_warps": NUM_WARPS, "num_stages": NUM_STAGES,
+                                       "programs_per_sm": per_sm.get(s, 1)}, rel_err(out, ref))
             wrong = r.rel_err is not None and not r.rel_err <= tol
             if wrong:
                 r.note = f"relative error {r.rel_err:.3g} above {tol:g}"

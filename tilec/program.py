@@ -315,5 +315,6 @@ class CompiledProgram:
         where = ", ".join(f"dim{d.dim}={c}" for d, c in reversed(coords)) or "all"
         raise WaitTimeout(f"rank {heap.rank} waited on flag {fl.name}[{vals[2]}] ({where}) on rank {vals[3]} for"
                           f" ~{self.wait_timeout:g}s: it reached {vals[4]} of {vals[5]}; stage {fl.producer} on the"
-                          " producing rank never released it (call counts differ between ranks, or a producer is"
-                          " missing)")
+                          " producing rank never released it (call counts differ between ranks, a producer is"
+                          " missing, or the persistent grid outgrew the programs resident at once: try"
+                          " TILEC_PROGRAMS_PER_SM=1)")
