@@ -50,7 +50,15 @@ def test_from_env_errors(monkeypatch):
         rt.from_env("iris")
     for v, x in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"), ("MASTER_ADDR", "127.0.0.1")):
         monkeypatch.setenv(v, x)
-    with pytest.raises(rt.TilecRuntimeError, match="only under tilec.runtime.spawn"):
+    import triton  # noqa: F401 - imported without the interpreter: the cpu backend cannot run kernels then
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(rt.TilecRuntimeError, match="set TRITON_INTERPRET=1 before triton is imported"):
+        rt.from_env("cpu")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    with pytest.raises(rt.TilecRuntimeError, match="every rank must run on one host"):
         rt.from_env("cpu")
 
 

@@ -61,6 +61,7 @@ class ShmHeap(Heap):
 
     backend = "cpu"
     interpret = True
+    _destroy_group_on_close = False  # from_env (torchrun) sets it when it made the process group
 
     def __init__(self, rank: int, world: int, paths: list[str], nbytes: int, *, unlink: bool = True):
         if len(paths) != world:
@@ -115,3 +116,8 @@ class ShmHeap(Heap):
             except BufferError:
                 pass  # a caller still holds a tensor over it; the OS unmaps at exit
         self._maps = []
+        if self._destroy_group_on_close:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
