@@ -368,20 +368,37 @@ def from_env(backend: str | None = "iris", heap_bytes: int = 1 << 26, *, timeout
     if missing:
         raise TilecRuntimeError(f"from_env needs torchrun's environment; missing {', '.join(missing)}")
     if backend == "cpu":
-        return _shm_from_env(heap_bytes, timeout, activate)
-    import torch.distributed as dist
+        _check_shm_env()
+        return _in_group(lambda: _shm_heap(heap_bytes), timeout, activate)
 
-    from .iris_heap import IrisHeap, rank_device
+    def iris_heap():
+        from .iris_heap import IrisHeap
+
+        return IrisHeap(heap_bytes)
+
+    def pick_device():
+        import torch
+
+        from .iris_heap import rank_device
+
+        torch.cuda.set_device(rank_device(int(os.environ["RANK"])))
+
+    return _in_group(iris_heap, timeout, activate, pick_device)
+
+
+def _in_group(make_heap, timeout: float, activate: bool, before_group=None):
+    """make_heap() inside torchrun's gloo default group, made here (after before_group()) unless one exists; the
+    heap destroys a group made here when it closes, and a failed make_heap leaves none behind."""
+    import torch.distributed as dist
 
     made_group = False
     if not dist.is_initialized():
-        import torch
-
-        torch.cuda.set_device(rank_device(int(os.environ["RANK"])))
+        if before_group is not None:
+            before_group()
         dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=timeout))
         made_group = True
     try:
-        heap = IrisHeap(heap_bytes)
+        heap = make_heap()
     except BaseException:
         if made_group:
             dist.destroy_process_group()
@@ -393,43 +410,35 @@ def from_env(backend: str | None = "iris", heap_bytes: int = 1 << 26, *, timeout
     return heap
 
 
-def _shm_from_env(heap_bytes: int, timeout: float, activate: bool):
-    """The CPU emulation under torchrun: each rank creates its own /dev/shm heap file, and after a barrier maps
-    every rank's (so all ranks must share a host). Files are named by torchrun's run id and port, and unlinked
-    once mapped."""
+def _check_shm_env() -> None:
+    if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+        raise TilecRuntimeError("the cpu backend runs kernels in Triton's interpreter: set TRITON_INTERPRET=1 before"
+                                " triton is imported (tilec sets it itself when it builds the heap first)")
+    world = int(os.environ["WORLD_SIZE"])
+    if int(os.environ.get("LOCAL_WORLD_SIZE", world)) != world:
+        raise TilecRuntimeError("the cpu backend maps every rank's heap file, so every rank must run on one host "
+                                f"(LOCAL_WORLD_SIZE {os.environ.get('LOCAL_WORLD_SIZE')} != WORLD_SIZE {world})")
+    os.environ["TRITON_INTERPRET"] = "1"  # generated modules are imported after this, so their kernels interpret
+
+
+def _shm_heap(heap_bytes: int):
+    """The CPU emulation under torchrun: each rank creates its own /dev/shm heap file and, after a barrier, maps
+    every rank's (so all ranks share a host). Files are named by torchrun's run id and port and unlinked once
+    every rank has mapped them."""
     import torch.distributed as dist
 
     from .cpu_heap import ShmHeap, create_shm_files, unlink_quietly
     from .heap import _align
 
-    if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
-        raise TilecRuntimeError("the cpu backend runs kernels in Triton's interpreter: set TRITON_INTERPRET=1 before"
-                                " triton is imported (tilec sets it itself when it builds the heap first)")
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if int(os.environ.get("LOCAL_WORLD_SIZE", world)) != world:
-        raise TilecRuntimeError("the cpu backend maps every rank's heap file, so every rank must run on one host "
-                                f"(LOCAL_WORLD_SIZE {os.environ.get('LOCAL_WORLD_SIZE')} != WORLD_SIZE {world})")
-    os.environ["TRITON_INTERPRET"] = "1"  # generated modules are imported after this, so their kernels interpret
-    made_group = False
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=timeout))
-        made_group = True
     nbytes = _align(heap_bytes)
     run = os.environ.get("TORCHELASTIC_RUN_ID", "run").replace("/", "_")
     tag = f"torchrun_{run}_{os.environ.get('MASTER_PORT', '0')}"
-    mine: list[str] = []
+    mine = create_shm_files(1, nbytes, f"{tag}_of{rank}")
     try:
-        mine = create_shm_files(1, nbytes, f"{tag}_of{rank}")
         dist.barrier()  # every rank's file exists
         paths = [mine[0].replace(f"_of{rank}_r0", f"_of{r}_r0") for r in range(world)]
-        heap = ShmHeap(rank, world, paths, nbytes, unlink=True)  # unlinks this rank's file once all have mapped
+        return ShmHeap(rank, world, paths, nbytes, unlink=True)  # unlinks this rank's file once all have mapped
     except BaseException:
         unlink_quietly(mine)
-        if made_group:
-            dist.destroy_process_group()
         raise
-    if made_group:
-        heap._destroy_group_on_close = True
-    if activate:
-        _install(heap)
-    return heap
