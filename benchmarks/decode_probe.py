@@ -18,12 +18,14 @@ from tilec.bench_decode import kv_bytes, make_inputs
 from tilec.runtime import spawn
 
 EX = "examples/flash_decode.tile"
-# (S, BS, num_warps, num_stages, programs per SM cap, noinline task functions). Grids are sized by occupancy up
-# to the cap (LaunchContext.fit), so a config whose programs do not fit that many per SM gets fewer.
+# (S, BS, num_warps, num_stages, programs per SM cap, noinline task functions, keys per attend block). Grids are
+# sized by occupancy up to the cap (LaunchContext.fit), so a config whose programs do not fit that many per SM
+# gets fewer.
 CONFIGS = [
-    (131072, 4096, 4, 3, 1, False), (131072, 4096, 4, 3, 2, False), (131072, 4096, 4, 3, 2, True),
-    (131072, 4096, 4, 4, 2, True), (131072, 4096, 8, 3, 2, True), (131072, 4096, 4, 3, 4, True),
-    (8192, 256, 4, 3, 2, False), (8192, 256, 4, 3, 2, True), (8192, 256, 4, 3, 4, True),
+    (131072, 4096, 4, 3, 1, False, 64), (131072, 4096, 4, 3, 2, False, 64), (131072, 4096, 4, 3, 2, True, 64),
+    (131072, 4096, 4, 4, 2, True, 64), (131072, 4096, 8, 3, 2, True, 64), (131072, 4096, 4, 3, 4, True, 64),
+    (131072, 4096, 4, 3, 2, True, 128), (131072, 4096, 8, 3, 2, True, 128), (131072, 4096, 4, 4, 1, False, 128),
+    (8192, 256, 4, 3, 2, False, 64), (8192, 256, 4, 3, 2, True, 64), (8192, 256, 4, 3, 4, True, 64),
 ]
 
 
@@ -42,11 +44,11 @@ def _time(fn, iters=20):
     return statistics.median(out)
 
 
-def _one(heap, sms, s, bs, warps, stages, per_sm, noinline):
+def _one(heap, sms, s, bs, warps, stages, per_sm, noinline, block):
     dims = dict(B=1, HKV=16, G=8, D=128, S=s)
     q, k, v, lens = make_inputs(dims, 1, 0, "bf16", heap.device)
     prog = tilec.compile(EX, world=1, schedule="fused-push", dims={**dims, "BS": bs}, retype={"f16": "bf16"},
-                         num_warps=warps, num_stages=stages, noinline_tasks=noinline)
+                         num_warps=warps, num_stages=stages, noinline_tasks=noinline, attend_block=block)
     o = torch.empty(q.shape, dtype=q.dtype, device=heap.device)
     tp.MAX_PROGRAMS_PER_SM = per_sm  # the cap fit() applies at the first call (TILEC_PROGRAMS_PER_SM)
     prog(heap, Q=q, K=k, V=v, lens=lens, O=o)
@@ -59,11 +61,11 @@ def _one(heap, sms, s, bs, warps, stages, per_sm, noinline):
 def probe(heap):
     sms = torch.cuda.get_device_properties(heap.device).multi_processor_count
     for cfg in CONFIGS:
-        s, bs, warps, stages, per_sm, noinline = cfg
+        s, bs, warps, stages, per_sm, noinline, block = cfg
         try:
             us, gbps, fitted = _one(heap, sms, *cfg)
-            print(f"S={s} BS={bs} warps={warps} stages={stages} cap={per_sm} programs/SM={fitted} noinline={noinline}:"
-                  f" {us:.1f} us {gbps:.0f} GB/s", flush=True)
+            print(f"S={s} BS={bs} warps={warps} stages={stages} cap={per_sm} programs/SM={fitted} noinline={noinline}"
+                  f" block={block}: {us:.1f} us {gbps:.0f} GB/s", flush=True)
         except Exception as e:  # noqa: BLE001 - a probe: report and go on
             print(f"S={s} BS={bs} warps={warps} programs/SM={per_sm}: {type(e).__name__}: {str(e)[:200]}", flush=True)
         torch.cuda.empty_cache()

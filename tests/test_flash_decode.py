@@ -5,7 +5,7 @@ import math
 import pytest
 
 import tilec
-from tilec.errors import ScheduleError
+from tilec.errors import ArgumentError, ScheduleError
 from tilec.runtime import spawn
 
 EXAMPLE = "examples/flash_decode.tile"
@@ -51,8 +51,14 @@ def test_single_persistent_kernel_is_verified():
     assert not any(k.barrier_before for k in kernels)
 
 
-def test_noinline_tasks_build_matches_torch():
+def test_streaming_options_match_torch():
+    """noinline task functions, and streamed attend with 32-key blocks (4 per split): same results."""
     dims = dict(B=2, HKV=1, G=8, D=32, S=256, BS=128)
-    prog = tilec.compile(EXAMPLE, world=2, schedule="fused-push", dims=dims, noinline_tasks=True)
-    results = spawn("tests.fd_workers:run_cases", 2, args=([(prog, "f16", 3)],), heap_bytes=1 << 24, timeout=600)
+    progs = [tilec.compile(EXAMPLE, world=2, schedule="fused-push", dims=dims, noinline_tasks=True),
+             tilec.compile(EXAMPLE, world=2, schedule="fused-push", dims=dims, attend_block=32)]
+    assert "range(0, 128, 32)" in progs[1].source
+    results = spawn("tests.fd_workers:run_cases", 2, args=([(p, "f16", 3) for p in progs],), heap_bytes=1 << 24,
+                    timeout=600)
     assert all(all(math.isfinite(e) and e <= TOL["f16"] for e in row[3]) for rows in results for row in rows)
+    with pytest.raises(ArgumentError, match="attend_block=48"):
+        tilec.compile(EXAMPLE, attend_block=48)

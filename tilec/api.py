@@ -6,7 +6,7 @@ import os
 
 from tilec.codegen.emit import build_model
 from tilec.codegen.render import render
-from tilec.errors import ScheduleError
+from tilec.errors import ArgumentError, ScheduleError
 from tilec.frontend.parser import parse, parse_file
 from tilec.frontend.sema import check
 from tilec.passes.base import run_pipeline
@@ -32,6 +32,7 @@ def compile(  # noqa: A001 - the public name the docs promise
     source: str | None = None,
     timeline: bool = False,
     noinline_tasks: bool = False,
+    attend_block: int = 64,
 ) -> CompiledProgram:
     """Compile a .tile program (a path, or `source=` text) for `world` ranks with the given schedule.
 
@@ -42,8 +43,12 @@ def compile(  # noqa: A001 - the public name the docs promise
     timeline: a debug build whose tasks record when they started, finished waiting and ended (prog.timeline()).
     noinline_tasks: a merged kernel calls each stage's task function instead of inlining it, so registers are not
     shared across stages (the persistent flash decode compiles to 128 registers instead of 255 for sm_90).
+    attend_block: keys per step of a streamed attend (a power of two >= 16; each step loads that many rows of k
+    and v, pipelined num_stages deep).
     Raises CompileError (bad program), ScheduleError (schedule does not apply, with the reason) or VerifyError.
     """
+    if attend_block < 16 or attend_block & (attend_block - 1):
+        raise ArgumentError(f"attend_block={attend_block}: must be a power of two >= 16 (tl.dot's smallest tile)")
     if schedule not in (*SCHEDULES, "auto"):
         raise ScheduleError(f"unknown schedule '{schedule}' (choose from auto, {', '.join(SCHEDULES)})")
     ast = parse(source, str(program)) if source is not None else parse_file(program)
@@ -63,7 +68,7 @@ def compile(  # noqa: A001 - the public name the docs promise
     g = run_pipeline(g, pipeline(schedule, granularity), verify, snaps)
     model = build_model(g, schedule, {"group_m": group_m, "num_warps": num_warps, "num_stages": num_stages,
                                       "start_local": start_local, "timeline": timeline,
-                                      "noinline_tasks": noinline_tasks})
+                                      "noinline_tasks": noinline_tasks, "attend_block": attend_block})
     src = render(model)
     prog = CompiledProgram(bound, schedule, src, g, snaps, wait_timeout)
     prog.candidates = ranking

@@ -90,8 +90,9 @@ class ModuleModel:
 class _Emitter:
     """Emits the lines of one task of one stage."""
 
-    def __init__(self, g: nx.DiGraph, st, flag_no: dict[str, int]):
+    def __init__(self, g: nx.DiGraph, st, flag_no: dict[str, int], attend_block: int = 64):
         self.g, self.st = g, st
+        self.attend_block = attend_block  # keys per block of a streamed attend
         self.world = g.graph["program"].world
         self.lines: list[str] = []
         self.prologue: list[str] = []  # per-task setup (peer offsets, hoisted index math)
@@ -245,10 +246,10 @@ class _Emitter:
             return False
         pos = self.scope[kt[0]]
         d = logical_shape(k)[-1]
-        return pos.step > ATTEND_BLOCK and pos.step % ATTEND_BLOCK == 0 and d >= 16
+        return pos.step > self.attend_block and pos.step % self.attend_block == 0 and d >= 16
 
     def attend_streamed(self, e: TupleCall, out: list[str], indent: str) -> tuple[str, str]:
-        """attend(q, k, v, n) as a loop over blocks of ATTEND_BLOCK keys with online softmax: k and v stream
+        """attend(q, k, v, n) as a loop over blocks of attend_block keys with online softmax: k and v stream
         through the pipelined loop (block loads masked past n, so short sequences read less) instead of one
         tile held whole in registers."""
         q = self.expr(e.args[0], out, indent)
@@ -262,10 +263,11 @@ class _Emitter:
         qp, mx, den, acc = self.tmp("qp"), self.tmp("m"), self.tmp("den"), self.tmp("acc")
         out.append(f"{indent}{qp}, {mx}, {den}, {acc} = _tilec_attend_init(tl.reshape({q}, ({mq}, {qs[-1]})))")
         c = self.tmp("c")
-        out.append(f"{indent}for {c} in range(0, {pos.step}, {ATTEND_BLOCK}):  # blocks of keys")
+        blk = self.attend_block
+        out.append(f"{indent}for {c} in range(0, {pos.step}, {blk}):  # blocks of keys")
         inner = indent + "    "
         rng = f"{c}_r"
-        out.append(f"{inner}{rng} = {pos.name} + {c} + tl.arange(0, {ATTEND_BLOCK})")
+        out.append(f"{inner}{rng} = {pos.name} + {c} + tl.arange(0, {blk})")
         tiles = []
         for x in (k, v):
             a = x.access
@@ -273,11 +275,11 @@ class _Emitter:
                 self.wait(w, out, indent)
             off, mask = self.offsets(a, ranges={pos.name: rng})
             dim = a.tile.index(pos.name)
-            live = _bcast(f"({c} + tl.arange(0, {ATTEND_BLOCK}) < {n})", dim, len(a.index))
+            live = _bcast(f"({c} + tl.arange(0, {blk}) < {n})", dim, len(a.index))
             mask = f"{mask} & {live}" if mask else live
             name = self.tmp()
             out.append(f"{inner}{name} = tl.load({self.param(a.tensor)} + {off}, mask={mask}, other=0)")
-            tiles.append(f"tl.reshape({name}, ({ATTEND_BLOCK}, {d}))")
+            tiles.append(f"tl.reshape({name}, ({blk}, {d}))")
         out.append(f"{inner}{mx}, {den}, {acc} = _tilec_attend_step({qp}, {tiles[0]}, {tiles[1]}, {n} - {c}, {mx},"
                    f" {den}, {acc}, {scale!r}, UPCAST_DOT)")
         o, lse = self.tmp("o"), self.tmp("lse")
@@ -573,8 +575,6 @@ class _Emitter:
         return out
 
 
-# keys per block of a streamed attend (one pipelined loop step; a multiple of 16 for tl.dot)
-ATTEND_BLOCK = 64
 _ESIZE = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
 
 
@@ -636,7 +636,7 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
     slots = 0 if options.get("timeline") else None
     for k in g.graph["kernels"]:
         kernels.append(_kernel(g, k, flag_no, options.get("group_m", 8), 1.0 / nconc if k.concurrent else 1.0,
-                               options.get("start_local", False), slots))
+                               options.get("start_local", False), slots, options.get("attend_block", 64)))
         if slots is not None:
             slots += kernels[-1].total
     tensors_used = []
@@ -687,7 +687,7 @@ def _peers_touch_user_tensors(g: nx.DiGraph) -> bool:
 
 
 def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], group_m: int, share: float,
-            start_local: bool = False, timeline_base: int | None = None) -> KernelModel:
+            start_local: bool = False, timeline_base: int | None = None, attend_block: int = 64) -> KernelModel:
     lines: list[str] = []
     params: list[str] = []
     tasks: list[TaskFn] = []
@@ -703,7 +703,7 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], group_m: int, sha
     for i, sname in enumerate(k.stages):
         st = stage(g, sname)
         n = _trips(st.loops)
-        em = _Emitter(g, st, flag_no)
+        em = _Emitter(g, st, flag_no, attend_block)
         has_sum = any(isinstance(x.value, Sum) for x in st.body)
         stage_no = [x.name for x in stages_in_order(g)].index(sname)
         mark = None if timeline_base is None else (timeline_base + offset, stage_no)
