@@ -41,7 +41,7 @@ def test_gemm_rs_and_ar_match_torch(world):
                 want[key] = refs
     got = spawn("tests._workers:run_cases", world, args=(cases,), heap_bytes=1 << 24, timeout=900)
     ran = {key[1] for key in want}
-    assert {"bsp", "flags", "fused-push"} <= ran
+    assert {"bsp", "flags", "fused-push", "specialized"} <= ran
     for rank, res in enumerate(got):
         for key, outs in res.items():
             m = key[2]
