@@ -85,6 +85,8 @@ def render_timelines(timelines: dict) -> str:
         sh = t.shares()
         lines.append(f"{s:<13}{_us(t.total_ns / 1e3):>11}{_us(t.between_ns / 1e3):>17}"
                      f"{100 * sh['work']:>7.0f}%{100 * sh['flag waits']:>11.0f}%{100 * sh['idle']:>7.0f}%")
+    for s, t in timelines.items():  # kernel by kernel, stage by stage
+        lines.append(f"{s}: " + t.render().replace("\n", "\n  "))
     return "\n".join(lines)
 
 

@@ -26,6 +26,7 @@ class KernelSpan:
     end_ns: int
     work_ns: int  # summed over tasks
     wait_ns: int
+    per_stage: tuple[tuple[str, int, int, int], ...] = ()  # (stage, tasks, work ns, wait ns)
 
     @property
     def span_ns(self) -> int:
@@ -69,6 +70,9 @@ class Timeline:
             lines.append(f"  {k.name}: {k.span_ns / 1e3:.1f} us, {k.tasks} tasks on up to {k.programs} at once;"
                          f" work {100 * k.work_ns / pt:.0f}%, flag waits {100 * k.wait_ns / pt:.0f}%,"
                          f" idle {100 * k.idle_ns / pt:.0f}%")
+            for name, n, work, wait in k.per_stage if len(k.per_stage) > 1 else ():
+                lines.append(f"    stage {name}: {n} tasks, {work / n / 1e3:.2f} us work + {wait / n / 1e3:.2f} us"
+                             " waiting per task")
         return "\n".join(lines)
 
 
@@ -85,8 +89,18 @@ def summarize(records, module, stage_names: list[str]) -> Timeline:
             k.__name__ if hasattr(k, "__name__") else str(k),
             tuple(dict.fromkeys(stage_names[r[0]] for r in mine)),
             len(mine), _peak([(r[2], r[4]) for r in mine]), min(r[2] for r in mine), max(r[4] for r in mine),
-            sum(r[4] - r[3] for r in mine), sum(r[3] - r[2] for r in mine)))
+            sum(r[4] - r[3] for r in mine), sum(r[3] - r[2] for r in mine), _per_stage(mine, stage_names)))
     return Timeline(tuple(spans))
+
+
+def _per_stage(rows, stage_names: list[str]) -> tuple[tuple[str, int, int, int], ...]:
+    """Per stage (in program order): tasks, work and wait time summed over them (a task's work includes its flag
+    releases: a slow release shows as work per task of the producing stage)."""
+    out = {}
+    for r in rows:
+        n, work, wait = out.get(r[0], (0, 0, 0))
+        out[r[0]] = (n + 1, work + r[4] - r[3], wait + r[3] - r[2])
+    return tuple((stage_names[i], *out[i]) for i in sorted(out))
 
 
 def _peak(intervals: list[tuple[int, int]]) -> int:
