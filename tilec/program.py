@@ -92,13 +92,16 @@ class LaunchContext:
         capped at MAX_PROGRAMS_PER_SM: a persistent grid may use that many per SM and still never wait on a
         program that is not running. Two per SM let one stream memory while the other computes or waits
         (the persistent flash decode went from 2.1 to 2.7 TB/s on an H200)."""
+        import torch
+
+        if torch.version.hip:  # wavefronts of 64 and VGPR budgets differ: one program per CU until measured there
+            return
         try:
             compiled._init_handles()
             regs = max(1, int(compiled.n_regs))
             shared = int(compiled.metadata.shared)
         except (AttributeError, RuntimeError):  # a backend without these: stay at one program per SM
             return
-        import torch
 
         props = torch.cuda.get_device_properties(self.heap.device)
         regs_sm = getattr(props, "regs_per_multiprocessor", 65536)
