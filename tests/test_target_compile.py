@@ -64,3 +64,20 @@ def test_noinline_tasks_split_the_merged_kernels_registers():
         regs[noinline] = b.registers
     if regs[False] is not None:
         assert regs[True] < regs[False], regs
+
+
+def test_cli_bad_target_is_one_error(capsys):
+    from tilec.cli import main
+
+    assert main(["check", "examples/ag_gemm.tile", "--target", "sm90"]) == 2
+    err = capsys.readouterr().err
+    assert "--target 'sm90'" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("opts, word", [({"num_warps": 3}, "num_warps=3"), ({"num_stages": 0}, "num_stages=0"),
+                                        ({"attend_block": 8}, "attend_block=8")])
+def test_bad_launch_options_are_named(opts, word):
+    from tilec.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match=word):
+        tilec.compile("examples/ag_gemm.tile", **opts)

@@ -47,6 +47,10 @@ def compile(  # noqa: A001 - the public name the docs promise
     and v, pipelined num_stages deep).
     Raises CompileError (bad program), ScheduleError (schedule does not apply, with the reason) or VerifyError.
     """
+    if num_warps < 1 or num_warps & (num_warps - 1):
+        raise ArgumentError(f"num_warps={num_warps}: must be a power of two (Triton's warps per program)")
+    if num_stages < 1:
+        raise ArgumentError(f"num_stages={num_stages}: must be >= 1")
     if attend_block < 16 or attend_block & (attend_block - 1):
         raise ArgumentError(f"attend_block={attend_block}: must be a power of two >= 16 (tl.dot's smallest tile)")
     if schedule not in (*SCHEDULES, "auto"):

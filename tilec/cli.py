@@ -96,6 +96,10 @@ def cmd_check(args) -> int:
     """Parse, check and verify the program under every schedule; say which apply and why the others don't."""
     from tilec.errors import ScheduleError, TilecError, VerifyError
 
+    if args.target:  # a bad target is the user's argument, said once (exit 2), not a failure per schedule
+        from tilec.codegen.target_check import parse_target
+
+        parse_target(args.target)
     ok, failed = 0, 0
     for s in SCHEDULES:
         try:
@@ -227,6 +231,8 @@ def cmd_tune(args) -> int:
     from tilec.runtime import default_backend
     from tilec.trials import run_trials, trial_rank
 
+    if args.iters < 1:
+        raise TilecError(f"--iters {args.iters}: must be >= 1")
     backend = args.backend or default_backend()
     retype = {"f16": args.dtype} if args.dtype != "f16" else None
     world, dims = _world(args), _dims(args.dims)

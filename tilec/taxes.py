@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from tilec.errors import CompileError, ScheduleError, TilecError, VerifyError
+from tilec.errors import ArgumentError, CompileError, ScheduleError, TilecError, VerifyError
 from tilec.ir.graph import Pull, sid, stages, tensor, waits
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Dot, Load, Sum, Var
@@ -420,7 +420,7 @@ def compile_all(program, world: int | None = None, dims: dict[str, int] | None =
                                      source=src, **(launch or {})))
         except (ScheduleError, VerifyError) as e:  # a verifier failure is a compiler bug: say it, go on
             out.append(Skipped(s, str(e)))
-        except CompileError:
+        except (CompileError, ArgumentError):  # the program or an option is wrong: one error, not one per schedule
             raise
         except Exception as e:  # noqa: BLE001 - one schedule's compiler crash must not hide the others' taxes
             out.append(Skipped(s, f"the compiler failed: {type(e).__name__}: {e}"))
