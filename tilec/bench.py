@@ -24,6 +24,7 @@ import torch
 
 from tilec.errors import ScheduleError, TilecError
 from tilec.passes.schedules import SCHEDULES
+from tilec.runtime import under_torchrun
 
 SHAPES = {
     "paper": [(1024, 3584, 8192), (8192, 4608, 36864), (8192, 3584, 14336), (8192, 11008, 4096),
@@ -87,6 +88,16 @@ def _median_time(fn, heap, iters: int, warmup: int) -> float:
             e.synchronize()
             times.append(s.elapsed_time(e) / 1e3)
     return statistics.median(times)
+
+
+def time_checked(prog, heap, args: dict, iters: int, warmup: int) -> float:
+    """Median seconds of `prog` on `args` (tilec's timing discipline, _median_time), bracketed by synchronous
+    calls: the first compiles and fails fast on a wait that never completes (WaitTimeout), the last raises one
+    that timed out during the unsynchronized timed calls instead of letting it go unseen."""
+    prog(heap, **args)
+    secs = _median_time(lambda: prog(heap, entry_barrier=False, sync=False, **args), heap, iters, warmup)
+    prog(heap, **args)
+    return secs
 
 
 def _flops(prog_dims: dict, flops_expr: str | None) -> float:
@@ -165,8 +176,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
                 log(f"[{step}/{total}] {dims} {s}: skipped ({best[1] if best else 'no config ran'})")
                 continue
             cfg, secs = best[0], best[1]
-            ctx = best[2]._state.get(id(heap), {}).get("ctx")
-            per_sm = max(ctx.per_sm.values(), default=1) if ctx is not None else 1
+            per_sm = best[2].programs_per_sm(heap)
             cache[key] = list(cfg)
             if len(cands) > 1:  # re-time the winner with the full iteration count
                 prog = tilec.compile(path, world=world, schedule=s, retype=retype, group_m=cfg[5],
@@ -307,7 +317,7 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
     else:
         heap_bytes = _heap_bytes(shape_list, world, dtype)
     log = _log
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun: this process is one rank
+    if under_torchrun():  # this process is one rank
         from tilec.runtime import from_env
 
         heap = from_env(backend, heap_bytes)

@@ -219,7 +219,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
                iters: int, tune: bool, log) -> dict:
     """Runs on every rank; returns {"rows": [...], "skipped": [...]} (rank 0's are the ones reported)."""
     import tilec
-    from tilec.bench import _gpu_name, _median_time, _tune_cache
+    from tilec.bench import _gpu_name, _median_time, _tune_cache, time_checked
     from tilec.bench_baselines import decode_baselines
 
     rows: list[DecodeRow] = []
@@ -242,11 +242,8 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
         inner = heap.mark()
         try:
             args = _args(prog, heap, data)
-            prog(heap, **args)  # compiles, and a hanging wait fails once here (WaitTimeout), not on every timed call
-            secs = _median_time(lambda: prog(heap, entry_barrier=False, sync=False, **args), heap, n, 1)
-            prog(heap, **args)  # one synchronous call: a wait that timed out raises here instead of going unseen
-            ctx = prog._state.get(id(heap), {}).get("ctx")
-            per_sm[prog.schedule] = max(ctx.per_sm.values(), default=1) if ctx is not None else 1
+            secs = time_checked(prog, heap, args, n, 1)
+            per_sm[prog.schedule] = prog.programs_per_sm(heap)
             return secs, args["O"].clone()
         finally:
             heap.release(inner)
@@ -369,7 +366,7 @@ def prepare(path: str, shapes: list[tuple[int, ...]], world: int, dtype: str, in
     worst = 0
     for shape in shapes:
         dims = shape_dims(shape)
-        bss = candidates(dims, interpret, tune=True) if not interpret else [CPU_BS]
+        bss = candidates(dims, interpret, tune=True)
         bss = [bs for bs in bss if not _too_many_splits(dims["S"], bs)]
         bound = check(ast, world, {**dims, "BS": min(bss, default=default_bs(dims, interpret))})
         check_signature(bound, path)

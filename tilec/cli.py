@@ -157,11 +157,11 @@ def _auto_pick(args, backend: str, world: int, torchrun: bool) -> str:
 def cmd_run(args) -> int:
     from tilec.errors import ScheduleError
     from tilec.run import heap_bytes_for, run_program, run_program_torchrun
-    from tilec.runtime import default_backend
+    from tilec.runtime import default_backend, under_torchrun
 
     backend = args.backend or default_backend()
     schedules = SCHEDULES if args.schedule == "all" else (args.schedule,)
-    torchrun = "RANK" in os.environ and "LOCAL_RANK" in os.environ
+    torchrun = under_torchrun()
     world = _world(args)
     if args.schedule == "auto":
         schedules = (_auto_pick(args, backend, world, torchrun),)
@@ -228,7 +228,7 @@ def cmd_bench(args) -> int:
 def cmd_tune(args) -> int:
     """Short timed trials of every legal schedule; `--schedule auto` then picks the fastest measured one."""
     from tilec.run import heap_bytes_for
-    from tilec.runtime import default_backend
+    from tilec.runtime import default_backend, under_torchrun
     from tilec.trials import run_trials, trial_rank
 
     if args.iters < 1:
@@ -237,7 +237,7 @@ def cmd_tune(args) -> int:
     retype = {"f16": args.dtype} if args.dtype != "f16" else None
     world, dims = _world(args), _dims(args.dims)
     where = "CPU emulation (Triton interpreter: times say nothing about a GPU)" if backend == "cpu" else "GPU (Iris)"
-    if "RANK" in os.environ and "LOCAL_RANK" in os.environ:  # torchrun: this process is one rank
+    if under_torchrun():  # this process is one rank
         import tilec
         from tilec.runtime import from_env
 

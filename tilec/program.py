@@ -282,6 +282,12 @@ class CompiledProgram:
         self._check_timeout(heap, st)
         return {n: tensors[n] for n, (kind, *_r) in self.signature().items() if kind == "out"}
 
+    def programs_per_sm(self, heap) -> int:
+        """Programs per SM the persistent kernels were sized for on this heap's GPU (LaunchContext.fit; 1 before
+        the first call, on the CPU emulation, and for kernels that are not persistent)."""
+        st = self._state.get(id(heap))
+        return max(st["ctx"].per_sm.values(), default=1) if st is not None else 1
+
     def timeline(self, heap=None):
         """Where this rank's last call went (tilec.timeline.Timeline); needs a build with timeline=True. Reads the
         records of the last call, so call it after a synchronous call."""

@@ -41,7 +41,7 @@ def trial_rank(heap, path: str, dims: dict[str, int], iters: int = 5, warmup: in
     measured first (the same list on every rank)."""
     import tilec
     from tilec.auto import candidates, key, record_measured
-    from tilec.bench import _inputs, _median_time
+    from tilec.bench import _inputs, time_checked
 
     base = tilec.compile(path, heap.world, "bsp", dims, granularity=granularity, retype=retype)
     source = base.program.source  # the auto cache is keyed by the program text, as `tilec bench` records it
@@ -53,11 +53,7 @@ def trial_rank(heap, path: str, dims: dict[str, int], iters: int = 5, warmup: in
         prog = tilec.compile(path, heap.world, s, dims, granularity=granularity, retype=retype)
         mark = heap.mark()
         try:
-            args = _inputs(prog, heap, 0)
-            prog(heap, **args)  # compiles; a wait that never completes fails here, not in the timed calls
-            us = _median_time(lambda p=prog, a=args: p(heap, entry_barrier=False, sync=False, **a), heap, iters,
-                              warmup) * 1e6
-            prog(heap, **args)  # one synchronous call: a timeout in the timed calls raises here
+            us = time_checked(prog, heap, _inputs(prog, heap, 0), iters, warmup) * 1e6
             note = ""
         except TilecError as e:  # reported, not fatal: the other schedules still get their trial
             us, note = float("inf"), f"{type(e).__name__}: {e}"

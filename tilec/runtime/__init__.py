@@ -9,7 +9,7 @@ from .cpu_heap import ShmHeap
 from .errors import HeapError, LaunchTimeout, RankError, TilecRuntimeError
 from .heap import Heap
 from .iris_heap import IrisHeap
-from .launcher import default_backend, from_env, spawn
+from .launcher import default_backend, from_env, spawn, under_torchrun
 
 __all__ = [
     "Heap",
@@ -20,6 +20,7 @@ __all__ = [
     "active_heap",
     "use_heap",
     "default_backend",
+    "under_torchrun",
     "HeapError",
     "RankError",
     "LaunchTimeout",

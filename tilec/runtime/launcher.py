@@ -356,6 +356,11 @@ def _collect(procs: list, conns: list, deadline: float, timeout: float) -> list:
 _TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")
 
 
+def under_torchrun() -> bool:
+    """Whether this process is one rank of a torchrun launch (it then builds its own heap with from_env)."""
+    return "RANK" in os.environ and "LOCAL_RANK" in os.environ
+
+
 def from_env(backend: str | None = "iris", heap_bytes: int = 1 << 26, *, timeout: float = 300.0, activate: bool = True):
     """Build this process's heap under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR set).
 
@@ -368,7 +373,7 @@ def from_env(backend: str | None = "iris", heap_bytes: int = 1 << 26, *, timeout
     if missing:
         raise TilecRuntimeError(f"from_env needs torchrun's environment; missing {', '.join(missing)}")
     if backend == "cpu":
-        _check_shm_env()
+        _prepare_shm_env()
         return _in_group(lambda: _shm_heap(heap_bytes), timeout, activate)
 
     def iris_heap():
@@ -410,7 +415,7 @@ def _in_group(make_heap, timeout: float, activate: bool, before_group=None):
     return heap
 
 
-def _check_shm_env() -> None:
+def _prepare_shm_env() -> None:
     if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
         raise TilecRuntimeError("the cpu backend runs kernels in Triton's interpreter: set TRITON_INTERPRET=1 before"
                                 " triton is imported (tilec sets it itself when it builds the heap first)")

@@ -113,13 +113,15 @@ def warmup(ctx, buffers):
         return
     for k, total, persistent, _concurrent, _barrier, share, groups in KERNELS:
         nprog = ctx.grid(total, persistent, share, groups, k)
-        compiled = _compile(ctx, k, _args(ctx, buffers, 1, k, nprog))
+        args = _args(ctx, buffers, 1, k, nprog)
+        compiled = _compile(ctx, k, args)
         if persistent or groups:
             ctx.fit(k, compiled, NUM_WARPS)
             more = ctx.grid(total, persistent, share, groups, k)
             if more != nprog:  # more programs fit per SM; NPROG is compiled in (a constant loop step), so again
-                nprog, compiled = more, _compile(ctx, k, _args(ctx, buffers, 1, k, more))
-        ctx.compiled[(k, nprog, _aligned(_args(ctx, buffers, 1, k, nprog)))] = compiled
+                nprog, args = more, _args(ctx, buffers, 1, k, more)
+                compiled = _compile(ctx, k, args)
+        ctx.compiled[(k, nprog, _aligned(args))] = compiled
 
 
 def _compile(ctx, k, args):
