@@ -54,7 +54,7 @@ def _one(heap, sms, s, bs, warps, stages, per_sm, noinline, block):
     prog(heap, Q=q, K=k, V=v, lens=lens, O=o)
     us = _time(lambda: prog(heap, entry_barrier=False, sync=False, Q=q, K=k, V=v, lens=lens, O=o))
     prog(heap, Q=q, K=k, V=v, lens=lens, O=o)
-    fitted = max(prog._buffers(heap)["ctx"].per_sm.values(), default=1)
+    fitted = prog.programs_per_sm(heap)
     return us, kv_bytes(dims, "bf16") / us / 1e3, fitted
 
 
