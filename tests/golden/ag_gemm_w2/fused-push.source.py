@@ -108,8 +108,9 @@ def _task_k0_gather_gemm_gather(
     r = t_1
     m_r = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
     k_r = tl.max_contiguous(tl.multiple_of(k + tl.arange(0, 32), 32), 32)
+    peer2 = _tilec_peer_offset(heap_bases, rank, r, 2)
     x1 = tl.load(A + m_r[:, None] * 128 + k_r[None, :])
-    iris.store(Ag + (128 * rank + m_r)[:, None] * 128 + k_r[None, :], x1.to(tl.float16), rank, r, heap_bases)
+    tl.store(Ag + peer2 + (128 * rank + m_r)[:, None] * 128 + k_r[None, :], x1.to(tl.float16))
     _tilec_release(F_Ag_gather + rank * 2 + (m // 64), rank, r, heap_bases)
 
 

@@ -338,15 +338,16 @@ def _task_k0_split_local_exchange_combine_exchange(
         for f4 in range((lo3 // 1), ((lo3 + 0) // 1) + 1):
             _tilec_wait(F_Ol_local + f2 * 8 + f4, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 5, f2 * 8 + f4, UPCAST_DOT)
     # wait until stage local has written the tiles of Ll[b, h] this call
-    lo6 = b
-    for f7 in range((lo6 // 1), ((lo6 + 0) // 1) + 1):
-        lo8 = h
-        for f9 in range((lo8 // 1), ((lo8 + 0) // 1) + 1):
-            _tilec_wait(F_Ll_local + f7 * 8 + f9, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 2, f7 * 8 + f9, UPCAST_DOT)
+    lo7 = b
+    for f8 in range((lo7 // 1), ((lo7 + 0) // 1) + 1):
+        lo9 = h
+        for f10 in range((lo9 // 1), ((lo9 + 0) // 1) + 1):
+            _tilec_wait(F_Ll_local + f8 * 8 + f10, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 2, f8 * 8 + f10, UPCAST_DOT)
+    peer6 = _tilec_peer_offset(heap_bases, rank, r, 4)
     x5 = tl.load(Ol + (b) * 512 + (h) * 64 + _a0_r[None, None, :])
-    iris.store(Og + (rank) * 1024 + (b) * 512 + (h) * 64 + _a1_r[None, None, None, :], tl.reshape(x5, (1, 1, 1, 64)).to(tl.float32), rank, r, heap_bases)
-    x10 = tl.load(Ll + (b) * 8 + (h) + tl.zeros((1, 1,), dtype=tl.int32))
-    iris.store(Lg + (rank) * 16 + (b) * 8 + (h) + tl.zeros((1, 1, 1,), dtype=tl.int32), tl.reshape(x10, (1, 1, 1)).to(tl.float32), rank, r, heap_bases)
+    tl.store(Og + peer6 + (rank) * 1024 + (b) * 512 + (h) * 64 + _a1_r[None, None, None, :], tl.reshape(x5, (1, 1, 1, 64)).to(tl.float32))
+    x11 = tl.load(Ll + (b) * 8 + (h) + tl.zeros((1, 1,), dtype=tl.int32))
+    tl.store(Lg + peer6 + (rank) * 16 + (b) * 8 + (h) + tl.zeros((1, 1, 1,), dtype=tl.int32), tl.reshape(x11, (1, 1, 1)).to(tl.float32))
     _tilec_release(F_Lg_exchange + (rank) * 16 + (b) * 8 + h, rank, r, heap_bases)
     _tilec_release(F_Og_exchange + (rank) * 16 + (b) * 8 + h, rank, r, heap_bases)
 

@@ -1,0 +1,91 @@
+"""Probe: does the KV layout or the split stage's task order limit the persistent flash-decode kernel's bandwidth?
+
+Variants of examples/flash_decode.tile (text edits of the example, nothing else changes):
+- as written: K, V [B, S, HKV, D], split tasks ordered (b, g, j): programs running together read the same head's
+  256-byte rows 4 KiB apart, in different blocks of positions;
+- `jg`: the split stage iterates (b, j, g): programs running together read all heads of the same positions, so
+  together they read whole 4 KiB rows;
+- `hsd`: K, V [B, HKV, S, D] (the layout SDPA gets in the bench): each task reads one contiguous run.
+Times whole calls (CUDA events, median of 20), fused-push, world 1, bf16, B1 H128 (HKV 16, GQA 8), D 128.
+Run on the device: python benchmarks/decode_layout_probe.py > probe.log
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+import tilec
+from tilec.bench_decode import kv_bytes, make_inputs
+from tilec.runtime import spawn
+
+EX = Path("examples/flash_decode.tile")
+SPLIT_BGJ = "stage split over b in B by 1, g in HKV by 1, j in S/BS by 1,"
+SPLIT_BJG = "stage split over b in B by 1, j in S/BS by 1, g in HKV by 1,"
+
+
+def variant(name: str) -> str:
+    text = EX.read_text()
+    assert SPLIT_BGJ in text
+    if name in ("jg", "hsd-jg"):
+        text = text.replace(SPLIT_BGJ, SPLIT_BJG)
+    if name.startswith("hsd"):
+        text = text.replace("K    : f16[B, S, HKV, D]", "K    : f16[B, HKV, S, D]")
+        text = text.replace("V    : f16[B, S, HKV, D]", "V    : f16[B, HKV, S, D]")
+        text = text.replace("K[b, j*BS + p, g, :]", "K[b, g, j*BS + p, :]").replace("V[b, j*BS + p, g, :]",
+                                                                                   "V[b, g, j*BS + p, :]")
+    return text
+
+
+def _time(fn, iters=20):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        out.append(s.elapsed_time(e) * 1e3)
+    return statistics.median(out)
+
+
+def probe(heap):
+    tmp = Path(tempfile.mkdtemp())
+    for s, bs in ((32768, 1024), (131072, 4096), (1048576, 32768)):
+        dims = dict(B=1, HKV=16, G=8, D=128, S=s)
+        q, k, v, lens = make_inputs(dims, 1, 0, "bf16", heap.device)
+        kh, vh = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
+        o = torch.empty(q.shape, dtype=q.dtype, device=heap.device)
+        for name in ("as-written", "jg", "hsd", "hsd-jg"):
+            path = tmp / f"fd_{name.replace('-', '_')}.tile"
+            path.write_text(variant(name))
+            try:
+                prog = tilec.compile(str(path), world=1, schedule="fused-push", dims={**dims, "BS": bs},
+                                     retype={"f16": "bf16"}, num_warps=4, num_stages=3)
+                kk, vv = (kh, vh) if name.startswith("hsd") else (k, v)
+                prog(heap, Q=q, K=kk, V=vv, lens=lens, O=o)
+                us = _time(lambda: prog(heap, entry_barrier=False, sync=False, Q=q, K=kk, V=vv, lens=lens, O=o))
+                prog(heap, Q=q, K=kk, V=vv, lens=lens, O=o)
+                ok = torch.equal(o, o) and torch.isfinite(o.float()).all().item()
+                print(f"S={s} BS={bs} {name}: {us:.1f} us {kv_bytes(dims, 'bf16') / us / 1e3:.0f} GB/s"
+                      f" programs/SM={prog.programs_per_sm(heap)} finite={ok}", flush=True)
+                if name == "as-written":
+                    ref = o.clone()
+                else:
+                    print(f"    max |O - O(as-written)| = {(o.float() - ref.float()).abs().max().item():.2e}")
+            except Exception as e:  # noqa: BLE001 - a probe: report and go on
+                print(f"S={s} {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+        del k, v, kh, vh
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    spawn("benchmarks.decode_layout_probe:probe", 1, backend="iris", heap_bytes=1 << 28, timeout=600)
+    sys.exit(0)
