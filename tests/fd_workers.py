@@ -39,6 +39,11 @@ def make_case(world: int, dims: dict, dtype: str, seed: int):
     return q, ks, vs, lens
 
 
+def as_declared(kv, shape):
+    """A [B, S, HKV, D] block of the cache in the program's layout: as is, or head-major [B, HKV, S, D]."""
+    return kv if tuple(kv.shape) == tuple(shape) else kv.transpose(1, 2)
+
+
 def run_cases(heap, cases, calls: int = 2):
     """cases: [(CompiledProgram, dtype, seed)]. Each is called `calls` times with fresh inputs; returns the max
     error against attention_reference per call."""
@@ -50,8 +55,8 @@ def run_cases(heap, cases, calls: int = 2):
         for call in range(calls):
             q, ks, vs, lens = make_case(heap.world, prog.dims, dtype, seed + call)
             args["Q"].copy_(q)
-            args["K"].copy_(ks[heap.rank])
-            args["V"].copy_(vs[heap.rank])
+            args["K"].copy_(as_declared(ks[heap.rank], args["K"].shape))
+            args["V"].copy_(as_declared(vs[heap.rank], args["V"].shape))
             args["lens"].copy_(lens)
             args["O"].fill_(float("nan"))
             prog(heap, **args)

@@ -107,13 +107,24 @@ def _flops(prog_dims: dict, flops_expr: str | None) -> float:
 
 
 def _inputs(prog, heap, seed: int):
+    """Every tensor of a call, on the heap: random inputs (a flash-decode program gets the decode bench's Q, K,
+    V and full lengths: random integers would be meaningless lengths), zeroed outputs."""
+    from tilec.bench_decode import DECODE_DIMS, kv_layout, make_inputs
     from tilec.reference import TORCH_DTYPE
 
+    sig = prog.signature()
+    decode = {}
+    if all(d in prog.dims for d in DECODE_DIMS) and {"Q", "K", "V", "lens"} <= set(sig):
+        q, k, v, lens = make_inputs(prog.dims, prog.world, heap.rank, sig["Q"][1], heap.device, seed,
+                                    kv_layout(sig["K"][2], prog.dims))
+        decode = {"Q": q, "K": k, "V": v, "lens": lens}
     args = {}
     g = torch.Generator(device="cpu").manual_seed(seed + heap.rank)
-    for name, (kind, dtype, shape, _sym) in prog.signature().items():
+    for name, (kind, dtype, shape, _sym) in sig.items():
         t = heap.alloc(shape, TORCH_DTYPE[dtype], zero=kind != "in")
-        if kind == "in":
+        if name in decode:
+            t.copy_(decode[name])
+        elif kind == "in":
             t.copy_((torch.randn(shape, generator=g) / 8).to(t.dtype))
         args[name] = t
     return args

@@ -191,10 +191,10 @@ def _reduce_baselines(heap, dims: dict, world: int, dtype: str, iters: int, time
 
 
 def decode_baselines(heap, dims: dict, world: int, dtype: str, iters: int, timer, q, k, v, lens,
-                     log=None) -> list[tuple[str, float, str, torch.Tensor | None]]:
+                     log=None, layout: str = "bshd") -> list[tuple[str, float, str, torch.Tensor | None]]:
     """(name, seconds, note, output O [B, H, D] or None) per baseline that runs here. q [B, H, D] and lens [B]
-    are the same on every rank, k/v [B, S, HKV, D] this rank's block; lens are taken as given (the bench passes
-    full lengths)."""
+    are the same on every rank, k/v this rank's block, [B, S, HKV, D] (layout "bshd") or [B, HKV, S, D]
+    ("bhsd"); lens are taken as given (the bench passes full lengths)."""
     import torch.nn.functional as F
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
@@ -202,7 +202,8 @@ def decode_baselines(heap, dims: dict, world: int, dtype: str, iters: int, timer
     dev = heap.device
     n_local = (lens.to(torch.int64) - heap.rank * s).clamp(0, s)
     full = bool((n_local == s).all())
-    kt, vt = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()  # [B, HKV, S, D]: preparation
+    # sdpa reads [B, HKV, S, D]; a position-major cache is transposed once here, outside the timed calls
+    kt, vt = (k, v) if layout == "bhsd" else (k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous())
     out = []
     if world == 1 or not _one_gpu_per_rank(dev, world):
         q4 = q.unsqueeze(2)  # [B, H, 1, D]

@@ -140,9 +140,10 @@ def _too_many_splits(s: int, bs: int) -> str | None:
     return None
 
 
-def make_inputs(dims: dict, world: int, rank: int, dtype: str, device, seed: int = 0):
-    """Q and lens are the same on every rank; K and V are this rank's block of the cache. Generated on the
-    device (GiBs of KV: a CPU generator would take minutes)."""
+def make_inputs(dims: dict, world: int, rank: int, dtype: str, device, seed: int = 0, layout: str = "bshd"):
+    """Q and lens are the same on every rank; K and V are this rank's block of the cache, [B, S, HKV, D]
+    (layout "bshd") or [B, HKV, S, D] ("bhsd": the same values, stored head-major). Generated on the device (GiBs
+    of KV: a CPU generator would take minutes)."""
     from tilec.reference import TORCH_DTYPE
 
     dt = TORCH_DTYPE[dtype]
@@ -153,7 +154,20 @@ def make_inputs(dims: dict, world: int, rank: int, dtype: str, device, seed: int
     k = torch.randn((b, s, hkv, d), generator=mine, device=device, dtype=dt)
     v = torch.randn((b, s, hkv, d), generator=mine, device=device, dtype=dt)
     lens = torch.full((b,), world * s, dtype=torch.int32, device=device)
+    if layout == "bhsd":
+        k, v = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
     return q, k, v, lens
+
+
+def kv_layout(k_shape, dims: dict) -> str:
+    """"bshd" for K [B, S, HKV, D] (position-major), "bhsd" for K [B, HKV, S, D] (head-major); a cache with as
+    many heads as positions reads as position-major."""
+    b, hkv, d, s = dims["B"], dims["HKV"], dims["D"], dims["S"]
+    if tuple(k_shape) == (b, s, hkv, d):
+        return "bshd"
+    if tuple(k_shape) == (b, hkv, s, d):
+        return "bhsd"
+    raise TilecError(f"K {list(k_shape)}: the decode bench takes K and V as [B, S, HKV, D] or [B, HKV, S, D]")
 
 
 REF_LIMIT = 1 << 30  # bytes of KV over all ranks up to which a rank recomputes the whole op as a reference
@@ -198,13 +212,14 @@ def check_signature(bound, path: str) -> None:
     """The decode bench feeds Q, K, V, lens and reads O: say so when a program with decode dims differs."""
     d = dict(bound.dims)
     b, h, dd, s, hkv = d["B"], d["HKV"] * d["G"], d["D"], d["S"], d["HKV"]
-    want = {"Q": ("in", (b, h, dd)), "K": ("in", (b, s, hkv, dd)), "V": ("in", (b, s, hkv, dd)),
-            "lens": ("in", (b,)), "O": ("out", (b, h, dd))}
     have = {t.name: (t.kind, tuple(t.shape)) for t in bound.tensors if t.kind != "buf"}
-    if have != want:
-        raise TilecError(f"{path}: the decode bench feeds in Q[B, HKV*G, D], K[B, S, HKV, D], V[B, S, HKV, D], "
-                         f"lens[B] and reads out O[B, HKV*G, D] (as examples/flash_decode.tile); with dims {d} "
-                         f"the program takes {', '.join(f'{n} ({k} {list(sh)})' for n, (k, sh) in have.items())}")
+    wants = [{"Q": ("in", (b, h, dd)), "K": ("in", kv), "V": ("in", kv), "lens": ("in", (b,)), "O": ("out", (b, h, dd))}
+             for kv in ((b, s, hkv, dd), (b, hkv, s, dd))]
+    if have not in wants:
+        raise TilecError(f"{path}: the decode bench feeds in Q[B, HKV*G, D], K and V [B, HKV, S, D] or "
+                         f"[B, S, HKV, D], lens[B] and reads out O[B, HKV*G, D] (as examples/flash_decode.tile); "
+                         f"with dims {d} the program takes "
+                         f"{', '.join(f'{n} ({k} {list(sh)})' for n, (k, sh) in have.items())}")
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor | None) -> float | None:
@@ -265,11 +280,14 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
                              rel_err=err, note=note)
 
         mark = heap.mark()
-        q, k, v, lens = make_inputs(dims, world, heap.rank, dtype, heap.device)
+        layout = kv_layout(tilec.compile(path, world=world, schedule="bsp", retype=retype,
+                                         dims={**dims, "BS": default_bs(dims, heap.interpret)}).signature()["K"][2],
+                           dims)
+        q, k, v, lens = make_inputs(dims, world, heap.rank, dtype, heap.device, layout=layout)
         data = {"Q": q, "K": k, "V": v, "lens": lens}
         ref = None
         for name, secs, note, out in decode_baselines(heap, dims, world, dtype, iters, _median_time, q, k, v, lens,
-                                                      log):
+                                                      log, layout=layout):
             if ref is None and out is not None:
                 ref = out
             shape_rows.append(row(name, "baseline", secs, err=rel_err(out, ref), note=note))

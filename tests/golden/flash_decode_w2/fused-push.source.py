@@ -23,7 +23,7 @@ NUM_STAGES = 3
 EXIT_BARRIER = False
 # name: (kind, dtype, shape, symmetric)
 TENSORS = {
-    "K": ("in", "f16", (2, 256, 2, 64), False),
+    "K": ("in", "f16", (2, 2, 256, 64), False),
     "Lg": ("buf", "f32", (2, 2, 8), True),
     "Ll": ("buf", "f32", (2, 8), True),
     "Ls": ("buf", "f32", (2, 2, 8), False),
@@ -32,7 +32,7 @@ TENSORS = {
     "Ol": ("buf", "f32", (2, 8, 64), True),
     "Os": ("buf", "f32", (2, 2, 8, 64), False),
     "Q": ("in", "f16", (2, 8, 64), False),
-    "V": ("in", "f16", (2, 256, 2, 64), False),
+    "V": ("in", "f16", (2, 2, 256, 64), False),
     "lens": ("in", "i32", (2,), False),
 }
 # timeline build (tilec.compile(..., timeline=True)): one record per task, (stage, program, start, waited, end)
@@ -264,8 +264,8 @@ def _task_k0_split_local_exchange_combine_split(
     qp7, m8, den9, acc10 = _tilec_attend_init(tl.reshape(x1, (4, 64)))
     for c11 in range(0, 128, 64):  # blocks of keys
         c11_r = p + c11 + tl.arange(0, 64)
-        x12 = tl.load(K + (b) * 32768 + (128 * j + c11_r)[None, :, None, None] * 128 + (g) * 64 + _a1_r[None, None, None, :], mask=(c11 + tl.arange(0, 64) < x6)[None, :, None, None], other=0)
-        x13 = tl.load(V + (b) * 32768 + (128 * j + c11_r)[None, :, None, None] * 128 + (g) * 64 + _a2_r[None, None, None, :], mask=(c11 + tl.arange(0, 64) < x6)[None, :, None, None], other=0)
+        x12 = tl.load(K + (b) * 32768 + (g) * 16384 + (128 * j + c11_r)[None, None, :, None] * 64 + _a1_r[None, None, None, :], mask=(c11 + tl.arange(0, 64) < x6)[None, None, :, None], other=0)
+        x13 = tl.load(V + (b) * 32768 + (g) * 16384 + (128 * j + c11_r)[None, None, :, None] * 64 + _a2_r[None, None, None, :], mask=(c11 + tl.arange(0, 64) < x6)[None, None, :, None], other=0)
         m8, den9, acc10 = _tilec_attend_step(qp7, tl.reshape(x12, (64, 64)), tl.reshape(x13, (64, 64)), x6 - c11, m8, den9, acc10, 0.125, UPCAST_DOT)
     o14, lse15 = _tilec_attend_finish(m8, den9, acc10, 4)
     tl.store(Os + (j) * 1024 + (b) * 512 + (4 * g + q_r)[None, None, :, None] * 64 + _a3_r[None, None, None, :], tl.reshape(o14, (1, 1, 4, 64)).to(tl.float32))
