@@ -129,3 +129,21 @@ def skip_call(heap, progs, calls_per_rank, inputs):
     for _ in range(max(calls_per_rank) - calls_per_rank[heap.rank]):
         heap.barrier()
     return time.monotonic() - t0
+
+
+def fresh_tensors_each_call(heap, prog, calls):
+    """Like run_cases, but every call gets newly allocated arguments (the launch plan a program keeps for the
+    same tensors must be rebuilt); outputs of call i are returned in order."""
+    results = []
+    marks = []
+    for inputs in calls:
+        marks.append(heap.mark())
+        args = _alloc_args(heap, prog)
+        for name, t in inputs[heap.rank].items():
+            args[name].copy_(t)
+        _poison(args, prog)
+        ret = prog(**args)
+        results.append({n: t.clone() for n, t in ret.items()})
+    heap.barrier()
+    heap.release(marks[0])
+    return results

@@ -70,3 +70,15 @@ def test_ag_gemm_matches_torch(ag_run, schedule, dtype, shape):
             want = a @ per_rank[r]["B"].float()  # each rank has its own B
             got = results[r][(schedule, dtype, shape)][i]["C"]
             check_close(got, want, dtype, f"world {world} rank {r} call {i + 1}")
+
+
+@pytest.mark.parametrize("schedule", ["fused-push", "specialized"])
+def test_new_tensors_each_call(schedule):
+    """A program reuses its launch plan while a call's tensors stay the same; new tensors must be picked up."""
+    prog = compile_example(2, schedule, shapes(2)["square"])
+    calls = make_calls(prog, 3, seed=77)
+    results = spawn(_workers.fresh_tensors_each_call, 2, heap_bytes=1 << 24, timeout=600, args=(prog, calls))
+    for i, per_rank in enumerate(calls):
+        a = cat_shards(per_rank, "A")
+        for r in range(2):
+            check_close(results[r][i]["C"], a @ per_rank[r]["B"].float(), "f16", f"rank {r} call {i + 1}")

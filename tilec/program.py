@@ -59,6 +59,7 @@ class LaunchContext:
         self._streams: dict[int, object] = {}
         self.compiled: dict = {}  # (kernel, NPROG, pointer alignments) -> Triton's compiled kernel (warmup)
         self.per_sm: dict = {}  # kernel -> programs resident per SM (fit), for persistent grids
+        self.plan: list | None = None  # the launches of a call, reused while the call's tensors stay the same
         if heap.interpret:
             self.capacity = 1  # the interpreter runs a launch's programs one after another
         else:
@@ -263,9 +264,10 @@ class CompiledProgram:
         st = self._buffers(heap)
         key = tuple((n, t.data_ptr(), tuple(t.shape), t.dtype) for n, t in sorted(tensors.items())
                     if hasattr(t, "data_ptr"))
-        if st.get("checked") != key:  # the same tensors as last call need no second look
+        if st.get("checked") != key:  # the same tensors as last call need no second look, nor a new launch plan
             self.check_args(heap, tensors)
             st["checked"] = key
+            st["ctx"].plan = None
         bufs = {**st["bufs"], **tensors}
         mod = self.module
         if not st["warm"]:

@@ -204,21 +204,30 @@ def _aligned(args):
     return tuple(a.data_ptr() % 16 == 0 for a in args if hasattr(a, "data_ptr"))
 
 
+def _plan(ctx, buffers, i, kernel):
+    # (stream, barrier before, compiled kernel's launcher or None, kernel, NPROG, arguments with a slot for the epoch)
+    k, total, persistent, concurrent, barrier_before, share, groups = kernel
+    nprog = ctx.grid(total, persistent, share, groups, k)
+    args = list(_args(ctx, buffers, 0, k, nprog))
+    compiled = None if ctx.interpret else ctx.compiled.get((k, nprog, _aligned(args)))
+    return i if concurrent else 0, barrier_before, compiled[(nprog, 1, 1)] if compiled else None, k, nprog, args
+
+
 def launch(ctx, buffers, epoch, entry_barrier=True):
     """One call of the program on this rank: a barrier so every rank's inputs are ready, then the kernels
     (and a closing barrier where peers touch this rank's inputs/outputs). entry_barrier=False skips both: the
     caller orders calls itself."""
     if entry_barrier:
         ctx.barrier()
-    for i, (k, total, persistent, concurrent, barrier_before, share, groups) in enumerate(KERNELS):
+    if ctx.plan is None:  # the launches of a call with these tensors; calls differ only in the epoch
+        ctx.plan = [_plan(ctx, buffers, i, kernel) for i, kernel in enumerate(KERNELS)]
+    for stream, barrier_before, runner, k, nprog, args in ctx.plan:
         if barrier_before:
             ctx.barrier()
-        nprog = ctx.grid(total, persistent, share, groups, k)
-        args = _args(ctx, buffers, epoch, k, nprog)
-        with ctx.stream(i if concurrent else 0):
-            compiled = None if ctx.interpret else ctx.compiled.get((k, nprog, _aligned(args)))
-            if compiled is not None:  # straight to the compiled kernel: skips the JIT's per-call argument binding
-                compiled[(nprog, 1, 1)](*args, ctx.upcast_dot)
+        args[-3] = epoch
+        with ctx.stream(stream):
+            if runner is not None:  # straight to the compiled kernel: skips the JIT's per-call argument binding
+                runner(*args, ctx.upcast_dot)
             else:
                 k[(nprog,)](*args, UPCAST_DOT=ctx.upcast_dot, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     ctx.join_streams()
