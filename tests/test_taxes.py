@@ -134,12 +134,12 @@ def test_prediction_adds_up(ag_w2):
 
 
 def test_model_matches_the_measured_world1_bench():
-    """benchmarks/results/h200-1gpu (2026-11-29, call 2): on the M=8192 shapes the model is within 15% of the
-    measured bsp and fused-pull calls and within 25% of flags and specialized (the bench calls without entry
-    barrier; bf16 has f16's sizes). fused-push is left out: measured 1.2-2.4x slower than predicted there (its
-    GEMM tasks wait on copies made inside the same kernel; the model does not charge that yet)."""
+    """benchmarks/results/h200-1gpu (2026-11-29, session 3, call 13): on the M=8192 shapes the model is within 15%
+    of the measured bsp, fused-pull and fused-push calls and within 25% of flags and specialized (the bench calls
+    without entry barrier; bf16 has f16's sizes). Before remote stores went through one peer offset per task,
+    fused-push measured 1.2-2.4x its prediction: each copy tile took 16 us instead of 1.5 us."""
     data = json.loads((ROOT / "benchmarks/results/h200-1gpu/ag_gemm_paper+square_bf16.json").read_text())
-    tolerance = {"bsp": 0.15, "fused-pull": 0.15, "flags": 0.25, "specialized": 0.25}
+    tolerance = {"bsp": 0.15, "fused-pull": 0.15, "fused-push": 0.15, "flags": 0.25, "specialized": 0.25}
     checked = 0
     for row in data["rows"]:
         s = row["shape"]
@@ -151,7 +151,32 @@ def test_model_matches_the_measured_world1_bench():
         tol = tolerance[row["name"]]
         assert 1 - tol < pred / row["median_us"] < 1 + tol, (s, row["name"], pred, row["median_us"])
         checked += 1
-    assert checked == 20
+    assert checked == 25
+
+
+def test_model_ranks_schedules_as_measured():
+    """The same recorded run, every shape (the 1024-row one too): the model's pick is the fastest measured
+    schedule, and every pair of schedules whose measured times differ by more than 5% is ordered the same way by
+    the model (on 8192x3584x14336 it swaps bsp and fused-push, measured 0.4% apart)."""
+    data = json.loads((ROOT / "benchmarks/results/h200-1gpu/ag_gemm_paper+square_bf16.json").read_text())
+    by_shape: dict[tuple, dict[str, tuple[float, float]]] = {}
+    for row in data["rows"]:
+        if row["kind"] != "tilec":
+            continue
+        s = row["shape"]
+        cfg = {k: row["config"][k] for k in ("BM", "BN", "BK")}
+        prog = tilec.compile(AG, world=1, schedule=row["name"], dims={**s, **cfg})
+        pred = predict(static(prog), Machine(), entry_barrier=False).predicted_us
+        by_shape.setdefault(tuple(s.values()), {})[row["name"]] = (pred, row["median_us"])
+    assert len(by_shape) == 6
+    for shape, times in by_shape.items():
+        assert len(times) == 5, shape
+        assert min(times, key=lambda n: times[n][0]) == min(times, key=lambda n: times[n][1]), (shape, times)
+        for a in times:
+            for b in times:
+                (pa, ma), (pb, mb) = times[a], times[b]
+                if ma * 1.05 < mb:
+                    assert pa < pb, (shape, a, b, times)
 
 
 BENCH_TILES = {"BM": 128, "BN": 256, "BK": 64}
