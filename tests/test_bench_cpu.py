@@ -125,6 +125,20 @@ def test_decode_signature_is_checked(tmp_path):
         bench_decode.prepare(str(p), [(1, 2, 4, 32, 64)], 1, "f16", True)
 
 
+def test_kv_layouts():
+    """The decode bench feeds a head-major or a position-major cache as the program declares it: the same values
+    (same seeds), and SDPA gets them head-major either way."""
+    dims = dict(B=2, HKV=3, G=2, D=8, S=16)
+    cpu = torch.device("cpu")
+    _q, k, v, _l = bench_decode.make_inputs(dims, 1, 0, "f32", cpu)
+    _q, kh, vh, _l = bench_decode.make_inputs(dims, 1, 0, "f32", cpu, layout="bhsd")
+    assert torch.equal(kh, k.transpose(1, 2)) and torch.equal(vh, v.transpose(1, 2)) and kh.is_contiguous()
+    assert bench_decode.kv_layout(k.shape, dims) == "bshd" and bench_decode.kv_layout(kh.shape, dims) == "bhsd"
+    with pytest.raises(TilecError, match=r"K \[2, 16, 8, 3\]"):
+        bench_decode.kv_layout((2, 16, 8, 3), dims)
+    assert bench_decode._declared_shape(DECODE, 1, dims, "K", 8) == (2, 3, 16, 8)  # the example is head-major
+
+
 @pytest.mark.parametrize("world", [1, 3])
 def test_torch_lse_baseline_matches_reference(world):
     """The NCCL baseline's math without NCCL: each rank's (o, lse) from torch ops, then the LSE combine; ragged

@@ -145,6 +145,7 @@ _PROBE = textwrap.dedent("""
         rank, interpret, upcast_dot, max_spin = 0, True, True, 1
         def __init__(self):
             self.events = []
+            self.plan = None  # LaunchContext.plan: the launches of a call, built by the first launch()
         def barrier(self):
             self.events.append("barrier")
         def heap_bases(self):

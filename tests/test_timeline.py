@@ -24,8 +24,10 @@ def test_summarize_exact_on_synthetic_records():
     assert (k0.stages, k0.tasks, k0.programs, k0.span_ns, k0.work_ns, k0.wait_ns) == (("a", "b"), 3, 2, 20, 23, 7)
     assert k0.idle_ns == 2 * 20 - 23 - 7
     assert (k1.programs, k1.work_ns, k1.wait_ns, k1.idle_ns) == (2, 19, 1, 0)
-    assert k0.per_stage == (("a", 2, 18, 2), ("b", 1, 5, 5)) and k1.per_stage == (("c", 2, 19, 1),)
-    assert "stage a: 2 tasks, 0.01 us work + 0.00 us waiting per task" in t.render()
+    assert k0.per_stage == (("a", 2, 18, 2, 0, 10), ("b", 1, 5, 5, 10, 20))
+    assert k1.per_stage == (("c", 2, 19, 1, 50, 60),)
+    assert "stage a: 2 tasks over 0.0 us (first start to last end), 0.01 us work + 0.00 us waiting per task" \
+        in t.render()
     assert (t.total_ns, t.between_ns) == (60, 30)
     sh = t.shares()
     assert sh["between kernels"] == pytest.approx(0.5)

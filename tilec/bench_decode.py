@@ -222,6 +222,13 @@ def check_signature(bound, path: str) -> None:
                          f"{', '.join(f'{n} ({k} {list(sh)})' for n, (k, sh) in have.items())}")
 
 
+def _declared_shape(path: str, world: int, dims: dict, name: str, bs: int) -> tuple[int, ...]:
+    from tilec.frontend.parser import parse_file
+    from tilec.frontend.sema import check
+
+    return next(tuple(t.shape) for t in check(parse_file(path), world, {**dims, "BS": bs}).tensors if t.name == name)
+
+
 def rel_err(out: torch.Tensor, ref: torch.Tensor | None) -> float | None:
     if ref is None:
         return None
@@ -280,9 +287,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
                              rel_err=err, note=note)
 
         mark = heap.mark()
-        layout = kv_layout(tilec.compile(path, world=world, schedule="bsp", retype=retype,
-                                         dims={**dims, "BS": default_bs(dims, heap.interpret)}).signature()["K"][2],
-                           dims)
+        layout = kv_layout(_declared_shape(path, world, dims, "K", default_bs(dims, heap.interpret)), dims)
         q, k, v, lens = make_inputs(dims, world, heap.rank, dtype, heap.device, layout=layout)
         data = {"Q": q, "K": k, "V": v, "lens": lens}
         ref = None

@@ -26,7 +26,8 @@ class KernelSpan:
     end_ns: int
     work_ns: int  # summed over tasks
     wait_ns: int
-    per_stage: tuple[tuple[str, int, int, int], ...] = ()  # (stage, tasks, work ns, wait ns)
+    # (stage, tasks, work ns, wait ns, first task's start, last task's end): a stage's span is its wall time
+    per_stage: tuple[tuple[str, int, int, int, int, int], ...] = ()
 
     @property
     def span_ns(self) -> int:
@@ -70,9 +71,9 @@ class Timeline:
             lines.append(f"  {k.name}: {k.span_ns / 1e3:.1f} us, {k.tasks} tasks on up to {k.programs} at once;"
                          f" work {100 * k.work_ns / pt:.0f}%, flag waits {100 * k.wait_ns / pt:.0f}%,"
                          f" idle {100 * k.idle_ns / pt:.0f}%")
-            for name, n, work, wait in k.per_stage if len(k.per_stage) > 1 else ():
-                lines.append(f"    stage {name}: {n} tasks, {work / n / 1e3:.2f} us work + {wait / n / 1e3:.2f} us"
-                             " waiting per task")
+            for name, n, work, wait, first, last in k.per_stage if len(k.per_stage) > 1 else ():
+                lines.append(f"    stage {name}: {n} tasks over {(last - first) / 1e3:.1f} us (first start to last"
+                             f" end), {work / n / 1e3:.2f} us work + {wait / n / 1e3:.2f} us waiting per task")
         return "\n".join(lines)
 
 
@@ -93,13 +94,13 @@ def summarize(records, module, stage_names: list[str]) -> Timeline:
     return Timeline(tuple(spans))
 
 
-def _per_stage(rows, stage_names: list[str]) -> tuple[tuple[str, int, int, int], ...]:
+def _per_stage(rows, stage_names: list[str]) -> tuple[tuple[str, int, int, int, int, int], ...]:
     """Per stage (in program order): tasks, work and wait time summed over them (a task's work includes its flag
-    releases: a slow release shows as work per task of the producing stage)."""
+    releases: a slow release shows as work per task of the producing stage), first start and last end."""
     out = {}
     for r in rows:
-        n, work, wait = out.get(r[0], (0, 0, 0))
-        out[r[0]] = (n + 1, work + r[4] - r[3], wait + r[3] - r[2])
+        n, work, wait, first, last = out.get(r[0], (0, 0, 0, r[2], r[4]))
+        out[r[0]] = (n + 1, work + r[4] - r[3], wait + r[3] - r[2], min(first, r[2]), max(last, r[4]))
     return tuple((stage_names[i], *out[i]) for i in sorted(out))
 
 
