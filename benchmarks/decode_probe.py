@@ -46,7 +46,7 @@ def _time(fn, iters=20):
 
 def _one(heap, sms, s, bs, warps, stages, per_sm, noinline, block):
     dims = dict(B=1, HKV=16, G=8, D=128, S=s)
-    q, k, v, lens = make_inputs(dims, 1, 0, "bf16", heap.device)
+    q, k, v, lens = make_inputs(dims, 1, 0, "bf16", heap.device, layout="bhsd")  # the example is head-major
     prog = tilec.compile(EX, world=1, schedule="fused-push", dims={**dims, "BS": bs}, retype={"f16": "bf16"},
                          num_warps=warps, num_stages=stages, noinline_tasks=noinline, attend_block=block)
     o = torch.empty(q.shape, dtype=q.dtype, device=heap.device)

@@ -9,7 +9,9 @@ from tilec.errors import ScheduleError
 from tilec.passes.schedules import SCHEDULES
 from tilec.runtime import spawn
 
-SHAPES = {1: [(64, 48, 64)], 2: [(128, 64, 96), (70, 40, 50)], 3: [(96, 72, 48)], 4: [(128, 32, 64)]}
+# (256, 128, 64) at world 2: 2x2 output tiles per rank, so the gemm stage runs in grouped order under its rank loop
+SHAPES = {1: [(64, 48, 64)], 2: [(128, 64, 96), (70, 40, 50), (256, 128, 64)], 3: [(96, 72, 48)],
+          4: [(128, 32, 64)]}
 
 
 def _inputs(world, m, n, k, seed):
@@ -50,6 +52,13 @@ def test_gemm_rs_and_ar_match_torch(world):
                 err = ((out["C"].float() - ref).abs().max() / ref.abs().max()).item()
                 assert err < 1e-2, (rank, key, err)
             assert torch.equal(outs[0]["C"], outs[2]["C"]), ("not deterministic", rank, key)
+
+
+def test_grouped_order_under_rank_loops():
+    """gemm_rs's gemm stage loops over (owner rank, m, n): the m/n tiles are still walked in L2-friendly groups,
+    the owner outermost."""
+    src = tilec.compile("examples/gemm_rs.tile", world=2, schedule="bsp", dims={"M": 256, "N": 128, "K": 64}).source
+    assert "t_mn = t % 4" in src and "grouped order: 8 rows of m-tiles" in src and "o = (t // 4)" in src
 
 
 def test_specialized_applies_to_every_example():

@@ -115,9 +115,13 @@ def _inputs(prog, heap, seed: int):
     sig = prog.signature()
     decode = {}
     if all(d in prog.dims for d in DECODE_DIMS) and {"Q", "K", "V", "lens"} <= set(sig):
-        q, k, v, lens = make_inputs(prog.dims, prog.world, heap.rank, sig["Q"][1], heap.device, seed,
-                                    kv_layout(sig["K"][2], prog.dims))
-        decode = {"Q": q, "K": k, "V": v, "lens": lens}
+        try:
+            layout = kv_layout(sig["K"][2], prog.dims)
+        except TilecError:  # not the decode bench's tensors after all: random inputs like any program
+            layout = None
+        if layout:
+            q, k, v, lens = make_inputs(prog.dims, prog.world, heap.rank, sig["Q"][1], heap.device, seed, layout)
+            decode = {"Q": q, "K": k, "V": v, "lens": lens}
     args = {}
     g = torch.Generator(device="cpu").manual_seed(seed + heap.rank)
     for name, (kind, dtype, shape, _sym) in sig.items():

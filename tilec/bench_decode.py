@@ -154,15 +154,17 @@ def make_inputs(dims: dict, world: int, rank: int, dtype: str, device, seed: int
     k = torch.randn((b, s, hkv, d), generator=mine, device=device, dtype=dt)
     v = torch.randn((b, s, hkv, d), generator=mine, device=device, dtype=dt)
     lens = torch.full((b,), world * s, dtype=torch.int32, device=device)
-    if layout == "bhsd":
-        k, v = k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous()
+    if layout == "bhsd":  # one at a time: at 1M positions each is GiBs
+        k = k.transpose(1, 2).contiguous()
+        v = v.transpose(1, 2).contiguous()
     return q, k, v, lens
 
 
 def kv_layout(k_shape, dims: dict) -> str:
-    """"bshd" for K [B, S, HKV, D] (position-major), "bhsd" for K [B, HKV, S, D] (head-major); a cache with as
-    many heads as positions reads as position-major."""
+    """"bshd" for K [B, S, HKV, D] (position-major), "bhsd" for K [B, HKV, S, D] (head-major)."""
     b, hkv, d, s = dims["B"], dims["HKV"], dims["D"], dims["S"]
+    if hkv == s:
+        raise TilecError(f"HKV = S = {s}: the decode bench cannot tell K's layout from its shape; use another S")
     if tuple(k_shape) == (b, s, hkv, d):
         return "bshd"
     if tuple(k_shape) == (b, hkv, s, d):

@@ -75,10 +75,15 @@ def test_persistent_grid_follows_occupancy(monkeypatch, regs, shared, per_sm):
     assert k.compiles[-1] == want  # compiled for the count it launches with
     assert len(k.compiles) == (1 if per_sm == 1 else 2)  # recompiled only when more programs fit
     mod.launch(ctx, bufs, epoch=1)
+    plan = ctx.plan
     mod.launch(ctx, bufs, epoch=2)
+    assert ctx.plan is plan  # the same tensors: the second call reuses the launch plan
     compiled = ctx.compiled[(k, want, mod._aligned(mod._args(ctx, bufs, 1, k, want)))]
     assert [g for g, _ in compiled.launches] == [(want, 1, 1)] * 2  # straight to the compiled kernel
-    assert [a[-2] for _, a in compiled.launches] == [want] * 2 and not k.jit_launches  # (.., NPROG, UPCAST_DOT)
+    # (.., epoch, max_spin, NPROG, UPCAST_DOT); tensors go to Triton's launcher as their addresses
+    assert [a[-4:-1] for _, a in compiled.launches] == [(1, 10, want), (2, 10, want)] and not k.jit_launches
+    assert all(isinstance(x, int) for _, a in compiled.launches for x in a)
+    assert compiled.launches[0][1][0] == mod._args(ctx, bufs, 1, k, want)[0].data_ptr()
 
 
 def test_one_program_kernels_are_not_resized(monkeypatch):

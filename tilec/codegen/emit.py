@@ -96,7 +96,7 @@ class _Emitter:
         self.world = g.graph["program"].world
         self.lines: list[str] = []
         self.prologue: list[str] = []  # per-task setup (peer offsets, hoisted index math)
-        self.peers: dict[str, str] = {}  # peer-offset call -> its name in the prologue (one per peer and dtype)
+        self.peers: dict[str, str] = {}  # peer-offset call -> its name in the prologue (per peer and element size)
         self.wait_lines: list[str] = []  # the task's flag waits, first thing after decoding its tile
         self.n = 0
         self.flag_no = flag_no
@@ -532,7 +532,7 @@ class _Emitter:
             else:
                 v = val
             if a.remote:  # one peer per task: offset the local addresses once (iris.store translates every element's
-                # address, which kept a 128x64 copy tile at 16 us instead of 1.5 us on the H200)
+                # address: a 128x64 copy tile took 16.4 us, 1.6 us with the offset, on the H200)
                 delta = self.peer_offset(a.rank, tensor(self.g, a.tensor).dtype, {a.rank}, body, "    ")
                 body.append(f"    tl.store({ptr} + {delta} + {off}, {v}.to({dt}){m})")
             else:

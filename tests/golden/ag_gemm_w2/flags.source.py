@@ -76,8 +76,9 @@ def _tilec_release(flag, rank, owner, heap_bases):
 @triton.jit
 def _tilec_peer_offset(heap_bases, rank, peer, ESIZE: tl.constexpr):
     # Element offset from this rank's copy of a symmetric tensor to `peer`'s (same heap offset on every rank).
-    # Added to local addresses once per tile, the loads keep the contiguity Triton needs to vectorize and
-    # pipeline them (translating every address, as iris.load does, costs ~3x in a GEMM on H200).
+    # Added to local addresses once per tile, loads and stores keep the contiguity Triton needs to vectorize and
+    # pipeline them (translating every address, as iris.load / iris.store do, cost ~3x in a GEMM and 10x in a
+    # tile copy on the H200).
     delta = (tl.load(heap_bases + peer) - tl.load(heap_bases + rank)) // ESIZE
     return tl.multiple_of(delta, 16)
 
@@ -95,7 +96,8 @@ def _tilec_dot(a, b, acc, UPCAST: tl.constexpr, IEEE: tl.constexpr):
     return out
 
 
-# epoch and max_spin change between calls: not specialized on, so one compiled kernel serves every call
+# the epoch changes every call and max_spin with the wait timeout: not specialized on, so one compiled kernel
+# serves every call
 @triton.jit(do_not_specialize=["epoch", "max_spin"])
 def k0_gather(
     A, Ag, F_Ag_gather,
@@ -119,7 +121,8 @@ def k0_gather(
         _tilec_release(F_Ag_gather + r * 2 + (m // 64), rank, rank, heap_bases)
 
 
-# epoch and max_spin change between calls: not specialized on, so one compiled kernel serves every call
+# the epoch changes every call and max_spin with the wait timeout: not specialized on, so one compiled kernel
+# serves every call
 @triton.jit(do_not_specialize=["epoch", "max_spin"])
 def k1_gemm(
     Ag, B, F_Ag_gather, C,
@@ -171,6 +174,9 @@ def _args(ctx, buffers, epoch, k, nprog):
     elif k is k1_gemm:
         params = (buffers["Ag"], buffers["B"], buffers["F_Ag_gather"], buffers["C"], )
     return (*params, buffers["ERR"], ctx.heap_bases(), ctx.rank, epoch, ctx.max_spin, nprog)
+
+
+_EPOCH = -3  # where _args puts the epoch
 
 
 def warmup(ctx, buffers):
@@ -229,7 +235,7 @@ def launch(ctx, buffers, epoch, entry_barrier=True):
     for stream, barrier_before, runner, k, nprog, args in ctx.plan:
         if barrier_before:
             ctx.barrier()
-        args[-3] = epoch
+        args[_EPOCH] = epoch
         with ctx.stream(stream):
             if runner is not None:  # straight to the compiled kernel: skips the JIT's per-call argument binding
                 runner(*args, ctx.upcast_dot)

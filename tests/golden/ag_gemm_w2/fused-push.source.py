@@ -76,8 +76,9 @@ def _tilec_release(flag, rank, owner, heap_bases):
 @triton.jit
 def _tilec_peer_offset(heap_bases, rank, peer, ESIZE: tl.constexpr):
     # Element offset from this rank's copy of a symmetric tensor to `peer`'s (same heap offset on every rank).
-    # Added to local addresses once per tile, the loads keep the contiguity Triton needs to vectorize and
-    # pipeline them (translating every address, as iris.load does, costs ~3x in a GEMM on H200).
+    # Added to local addresses once per tile, loads and stores keep the contiguity Triton needs to vectorize and
+    # pipeline them (translating every address, as iris.load / iris.store do, cost ~3x in a GEMM and 10x in a
+    # tile copy on the H200).
     delta = (tl.load(heap_bases + peer) - tl.load(heap_bases + rank)) // ESIZE
     return tl.multiple_of(delta, 16)
 
@@ -146,7 +147,8 @@ def _task_k0_gather_gemm_gemm(
     tl.store(C + m_r[:, None] * 192 + n_r[None, :], acc1.to(tl.float16))
 
 
-# epoch and max_spin change between calls: not specialized on, so one compiled kernel serves every call
+# the epoch changes every call and max_spin with the wait timeout: not specialized on, so one compiled kernel
+# serves every call
 @triton.jit(do_not_specialize=["epoch", "max_spin"])
 def k0_gather_gemm(
     A, Ag, F_Ag_gather, B, C,
@@ -171,6 +173,9 @@ def _args(ctx, buffers, epoch, k, nprog):
     if k is k0_gather_gemm:
         params = (buffers["A"], buffers["Ag"], buffers["F_Ag_gather"], buffers["B"], buffers["C"], )
     return (*params, buffers["ERR"], ctx.heap_bases(), ctx.rank, epoch, ctx.max_spin, nprog)
+
+
+_EPOCH = -3  # where _args puts the epoch
 
 
 def warmup(ctx, buffers):
@@ -229,7 +234,7 @@ def launch(ctx, buffers, epoch, entry_barrier=True):
     for stream, barrier_before, runner, k, nprog, args in ctx.plan:
         if barrier_before:
             ctx.barrier()
-        args[-3] = epoch
+        args[_EPOCH] = epoch
         with ctx.stream(stream):
             if runner is not None:  # straight to the compiled kernel: skips the JIT's per-call argument binding
                 runner(*args, ctx.upcast_dot)

@@ -88,8 +88,9 @@ def _tilec_release(flag, rank, owner, heap_bases):
 @triton.jit
 def _tilec_peer_offset(heap_bases, rank, peer, ESIZE: tl.constexpr):
     # Element offset from this rank's copy of a symmetric tensor to `peer`'s (same heap offset on every rank).
-    # Added to local addresses once per tile, the loads keep the contiguity Triton needs to vectorize and
-    # pipeline them (translating every address, as iris.load does, costs ~3x in a GEMM on H200).
+    # Added to local addresses once per tile, loads and stores keep the contiguity Triton needs to vectorize and
+    # pipeline them (translating every address, as iris.load / iris.store do, cost ~3x in a GEMM and 10x in a
+    # tile copy on the H200).
     delta = (tl.load(heap_bases + peer) - tl.load(heap_bases + rank)) // ESIZE
     return tl.multiple_of(delta, 16)
 
@@ -391,7 +392,8 @@ def _task_k0_split_local_exchange_combine_combine(
     tl.store(O + (b) * 512 + (h) * 64 + _a3_r[None, None, :], tl.reshape(o15, (1, 1, 64)).to(tl.float16))
 
 
-# epoch and max_spin change between calls: not specialized on, so one compiled kernel serves every call
+# the epoch changes every call and max_spin with the wait timeout: not specialized on, so one compiled kernel
+# serves every call
 @triton.jit(do_not_specialize=["epoch", "max_spin"])
 def k0_split_local_exchange_combine(
     Q, lens, K, V, Os, Ls, F_Ls_split, F_Os_split, Ol, Ll, F_Ll_local, F_Ol_local, Og, Lg, F_Lg_exchange, F_Og_exchange, O,
@@ -420,6 +422,9 @@ def _args(ctx, buffers, epoch, k, nprog):
     if k is k0_split_local_exchange_combine:
         params = (buffers["Q"], buffers["lens"], buffers["K"], buffers["V"], buffers["Os"], buffers["Ls"], buffers["F_Ls_split"], buffers["F_Os_split"], buffers["Ol"], buffers["Ll"], buffers["F_Ll_local"], buffers["F_Ol_local"], buffers["Og"], buffers["Lg"], buffers["F_Lg_exchange"], buffers["F_Og_exchange"], buffers["O"], )
     return (*params, buffers["ERR"], ctx.heap_bases(), ctx.rank, epoch, ctx.max_spin, nprog)
+
+
+_EPOCH = -3  # where _args puts the epoch
 
 
 def warmup(ctx, buffers):
@@ -478,7 +483,7 @@ def launch(ctx, buffers, epoch, entry_barrier=True):
     for stream, barrier_before, runner, k, nprog, args in ctx.plan:
         if barrier_before:
             ctx.barrier()
-        args[-3] = epoch
+        args[_EPOCH] = epoch
         with ctx.stream(stream):
             if runner is not None:  # straight to the compiled kernel: skips the JIT's per-call argument binding
                 runner(*args, ctx.upcast_dot)
