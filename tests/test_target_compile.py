@@ -81,3 +81,24 @@ def test_bad_launch_options_are_named(opts, word):
 
     with pytest.raises(ArgumentError, match=word):
         tilec.compile("examples/ag_gemm.tile", **opts)
+
+
+def test_flag_scopes_in_the_ptx():
+    """Counters only this GPU touches are released and acquired at GPU scope; those a peer GPU releases into (the
+    pushed partials of flash decode) at system scope, the only scope that orders NVLink stores before the count."""
+    import re
+
+    from tilec.codegen.emit import flag_scopes
+
+    prog = tilec.compile("examples/flash_decode.tile", world=2, schedule="fused-push", retype={"f16": "bf16"})
+    assert flag_scopes(prog.graph) == {"Ls.split": "gpu", "Os.split": "gpu", "Ll.local": "gpu", "Ol.local": "gpu",
+                                       "Lg.exchange": "sys", "Og.exchange": "sys"}
+    (built,) = compile_for_target(prog, "cuda:90")
+    ops = set(re.findall(r"\b(?:atom|ld)\.global\.[\w.]*(?:acquire|release)[\w.]*", built.ptx))
+    assert {"atom.global.gpu.release.add.u32", "atom.global.sys.release.add.u32", "ld.global.gpu.acquire.b32",
+            "ld.global.sys.acquire.b32"} <= ops, ops
+    # a flag read on a peer (flags: the exchange pulls the peers' merged partials) stays at system scope
+    assert flag_scopes(tilec.compile("examples/flash_decode.tile", world=2, schedule="flags").graph)["Ol.local"] \
+        == "sys"
+    assert set(flag_scopes(tilec.compile("examples/ag_gemm.tile", world=2, schedule="fused-push").graph).values()) \
+        == {"sys"}

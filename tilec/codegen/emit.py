@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from tilec.errors import TilecError
-from tilec.ir.graph import Flag, Kernel, Pull, flags, stage, tensor, waits
+from tilec.ir.graph import Flag, Kernel, Pull, flags, stage, stages, tensor, waits
 from tilec.ir.graph import stages as stages_in_order
 from tilec.ir.tiling import DimInverse, invert, strides
 from tilec.ir.types import ME, Access, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var, logical_shape
@@ -107,6 +107,7 @@ class _Emitter:
             self.waits.setdefault(w.read, []).append(w)
         self.params: list[str] = []
         self.fl = {f.name: f for f in flags(g)}
+        self.flag_scope = flag_scopes(g)
         self.ptrs: dict[Access, str] = {}  # access -> pointer walked along an enclosing reduction
         self.memo: dict[int, tuple[str, str]] = {}  # tile-function calls shared by several stores
         self.library: set[str] = set()  # tile-library device functions the task uses
@@ -481,7 +482,7 @@ class _Emitter:
             idx_parts.append(fvar if stride == 1 else f"{fvar} * {stride}")
         idx = " + ".join(idx_parts) or "0"
         target_lines.append(f"{ind}_tilec_wait({fp} + {idx}, epoch * {f.count}, rank, {owner}, heap_bases, ERR,"
-                            f" max_spin, {self.flag_no[f.name]}, {idx}, UPCAST_DOT)")
+                            f" max_spin, {self.flag_no[f.name]}, {idx}, \"{self.flag_scope[f.name]}\", UPCAST_DOT)")
 
     def release(self, f: Flag, out: list[str], indent: str) -> None:
         dims = flag_dims(self.g, f)
@@ -497,7 +498,7 @@ class _Emitter:
         idx = " + ".join(parts) or "0"
         fp = self.param(f"F_{_ident(f.name)}")
         owner = "rank" if f.write.rank == ME else f.write.rank
-        out.append(f"{indent}_tilec_release({fp} + {idx}, rank, {owner}, heap_bases)")
+        out.append(f"{indent}_tilec_release({fp} + {idx}, rank, {owner}, heap_bases, \"{self.flag_scope[f.name]}\")")
 
     # -- one task ----------------------------------------------------------------------------------
     def task(self, task_var: str, group_m: int, timeline: tuple[int, int] | None = None) -> list[str]:
@@ -587,6 +588,18 @@ class _Emitter:
 
 
 _ESIZE = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
+
+
+def flag_scopes(g: nx.DiGraph) -> dict[str, str]:
+    """Memory scope of each flag's release and acquires: "gpu" when every release and every wait is on the
+    rank's own counter (producer and consumer share the GPU), else "sys" (a peer GPU writes or reads it, over
+    NVLink: only a system-scope release orders the data before the counter there)."""
+    local = {f.name for f in flags(g) if f.write.rank == ME}
+    for s in stages(g):
+        for w in waits(g, s.name):
+            if w.read.rank != ME:
+                local.discard(w.flag)
+    return {f.name: "gpu" if f.name in local else "sys" for f in flags(g)}
 
 
 def _direct_loads(e) -> list[Load]:

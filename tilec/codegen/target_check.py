@@ -11,7 +11,7 @@ import os
 import re
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tilec.errors import TilecError
 
@@ -37,6 +37,7 @@ class Built:
     shared: int  # bytes of shared memory per program
     registers: int | None  # per thread, from the cubin (None: no cuobjdump for this target)
     spilled: int | None  # bytes of stack and local memory per thread (register spills): > 0 is slow
+    ptx: str = field(default="", repr=False, compare=False)  # the PTX (NVIDIA targets), for inspection
 
     def describe(self) -> str:
         regs = "" if self.registers is None else f", {self.registers} registers" + (
@@ -92,5 +93,5 @@ def compile_for_target(prog, target: str = "cuda:90", nprog: int = 132) -> list[
             raise TilecError(f"{prog.program.name} ({prog.schedule}): kernel {k.__name__} does not compile for "
                              f"{target}: {type(e).__name__}: {' | '.join(lines[-6:])}") from e
         regs, local = _resources(ck.asm["cubin"]) if "cubin" in ck.asm else (None, None)
-        out.append(Built(k.__name__, int(ck.metadata.shared), regs, local))
+        out.append(Built(k.__name__, int(ck.metadata.shared), regs, local, ck.asm.get("ptx", "")))
     return out

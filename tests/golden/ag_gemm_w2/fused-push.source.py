@@ -47,15 +47,17 @@ _tilec_yield.__triton_builtin__ = True
 
 
 @triton.jit
-def _tilec_wait(flag, target, rank, owner, heap_bases, err, max_spin, flag_no, counter, INTERPRET: tl.constexpr):
+def _tilec_wait(flag, target, rank, owner, heap_bases, err, max_spin, flag_no, counter, SCOPE: tl.constexpr,
+                INTERPRET: tl.constexpr):
     # Acquire-spin on a counter (on `owner`'s heap) until it reaches target. A bounded spin: after max_spin tries
     # the first timeout is recorded in err and the kernel moves on, so the host reports it instead of hanging.
-    seen = iris.atomic_add(flag, 0, rank, owner, heap_bases, sem="acquire", scope="sys")
+    # SCOPE: "gpu" for counters only this GPU touches, "sys" where a peer GPU releases or reads them.
+    seen = iris.atomic_add(flag, 0, rank, owner, heap_bases, sem="acquire", scope=SCOPE)
     spins = 0
     while (seen < target) & (spins < max_spin):
         if INTERPRET:
             _tilec_yield()
-        seen = iris.atomic_add(flag, 0, rank, owner, heap_bases, sem="acquire", scope="sys")
+        seen = iris.atomic_add(flag, 0, rank, owner, heap_bases, sem="acquire", scope=SCOPE)
         spins += 1
     if seen < target:
         if tl.atomic_cas(err, 0, 1) == 0:
@@ -67,10 +69,10 @@ def _tilec_wait(flag, target, rank, owner, heap_bases, err, max_spin, flag_no, c
 
 
 @triton.jit
-def _tilec_release(flag, rank, owner, heap_bases):
+def _tilec_release(flag, rank, owner, heap_bases, SCOPE: tl.constexpr):
     # every thread's stores of the tile are done before the counter moves
     tl.debug_barrier()
-    iris.atomic_add(flag, 1, rank, owner, heap_bases, sem="release", scope="sys")
+    iris.atomic_add(flag, 1, rank, owner, heap_bases, sem="release", scope=SCOPE)
 
 
 @triton.jit
@@ -112,7 +114,7 @@ def _task_k0_gather_gemm_gather(
     peer2 = _tilec_peer_offset(heap_bases, rank, r, 2)
     x1 = tl.load(A + m_r[:, None] * 128 + k_r[None, :])
     tl.store(Ag + peer2 + (128 * rank + m_r)[:, None] * 128 + k_r[None, :], x1.to(tl.float16))
-    _tilec_release(F_Ag_gather + rank * 2 + (m // 64), rank, r, heap_bases)
+    _tilec_release(F_Ag_gather + rank * 2 + (m // 64), rank, r, heap_bases, "sys")
 
 
 @triton.jit
@@ -132,7 +134,7 @@ def _task_k0_gather_gemm_gemm(
     # wait until stage gather has written the tiles of Ag[m, k] this call
     lo4 = m
     for f5 in range((lo4 // 128) * 2 + ((lo4 - 128 * (lo4 // 128)) // 64), ((lo4 + 0 + 64 - 1) // 128) * 2 + (((lo4 + 0 + 64 - 1) - 128 * ((lo4 + 0 + 64 - 1) // 128)) // 64) + 1):
-        _tilec_wait(F_Ag_gather + f5, epoch * 4, rank, rank, heap_bases, ERR, max_spin, 1, f5, UPCAST_DOT)
+        _tilec_wait(F_Ag_gather + f5, epoch * 4, rank, rank, heap_bases, ERR, max_spin, 1, f5, "sys", UPCAST_DOT)
     acc1 = tl.zeros((64, 64), dtype=tl.float32)
     k_r = tl.arange(0, 32)  # k = 0
     p2 = Ag + m_r[:, None] * 128 + k_r[None, :]

@@ -59,15 +59,17 @@ _tilec_yield.__triton_builtin__ = True
 
 
 @triton.jit
-def _tilec_wait(flag, target, rank, owner, heap_bases, err, max_spin, flag_no, counter, INTERPRET: tl.constexpr):
+def _tilec_wait(flag, target, rank, owner, heap_bases, err, max_spin, flag_no, counter, SCOPE: tl.constexpr,
+                INTERPRET: tl.constexpr):
     # Acquire-spin on a counter (on `owner`'s heap) until it reaches target. A bounded spin: after max_spin tries
     # the first timeout is recorded in err and the kernel moves on, so the host reports it instead of hanging.
-    seen = iris.atomic_add(flag, 0, rank, owner, heap_bases, sem="acquire", scope="sys")
+    # SCOPE: "gpu" for counters only this GPU touches, "sys" where a peer GPU releases or reads them.
+    seen = iris.atomic_add(flag, 0, rank, owner, heap_bases, sem="acquire", scope=SCOPE)
     spins = 0
     while (seen < target) & (spins < max_spin):
         if INTERPRET:
             _tilec_yield()
-        seen = iris.atomic_add(flag, 0, rank, owner, heap_bases, sem="acquire", scope="sys")
+        seen = iris.atomic_add(flag, 0, rank, owner, heap_bases, sem="acquire", scope=SCOPE)
         spins += 1
     if seen < target:
         if tl.atomic_cas(err, 0, 1) == 0:
@@ -79,10 +81,10 @@ def _tilec_wait(flag, target, rank, owner, heap_bases, err, max_spin, flag_no, c
 
 
 @triton.jit
-def _tilec_release(flag, rank, owner, heap_bases):
+def _tilec_release(flag, rank, owner, heap_bases, SCOPE: tl.constexpr):
     # every thread's stores of the tile are done before the counter moves
     tl.debug_barrier()
-    iris.atomic_add(flag, 1, rank, owner, heap_bases, sem="release", scope="sys")
+    iris.atomic_add(flag, 1, rank, owner, heap_bases, sem="release", scope=SCOPE)
 
 
 @triton.jit
@@ -271,8 +273,8 @@ def _task_k0_split_local_exchange_combine_split(
     o14, lse15 = _tilec_attend_finish(m8, den9, acc10, 4)
     tl.store(Os + (j) * 1024 + (b) * 512 + (4 * g + q_r)[None, None, :, None] * 64 + _a3_r[None, None, None, :], tl.reshape(o14, (1, 1, 4, 64)).to(tl.float32))
     tl.store(Ls + (j) * 16 + (b) * 8 + (4 * g + q_r)[None, None, :], tl.reshape(lse15, (1, 1, 4)).to(tl.float32))
-    _tilec_release(F_Ls_split + (j) * 4 + (b) * 2 + g + (q // 4), rank, rank, heap_bases)
-    _tilec_release(F_Os_split + (j) * 4 + (b) * 2 + g + (q // 4), rank, rank, heap_bases)
+    _tilec_release(F_Ls_split + (j) * 4 + (b) * 2 + g + (q // 4), rank, rank, heap_bases, "gpu")
+    _tilec_release(F_Os_split + (j) * 4 + (b) * 2 + g + (q // 4), rank, rank, heap_bases, "gpu")
 
 
 @triton.jit
@@ -299,7 +301,7 @@ def _task_k0_split_local_exchange_combine_local(
         for f4 in range((lo3 // 1), ((lo3 + 0) // 1) + 1):
             lo5 = h
             for f6 in range((lo5 // 4) + ((lo5 - 4 * (lo5 // 4)) // 4), ((lo5 + 0) // 4) + (((lo5 + 0) - 4 * ((lo5 + 0) // 4)) // 4) + 1):
-                _tilec_wait(F_Os_split + f2 * 4 + f4 * 2 + f6, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 6, f2 * 4 + f4 * 2 + f6, UPCAST_DOT)
+                _tilec_wait(F_Os_split + f2 * 4 + f4 * 2 + f6, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 6, f2 * 4 + f4 * 2 + f6, "gpu", UPCAST_DOT)
     # wait until stage split has written the tiles of Ls[_a2, b, h] this call
     lo8 = _a2
     for f9 in range((lo8 // 1), ((lo8 + 0 + 2 - 1) // 1) + 1):
@@ -307,14 +309,14 @@ def _task_k0_split_local_exchange_combine_local(
         for f11 in range((lo10 // 1), ((lo10 + 0) // 1) + 1):
             lo12 = h
             for f13 in range((lo12 // 4) + ((lo12 - 4 * (lo12 // 4)) // 4), ((lo12 + 0) // 4) + (((lo12 + 0) - 4 * ((lo12 + 0) // 4)) // 4) + 1):
-                _tilec_wait(F_Ls_split + f9 * 4 + f11 * 2 + f13, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 3, f9 * 4 + f11 * 2 + f13, UPCAST_DOT)
+                _tilec_wait(F_Ls_split + f9 * 4 + f11 * 2 + f13, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 3, f9 * 4 + f11 * 2 + f13, "gpu", UPCAST_DOT)
     x7 = tl.load(Os + _a0_r[:, None, None, None] * 1024 + (b) * 512 + (h) * 64 + _a1_r[None, None, None, :])
     x14 = tl.load(Ls + _a2_r[:, None, None] * 16 + (b) * 8 + (h))
     o15, lse16 = _tilec_lse_merge(tl.reshape(x7, (2, 1, 64)), tl.reshape(x14, (2, 1)), 2)
     tl.store(Ol + (b) * 512 + (h) * 64 + _a3_r[None, None, :], tl.reshape(o15, (1, 1, 64)).to(tl.float32))
     tl.store(Ll + (b) * 8 + (h) + tl.zeros((1, 1,), dtype=tl.int32), (tl.zeros((1, 1), dtype=tl.float32) + tl.max(tl.reshape(lse16, (1,)), axis=0)).to(tl.float32))
-    _tilec_release(F_Ll_local + (b) * 8 + h, rank, rank, heap_bases)
-    _tilec_release(F_Ol_local + (b) * 8 + h, rank, rank, heap_bases)
+    _tilec_release(F_Ll_local + (b) * 8 + h, rank, rank, heap_bases, "gpu")
+    _tilec_release(F_Ol_local + (b) * 8 + h, rank, rank, heap_bases, "gpu")
 
 
 @triton.jit
@@ -337,20 +339,20 @@ def _task_k0_split_local_exchange_combine_exchange(
     for f2 in range((lo1 // 1), ((lo1 + 0) // 1) + 1):
         lo3 = h
         for f4 in range((lo3 // 1), ((lo3 + 0) // 1) + 1):
-            _tilec_wait(F_Ol_local + f2 * 8 + f4, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 5, f2 * 8 + f4, UPCAST_DOT)
+            _tilec_wait(F_Ol_local + f2 * 8 + f4, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 5, f2 * 8 + f4, "gpu", UPCAST_DOT)
     # wait until stage local has written the tiles of Ll[b, h] this call
     lo7 = b
     for f8 in range((lo7 // 1), ((lo7 + 0) // 1) + 1):
         lo9 = h
         for f10 in range((lo9 // 1), ((lo9 + 0) // 1) + 1):
-            _tilec_wait(F_Ll_local + f8 * 8 + f10, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 2, f8 * 8 + f10, UPCAST_DOT)
+            _tilec_wait(F_Ll_local + f8 * 8 + f10, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 2, f8 * 8 + f10, "gpu", UPCAST_DOT)
     peer6 = _tilec_peer_offset(heap_bases, rank, r, 4)
     x5 = tl.load(Ol + (b) * 512 + (h) * 64 + _a0_r[None, None, :])
     tl.store(Og + peer6 + (rank) * 1024 + (b) * 512 + (h) * 64 + _a1_r[None, None, None, :], tl.reshape(x5, (1, 1, 1, 64)).to(tl.float32))
     x11 = tl.load(Ll + (b) * 8 + (h) + tl.zeros((1, 1,), dtype=tl.int32))
     tl.store(Lg + peer6 + (rank) * 16 + (b) * 8 + (h) + tl.zeros((1, 1, 1,), dtype=tl.int32), tl.reshape(x11, (1, 1, 1)).to(tl.float32))
-    _tilec_release(F_Lg_exchange + (rank) * 16 + (b) * 8 + h, rank, r, heap_bases)
-    _tilec_release(F_Og_exchange + (rank) * 16 + (b) * 8 + h, rank, r, heap_bases)
+    _tilec_release(F_Lg_exchange + (rank) * 16 + (b) * 8 + h, rank, r, heap_bases, "sys")
+    _tilec_release(F_Og_exchange + (rank) * 16 + (b) * 8 + h, rank, r, heap_bases, "sys")
 
 
 @triton.jit
@@ -377,7 +379,7 @@ def _task_k0_split_local_exchange_combine_combine(
         for f4 in range((lo3 // 1), ((lo3 + 0) // 1) + 1):
             lo5 = h
             for f6 in range((lo5 // 1), ((lo5 + 0) // 1) + 1):
-                _tilec_wait(F_Og_exchange + f2 * 16 + f4 * 8 + f6, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 4, f2 * 16 + f4 * 8 + f6, UPCAST_DOT)
+                _tilec_wait(F_Og_exchange + f2 * 16 + f4 * 8 + f6, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 4, f2 * 16 + f4 * 8 + f6, "sys", UPCAST_DOT)
     # wait until stage exchange has written the tiles of Lg[_a2, b, h] this call
     lo8 = _a2
     for f9 in range((lo8 // 1), ((lo8 + 0 + 2 - 1) // 1) + 1):
@@ -385,7 +387,7 @@ def _task_k0_split_local_exchange_combine_combine(
         for f11 in range((lo10 // 1), ((lo10 + 0) // 1) + 1):
             lo12 = h
             for f13 in range((lo12 // 1), ((lo12 + 0) // 1) + 1):
-                _tilec_wait(F_Lg_exchange + f9 * 16 + f11 * 8 + f13, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 1, f9 * 16 + f11 * 8 + f13, UPCAST_DOT)
+                _tilec_wait(F_Lg_exchange + f9 * 16 + f11 * 8 + f13, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 1, f9 * 16 + f11 * 8 + f13, "sys", UPCAST_DOT)
     x7 = tl.load(Og + _a0_r[:, None, None, None] * 1024 + (b) * 512 + (h) * 64 + _a1_r[None, None, None, :])
     x14 = tl.load(Lg + _a2_r[:, None, None] * 16 + (b) * 8 + (h))
     o15, lse16 = _tilec_lse_merge(tl.reshape(x7, (2, 1, 64)), tl.reshape(x14, (2, 1)), 2)
