@@ -195,6 +195,35 @@ def test_distributed_baseline_on_gloo():
         assert rows[0][1] > 0 and rows[0][2] < 1e-5
 
 
+def _gemm_baselines_on_gloo(heap, dims):
+    """Rank side: the NCCL baselines of the three GEMM patterns (all_gather_into_tensor + matmul, matmul +
+    reduce_scatter_tensor, matmul + all_reduce) with the rendezvous group standing in for NCCL; the symmetric-memory
+    baselines need GPUs and must say so instead of failing the row."""
+    import torch.distributed as dist
+
+    from tilec import bench_baselines
+    from tilec.bench import _median_time
+
+    bench_baselines._one_gpu_per_rank = lambda dev, world: True
+    bench_baselines._groups["nccl"] = dist.group.WORLD
+    return {p: [(name, secs) for name, secs, _note in bench_baselines.baselines(heap, dims, heap.world, "f32", 2,
+                                                                               _median_time, pattern=p)]
+            for p in ("ag", "rs", "ar")}
+
+
+def test_gemm_baselines_on_gloo():
+    """The distributed GEMM baselines' code paths (they only run with one GPU per rank) on 2 CPU ranks."""
+    from tilec.runtime import spawn
+
+    results = spawn("tests.test_bench_cpu:_gemm_baselines_on_gloo", 2, args=({"M": 64, "N": 32, "K": 48},),
+                    heap_bytes=1 << 20, timeout=120)
+    for rows in results:
+        assert [n for n, _ in rows["ag"]] == ["nccl+cublas (bsp)"]  # async-TP: no symmetric memory on the CPU
+        assert [n for n, _ in rows["rs"]] == ["nccl+cublas (bsp)"]
+        assert [n for n, _ in rows["ar"]] == ["nccl+cublas (bsp)"]
+        assert all(secs > 0 for r in rows.values() for _, secs in r)
+
+
 def test_gemm_pattern_picks_the_baselines_of_each_example():
     from tilec.bench_baselines import gemm_pattern
 

@@ -66,8 +66,7 @@ def baselines(heap, dims: dict, world: int, dtype: str, iters: int, timer, patte
         a_full.copy_(a_shard)
         out.append(("torch.matmul", timer(lambda: torch.matmul(a_full, b), heap, iters, 3), "cuBLAS, A local"))
         return out
-    distinct = dev.type == "cuda" and world <= torch.cuda.device_count()
-    if not distinct:
+    if not _one_gpu_per_rank(dev, world):
         print(f"  baselines: ranks share {dev}; NCCL and async-TP need one GPU per rank, so only torch.matmul of"
               " the gathered A is timed", file=sys.stderr)
         out.append(("torch.matmul (no comm)", timer(lambda: torch.matmul(a_full, b), heap, iters, 3),
@@ -158,7 +157,7 @@ def _reduce_baselines(heap, dims: dict, world: int, dtype: str, iters: int, time
     a = (torch.randn(m, k // world, generator=g) / 8).to(dev, dt)
     b = (torch.randn(k // world, n, generator=g) / 8).to(dev, dt)
     out = []
-    if not (dev.type == "cuda" and world <= torch.cuda.device_count()):
+    if not _one_gpu_per_rank(dev, world):
         print(f"  baselines: ranks share {dev}; NCCL needs one GPU per rank, so only the local matmul is timed",
               file=sys.stderr)
         out.append(("torch.matmul (no comm)", timer(lambda: torch.matmul(a, b), heap, iters, 3),
