@@ -6,7 +6,8 @@ Variants of examples/flash_decode.tile (text edits of the example, nothing else 
   KV-head apart, and programs running together read the same head in different blocks of positions;
 - `-jg`: the split stage iterates (b, j, g) instead of (b, g, j): programs running together work on all heads of
   the same positions.
-Times whole calls (CUDA events, median of 20), fused-push, world 1, bf16, B1 H128 (HKV 16, GQA 8), D 128.
+Times whole calls (tilec.bench.time_checked: CUDA events, median of 20), fused-push, world 1, bf16, B1 H128
+(HKV 16, GQA 8), D 128.
 Run on the device: python benchmarks/decode_layout_probe.py > probe.log
 (Recorded in benchmarks/results/h200-1gpu/decode_layout_probe.log, when the example was still position-major:
 there `as-written` is today's `bshd` and `hsd` today's example.)
@@ -14,7 +15,6 @@ there `as-written` is today's `bshd` and `hsd` today's example.)
 
 from __future__ import annotations
 
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 import tilec
+from tilec.bench import time_checked
 from tilec.bench_decode import kv_bytes, make_inputs
 from tilec.runtime import spawn
 
@@ -46,28 +47,6 @@ def variant(name: str) -> str:
     return text
 
 
-def _time(fn, iters=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        out.append(s.elapsed_time(e) * 1e3)
-    return statistics.median(out)
-
-
-def _call_time(heap, prog, args: dict) -> float:
-    prog(heap, **args)
-    us = _time(lambda: prog(heap, entry_barrier=False, sync=False, **args))
-    prog(heap, **args)  # raises a wait that timed out during the timed calls
-    return us
-
-
 def probe(heap):
     tmp = Path(tempfile.mkdtemp())
     for s, bs in ((32768, 1024), (131072, 4096), (1048576, 32768)):
@@ -83,7 +62,7 @@ def probe(heap):
                 prog = tilec.compile(str(path), world=1, schedule="fused-push", dims={**dims, "BS": bs},
                                      retype={"f16": "bf16"}, num_warps=4, num_stages=3)
                 args = dict(Q=q, K=kh, V=vh) if name.startswith("hsd") else dict(Q=q, K=k, V=v)
-                us = _call_time(heap, prog, dict(args, lens=lens, O=o))
+                us = time_checked(prog, heap, dict(args, lens=lens, O=o), 20, 3) * 1e6
                 print(f"S={s} BS={bs} {name}: {us:.1f} us {kv_bytes(dims, 'bf16') / us / 1e3:.0f} GB/s"
                       f" programs/SM={prog.programs_per_sm(heap)}", flush=True)
                 if ref is None:

@@ -1,19 +1,19 @@
 """Probe: what limits the single persistent flash-decode kernel (fused-push, world 1) on one GPU.
 
-Times whole calls (CUDA events, median of 20) of examples/flash_decode.tile for a few (S, BS, num_warps, programs
-per SM) (`tilec bench` has the SDPA baseline). Run on the device:
+Times whole calls of examples/flash_decode.tile (tilec.bench.time_checked: CUDA events, median of 20) for a few
+(S, BS, num_warps, programs per SM) (`tilec bench` has the SDPA baseline). Run on the device:
     python benchmarks/decode_probe.py > probe.log
 """
 
 from __future__ import annotations
 
-import statistics
 import sys
 
 import torch
 
 import tilec
 import tilec.program as tp
+from tilec.bench import time_checked
 from tilec.bench_decode import kv_bytes, make_inputs
 from tilec.runtime import spawn
 
@@ -29,21 +29,6 @@ CONFIGS = [
 ]
 
 
-def _time(fn, iters=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        out.append(s.elapsed_time(e) * 1e3)
-    return statistics.median(out)
-
-
 def _one(heap, sms, s, bs, warps, stages, per_sm, noinline, block):
     dims = dict(B=1, HKV=16, G=8, D=128, S=s)
     q, k, v, lens = make_inputs(dims, 1, 0, "bf16", heap.device, layout="bhsd")  # the example is head-major
@@ -51,9 +36,7 @@ def _one(heap, sms, s, bs, warps, stages, per_sm, noinline, block):
                          num_warps=warps, num_stages=stages, noinline_tasks=noinline, attend_block=block)
     o = torch.empty(q.shape, dtype=q.dtype, device=heap.device)
     tp.MAX_PROGRAMS_PER_SM = per_sm  # the cap fit() applies at the first call (TILEC_PROGRAMS_PER_SM)
-    prog(heap, Q=q, K=k, V=v, lens=lens, O=o)
-    us = _time(lambda: prog(heap, entry_barrier=False, sync=False, Q=q, K=k, V=v, lens=lens, O=o))
-    prog(heap, Q=q, K=k, V=v, lens=lens, O=o)
+    us = time_checked(prog, heap, dict(Q=q, K=k, V=v, lens=lens, O=o), 20, 3) * 1e6
     fitted = prog.programs_per_sm(heap)
     return us, kv_bytes(dims, "bf16") / us / 1e3, fitted
 

@@ -73,15 +73,19 @@ def cmd_show(args) -> int:
     return 0
 
 
-def _show_schedules(args) -> int:
+def _ranked(args, world: int):
+    """The program bound to its dims, and its legal schedules ranked by the model (measured times beside)."""
     from tilec.auto import candidates
     from tilec.frontend.parser import parse_file
     from tilec.frontend.sema import check
 
     ast = parse_file(args.program)
-    bound = check(ast, _world(args), _dims(args.dims))
-    rows = candidates(args.program, ast.source, _world(args), _dims(args.dims), dict(bound.dims),
-                      args.granularity)
+    bound = check(ast, world, _dims(args.dims))
+    return bound, candidates(args.program, ast.source, world, _dims(args.dims), dict(bound.dims), args.granularity)
+
+
+def _show_schedules(args) -> int:
+    bound, rows = _ranked(args, _world(args))
     print(f"schedules for {args.program}, world {_world(args)}, "
           + " ".join(f"{k}={v}" for k, v in bound.dims)
           + " (best first; `tilec tune` and `tilec bench` record measured times)")
@@ -132,14 +136,9 @@ def cmd_check(args) -> int:
 def _auto_pick(args, backend: str, world: int, torchrun: bool) -> str:
     """`run --schedule auto`: the model's pick, refined by short trials on a GPU (or with --trials) unless every
     legal schedule of this program, shape and world already has a measured time here."""
-    from tilec.auto import candidates
-    from tilec.frontend.parser import parse_file
-    from tilec.frontend.sema import check
     from tilec.trials import run_trials
 
-    ast = parse_file(args.program)
-    bound = check(ast, world, _dims(args.dims))
-    rows = candidates(args.program, ast.source, world, _dims(args.dims), dict(bound.dims), args.granularity)
+    _bound, rows = _ranked(args, world)
     measured = all(r["measured_us"] is not None for r in rows)
     if not measured and (args.trials or backend != "cpu"):
         if torchrun:  # trials need every rank at once; under torchrun run `tilec tune` first

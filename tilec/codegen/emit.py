@@ -13,7 +13,6 @@ import networkx as nx
 
 from tilec.errors import TilecError
 from tilec.ir.graph import Flag, Kernel, Pull, flags, stage, stages, tensor, waits
-from tilec.ir.graph import stages as stages_in_order
 from tilec.ir.tiling import DimInverse, invert, strides
 from tilec.ir.types import ME, Access, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var, logical_shape
 from tilec.passes.replace_barriers import flag_dims
@@ -90,7 +89,8 @@ class ModuleModel:
 class _Emitter:
     """Emits the lines of one task of one stage."""
 
-    def __init__(self, g: nx.DiGraph, st, flag_no: dict[str, int], attend_block: int = 64):
+    def __init__(self, g: nx.DiGraph, st, flag_no: dict[str, int], flag_scope: dict[str, str],
+                 attend_block: int = 64):
         self.g, self.st = g, st
         self.attend_block = attend_block  # keys per block of a streamed attend
         self.world = g.graph["program"].world
@@ -107,7 +107,7 @@ class _Emitter:
             self.waits.setdefault(w.read, []).append(w)
         self.params: list[str] = []
         self.fl = {f.name: f for f in flags(g)}
-        self.flag_scope = flag_scopes(g)
+        self.flag_scope = flag_scope  # flag -> "gpu" or "sys" (flag_scopes)
         self.ptrs: dict[Access, str] = {}  # access -> pointer walked along an enclosing reduction
         self.memo: dict[int, tuple[str, str]] = {}  # tile-function calls shared by several stores
         self.library: set[str] = set()  # tile-library device functions the task uses
@@ -655,11 +655,13 @@ def _bcast(e: str, d: int, nd: int) -> str:
 def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
     prog = g.graph["program"]
     flag_no = {f.name: i + 1 for i, f in enumerate(flags(g))}
+    scopes = flag_scopes(g)
     kernels = []
     nconc = sum(1 for k in g.graph["kernels"] if k.concurrent) or 1
     slots = 0 if options.get("timeline") else None
     for k in g.graph["kernels"]:
-        kernels.append(_kernel(g, k, flag_no, options.get("group_m", 8), 1.0 / nconc if k.concurrent else 1.0,
+        kernels.append(_kernel(g, k, flag_no, scopes, options.get("group_m", 8),
+                               1.0 / nconc if k.concurrent else 1.0,
                                options.get("start_local", False), slots, options.get("attend_block", 64)))
         if slots is not None:
             slots += kernels[-1].total
@@ -710,7 +712,7 @@ def _peers_touch_user_tensors(g: nx.DiGraph) -> bool:
     return False
 
 
-def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], group_m: int, share: float,
+def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str, str], group_m: int, share: float,
             start_local: bool = False, timeline_base: int | None = None, attend_block: int = 64) -> KernelModel:
     lines: list[str] = []
     params: list[str] = []
@@ -727,10 +729,9 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], group_m: int, sha
     for i, sname in enumerate(k.stages):
         st = stage(g, sname)
         n = _trips(st.loops)
-        em = _Emitter(g, st, flag_no, attend_block)
+        em = _Emitter(g, st, flag_no, scopes, attend_block)
         has_sum = any(isinstance(x.value, Sum) for x in st.body)
-        stage_no = [x.name for x in stages_in_order(g)].index(sname)
-        mark = None if timeline_base is None else (timeline_base + offset, stage_no)
+        mark = None if timeline_base is None else (timeline_base + offset, [x.name for x in stages(g)].index(sname))
         body = em.task("t", group_m if has_sum else 1, mark)
         call = f"_task_{k.name}_{sname}"
         if len(k.stages) > 1:

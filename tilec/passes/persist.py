@@ -23,6 +23,7 @@ import networkx as nx
 
 from tilec.errors import ScheduleError
 from tilec.ir.graph import Kernel, stage
+from tilec.ir.types import Sum, TupleCall, walk
 
 from .base import Pass
 
@@ -30,8 +31,6 @@ from .base import Pass
 def _moves_data(g: nx.DiGraph, name: str, copies: set[str]) -> bool:
     """The communication side of workgroup specialization: tile copies, sums over ranks (a reduce-scatter's
     reduction) and log-sum-exp merges; every other stage computes."""
-    from tilec.ir.types import Sum, TupleCall, walk
-
     return name in copies or any(
         (isinstance(x, Sum) and x.var.is_rank) or (isinstance(x, TupleCall) and x.fn == "lse_merge")
         for s in stage(g, name).body for x in walk(s.value))

@@ -218,12 +218,13 @@ def _plan(ctx, buffers, i, kernel):
     nprog = ctx.grid(total, persistent, share, groups, k)
     args = list(_args(ctx, buffers, 0, k, nprog))
     compiled = None if ctx.interpret else ctx.compiled.get((k, nprog, _aligned(args)))
-    if compiled is None:
-        return i if concurrent else 0, barrier_before, None, k, nprog, args
-    # Triton's launcher takes a plain int as a pointer as is; a tensor costs a data_ptr() call and a
-    # cuPointerGetAttribute per pointer per launch. The plan lives only while the call's tensors stay the same.
-    args = [a.data_ptr() if hasattr(a, "data_ptr") else a for a in args]
-    return i if concurrent else 0, barrier_before, compiled[(nprog, 1, 1)], k, nprog, args
+    runner = None
+    if compiled is not None:
+        # Triton's launcher takes a plain int as a pointer as is; a tensor costs a data_ptr() call and a
+        # cuPointerGetAttribute per pointer per launch. The plan lives only while the call's tensors stay the same.
+        args = [a.data_ptr() if hasattr(a, "data_ptr") else a for a in args]
+        runner = compiled[(nprog, 1, 1)]
+    return i if concurrent else 0, barrier_before, runner, k, nprog, args
 
 
 def launch(ctx, buffers, epoch, entry_barrier=True):

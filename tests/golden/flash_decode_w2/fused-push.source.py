@@ -115,6 +115,13 @@ def _tilec_shrink_rows(x):
 
 
 @triton.jit
+def _tilec_halve_rows(o, lse):
+    # the first half of the rows of o [R, D] and lse [R]
+    R: tl.constexpr = lse.shape[0]
+    return _tilec_shrink_rows(o), tl.reshape(_tilec_shrink_rows(tl.reshape(lse, (R, 1))), (R // 2,))
+
+
+@triton.jit
 def _tilec_attend_init(q):
     # Online-softmax state for q [M, D]: q padded with zero rows to the 16 tl.dot needs, running max, sum, acc.
     M: tl.constexpr = q.shape[0]
@@ -166,17 +173,13 @@ def _tilec_attend_finish(m, den, acc, M: tl.constexpr):
     lse = tl.where(den == 0.0, float("-inf"), m + tl.log(tl.where(den == 0.0, 1.0, den)))
     MP: tl.constexpr = o.shape[0]
     if MP // 2 >= M:
-        o = _tilec_shrink_rows(o)
-        lse = tl.reshape(_tilec_shrink_rows(tl.reshape(lse, (MP, 1))), (MP // 2,))
+        o, lse = _tilec_halve_rows(o, lse)
     if MP // 4 >= M:
-        o = _tilec_shrink_rows(o)
-        lse = tl.reshape(_tilec_shrink_rows(tl.reshape(lse, (MP // 2, 1))), (MP // 4,))
+        o, lse = _tilec_halve_rows(o, lse)
     if MP // 8 >= M:
-        o = _tilec_shrink_rows(o)
-        lse = tl.reshape(_tilec_shrink_rows(tl.reshape(lse, (MP // 4, 1))), (MP // 8,))
+        o, lse = _tilec_halve_rows(o, lse)
     if MP // 16 >= M:
-        o = _tilec_shrink_rows(o)
-        lse = tl.reshape(_tilec_shrink_rows(tl.reshape(lse, (MP // 8, 1))), (MP // 16,))
+        o, lse = _tilec_halve_rows(o, lse)
     return o, lse
 
 
@@ -466,12 +469,13 @@ def _plan(ctx, buffers, i, kernel):
     nprog = ctx.grid(total, persistent, share, groups, k)
     args = list(_args(ctx, buffers, 0, k, nprog))
     compiled = None if ctx.interpret else ctx.compiled.get((k, nprog, _aligned(args)))
-    if compiled is None:
-        return i if concurrent else 0, barrier_before, None, k, nprog, args
-    # Triton's launcher takes a plain int as a pointer as is; a tensor costs a data_ptr() call and a
-    # cuPointerGetAttribute per pointer per launch. The plan lives only while the call's tensors stay the same.
-    args = [a.data_ptr() if hasattr(a, "data_ptr") else a for a in args]
-    return i if concurrent else 0, barrier_before, compiled[(nprog, 1, 1)], k, nprog, args
+    runner = None
+    if compiled is not None:
+        # Triton's launcher takes a plain int as a pointer as is; a tensor costs a data_ptr() call and a
+        # cuPointerGetAttribute per pointer per launch. The plan lives only while the call's tensors stay the same.
+        args = [a.data_ptr() if hasattr(a, "data_ptr") else a for a in args]
+        runner = compiled[(nprog, 1, 1)]
+    return i if concurrent else 0, barrier_before, runner, k, nprog, args
 
 
 def launch(ctx, buffers, epoch, entry_barrier=True):
