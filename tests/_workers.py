@@ -110,6 +110,27 @@ def argument_errors(heap, prog, other_world_prog, inputs):
     return out
 
 
+def only_kernels(heap, bsp, flagged, inputs):
+    """bsp (All-Gather + GEMM: gather, barrier, gemm) with only=(0,): the gather runs, the GEMM does not, so C keeps
+    its poison; then a whole call. only= on a schedule with flags and a kernel number out of range: their errors.
+    Returns {"only": C, "whole": C, "flags": text, "range": text}."""
+    from tilec.errors import ArgumentError
+
+    args = _alloc_args(heap, bsp)
+    for name, t in inputs.items():
+        args[name].copy_(t)
+    args["C"].fill_(float("nan"))
+    bsp(only=(0,), **args)
+    out = {"only": args["C"].clone(), "whole": bsp(**args)["C"].clone()}
+    for case, prog, only in (("flags", flagged, (0,)), ("range", bsp, (2,))):
+        try:
+            prog(only=only, **args)
+            out[case] = None
+        except ArgumentError as e:
+            out[case] = str(e)
+    return out
+
+
 def argument_error(heap, prog, case):
     """One call with a broken argument, NOT caught: the ArgumentError reaches the parent as a RankError."""
     prog(**_bad_args(heap, _alloc_args(heap, prog), case))

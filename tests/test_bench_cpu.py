@@ -86,7 +86,12 @@ def test_decode_bench_cpu(tmp_path):
         for r in mine:
             assert r["kv_bytes"] == kv
             assert math.isclose(r["gbps"], kv / r["median_us"] / 1e3, rel_tol=1e-3)
-            assert math.isclose(r["frac_of_copy_bw"], r["gbps"] / 4200, rel_tol=1e-3)
+            assert r["run_copy_gbps"] is None and math.isclose(r["frac_of_copy_bw"], r["gbps"] / 4200, rel_tol=1e-3)
+            # only bsp times its local phase (split + local merge) alone: faster than its whole call
+            assert (r["local_us"] is not None) == (r["name"] == "bsp")
+            if r["local_us"] is not None:
+                assert 0 < r["local_us"] < r["median_us"]
+                assert math.isclose(r["local_frac_of_copy_bw"], kv / r["local_us"] / 1e3 / 4200, rel_tol=1e-3)
             assert math.isclose(r["ratio_to_bsp"], bsp["median_us"] / r["median_us"], rel_tol=1e-3)
             assert r["ratio_to_best_baseline"] > 0 and r["rel_err"] is not None and r["rel_err"] < 2e-2
         assert all(r["config"]["BS"] == 32 for r in mine if r["kind"] == "tilec")

@@ -61,6 +61,25 @@ def test_grouped_order_under_rank_loops():
     assert "t_mn = t % 4" in src and "grouped order: 8 rows of m-tiles" in src and "o = (t // 4)" in src
 
 
+def _task_source(src: str, stage: str) -> str:
+    start = src.index(f"def _task_k0_split_local_exchange_combine_{stage}(")
+    return src[start:src.index("@triton.jit", start)]
+
+
+def test_waits_poll_blocks_and_skip_covered_counters():
+    """The merge of flash decode reads all S/BS split partials of its head: one block wait over their counters
+    (not one wait per counter), and none for Ls, whose counters the same split tasks bump together with Os's.
+    The combine reads the partial of each of the 2 ranks: one block of 2 counters, again none for Lg."""
+    src = tilec.compile("examples/flash_decode.tile", world=2, schedule="fused-push",
+                        dims={"B": 1, "HKV": 2, "G": 4, "D": 64, "S": 512, "BS": 64}).source
+    local = _task_source(src, "local")
+    assert local.count("_tilec_wait_all(F_Os_split") == 1 and "tl.arange(0, 8)" in local
+    assert "_tilec_wait_all(F_Ls_split" not in local and "_tilec_wait(" not in local
+    combine = _task_source(src, "combine")
+    assert combine.count("_tilec_wait") == 1 and "_tilec_wait_all(F_Og_exchange" in combine
+    assert "tl.arange(0, 2)" in combine
+
+
 def test_specialized_applies_to_every_example():
     """Workgroup specialization: the compute stages and the data-movement stages (tile copies, sums over ranks,
     merges) of one persistent kernel get programs of their own, 25% for data movement."""

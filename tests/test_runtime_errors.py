@@ -64,6 +64,20 @@ def test_argument_error_reaches_the_launcher(prog1, case):
     assert str(e).startswith(f"rank 0: ArgumentError: {want}")
 
 
+def test_only_some_kernels():
+    """only= launches just the kernels named (what the decode bench times as bsp's local phase): the skipped GEMM
+    leaves C as it was; a whole call after it is right; schedules with flags and bad kernel numbers are refused."""
+    bsp = compile_example(1, "bsp", DIMS)
+    inputs = make_calls(bsp, 1, seed=9)[0][0]
+    (res,) = spawn(_workers.only_kernels, 1, heap_bytes=1 << 22, timeout=120,
+                   args=(bsp, compile_example(1, "fused-push", DIMS), inputs))
+    assert torch.isnan(res["only"]).all()
+    want = inputs["A"].float() @ inputs["B"].float()
+    assert torch.allclose(res["whole"].float(), want, rtol=2e-2, atol=2e-2)
+    assert res["flags"] == "only=(0,): schedule fused-push has flags; only= takes a schedule without them (bsp)"
+    assert res["range"] == "only=(2,): kernel numbers are 0 to 1 here"
+
+
 def test_call_outside_a_rank_process(prog1):
     with pytest.raises(TilecRuntimeError, match="no active heap"):
         prog1(A=torch.zeros(64, 32), B=torch.zeros(32, 32), C=torch.zeros(64, 32))

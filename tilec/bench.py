@@ -354,6 +354,8 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
         from tilec.bench_decode import COPY_GBPS, MAX_SPLITS
 
         meta.update({"family": "decode", "metric": "gbps", "copy_gbps": COPY_GBPS, "max_splits": MAX_SPLITS,
+                     "run_copy_gbps": "per row: a device copy of the shape's K timed in the same run (read + write"
+                                      " bytes per second, as `tilec calibrate` counts them); None on the CPU",
                      "lens": "full: lens[b] = W * S", "tune": tune, "skipped": skipped,
                      "kv_bytes": "2 * B * S * HKV * D * element size, per rank per call",
                      "rel_err": "max |O - O_ref| / max |O_ref|; O_ref: the first baseline's output, else the whole"

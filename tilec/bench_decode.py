@@ -5,8 +5,12 @@ Same discipline as the GEMM path (tilec.bench): every tilec schedule that applie
 only, with a cross-rank barrier before every call outside the timed region; tilec is called with
 entry_barrier=False, sync=False. Reported per row: median time, the KV bytes each rank streams
 (2 * B * S * HKV * D * element size) and the GB/s that makes, its fraction of the H200 copy bandwidth
-(COPY_GBPS), the ratio to tilec's bsp schedule and to the best baseline, and the relative error of the output
-against the first baseline's (a fast wrong kernel shows up). Lengths are full (lens[b] = W * S).
+(COPY_GBPS; beside it, a device copy of the shape's K timed in the same run, read + write bytes as `tilec
+calibrate` counts them), the ratio to tilec's bsp schedule and to the best baseline, and the relative error of the
+output against the first baseline's (a fast wrong kernel shows up). Lengths are full (lens[b] = W * S). The bsp
+row also times its local phase alone (the kernels before its first barrier: split attention and the local merge,
+`only=`), as a kernel time (kernel_time: back-to-back launches, like the copy): how fast the local attention
+streams the KV cache without the exchange, the combine and the host's launch path.
 
 Tile size BS (positions per split): one default per shape (default_bs: the largest split that still gives every
 SM a few tasks; attend streams a split in blocks of 64 keys, so a long split costs no registers) unless --tune,
@@ -80,6 +84,9 @@ class DecodeRow:
     rel_err: float | None = None  # max |O - O_ref| / max |O_ref|; O_ref: the first baseline's output, else
     # (no distributed baseline here) the whole op recomputed in f32 on each rank when it is small
     note: str = ""
+    run_copy_gbps: float | None = None  # a device copy of this shape's K in the same run (GPU only)
+    local_us: float | None = None  # bsp: its local phase alone (split + local merge kernels)
+    local_frac_of_copy_bw: float | None = None  # KV bytes / local_us, over COPY_GBPS
 
 
 def _sig(x: float, digits: int = 5) -> float:
@@ -263,12 +270,20 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
                              num_stages=NUM_STAGES, dims={**dims, "BS": bs}, wait_timeout=wait_timeout)
 
     def time_prog(prog, data, n):
+        """(seconds of a call, O, seconds of the local phase alone for bsp else None)"""
         inner = heap.mark()
         try:
             args = _args(prog, heap, data)
             secs = time_checked(prog, heap, args, n, 1)
             per_sm[prog.schedule] = prog.programs_per_sm(heap)
-            return secs, args["O"].clone()
+            out = args["O"].clone()
+            local = None
+            phase = local_phase(prog)
+            if phase:
+                local = kernel_time(lambda: prog(heap, entry_barrier=False, sync=False, only=phase, **args), heap,
+                                    n, _median_time)
+                prog(heap, **args)  # synchronous: reports a wait that timed out
+            return secs, out, local
         finally:
             heap.release(inner)
 
@@ -282,16 +297,18 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
         nbytes, flops = kv_bytes(dims, dtype), attn_flops(dims)
         shape_rows: list[DecodeRow] = []
 
-        def row(name, kind, secs, config=None, err=None, note="", dims=dims, lab=lab, nbytes=nbytes, flops=flops):
-            gbps = nbytes / secs / 1e9
-            return DecodeRow(stem, dims, world, dtype, name, kind, _sig(secs * 1e6), _sig(gbps),
-                             _sig(gbps / COPY_GBPS), _sig(flops / secs / 1e12), nbytes, lab, config or {},
-                             rel_err=err, note=note)
-
         mark = heap.mark()
         layout = kv_layout(_declared_shape(path, world, dims, "K", default_bs(dims, heap.interpret)), dims)
         q, k, v, lens = make_inputs(dims, world, heap.rank, dtype, heap.device, layout=layout)
         data = {"Q": q, "K": k, "V": v, "lens": lens}
+        copy = None if heap.interpret else copy_gbps(k, heap, iters)
+
+        def row(name, kind, secs, config=None, err=None, note="", dims=dims, lab=lab, nbytes=nbytes, flops=flops,
+                copy=copy):
+            gbps = nbytes / secs / 1e9
+            return DecodeRow(stem, dims, world, dtype, name, kind, _sig(secs * 1e6), _sig(gbps),
+                             _sig(gbps / COPY_GBPS), _sig(flops / secs / 1e12), nbytes, lab, config or {},
+                             rel_err=err, note=note, run_copy_gbps=_sig(copy) if copy else None)
         ref = None
         for name, secs, note, out in decode_baselines(heap, dims, world, dtype, iters, _median_time, q, k, v, lens,
                                                       log, layout=layout):
@@ -302,7 +319,8 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
             ref = reference_output(dims, world, dtype, heap.device)
         step += 1
         log(f"[{step}/{total}] {lab} baselines: " + ", ".join(
-            f"{r.name} {r.median_us:.0f}us {r.gbps:.0f} GB/s" for r in shape_rows))
+            f"{r.name} {r.median_us:.0f}us {r.gbps:.0f} GB/s" for r in shape_rows)
+            + (f"; a copy of K {copy:.0f} GB/s" if copy else ""))
         for s in schedules:
             step += 1
             key = f"decode|{src_hash}|{s}|{'x'.join(str(x) for x in shape)}|w{world}|{dtype}|{_gpu_name()}"
@@ -331,7 +349,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
                     log(f"    {s} {reason}")
                     continue
                 try:
-                    secs, out = time_prog(prog, data, iters if len(cands) == 1 else max(3, iters // 3))
+                    secs, out, local = time_prog(prog, data, iters if len(cands) == 1 else max(3, iters // 3))
                 except Exception as e:  # e.g. a kernel Triton cannot compile for this GPU: reported, not fatal
                     lines = str(e).strip().splitlines()
                     reason = f"BS={bs}: {type(e).__name__}: {lines[-1][:240] if lines else ''}"
@@ -340,22 +358,27 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
                 if len(cands) > 1:
                     log(f"    tune {s} BS={bs}: {secs * 1e6:.0f}us")
                 if best is None or secs < best[1]:
-                    best = (bs, secs, out)
+                    best = (bs, secs, out, local)
             if best is None:
                 skip(dims, s, reason)
                 continue
-            bs, secs, out = best
+            bs, secs, out, local = best
             cache[key] = {"BS": bs}
             if len(cands) > 1:  # re-time the winner with the full iteration count (fresh buffers and flags)
-                secs, out = time_prog(compile_(s, dims, bs), data, iters)
+                secs, out, local = time_prog(compile_(s, dims, bs), data, iters)
             r = row(s, "tilec", secs, {"BS": bs, "num_warps": NUM_WARPS, "num_stages": NUM_STAGES,
                                        "programs_per_sm": per_sm.get(s, 1)}, rel_err(out, ref))
+            if local is not None:
+                r.local_us = _sig(local * 1e6)
+                r.local_frac_of_copy_bw = _sig(nbytes / local / 1e9 / COPY_GBPS)
             wrong = r.rel_err is not None and not r.rel_err <= tol
             if wrong:
                 r.note = f"relative error {r.rel_err:.3g} above {tol:g}"
             shape_rows.append(r)
+            alone = "" if local is None else (f"; local phase alone {r.local_us:.0f}us"
+                                              f" ({100 * r.local_frac_of_copy_bw:.1f}% of copy)")
             log(f"[{step}/{total}] {lab} {s}: {r.median_us:.0f}us {r.gbps:.0f} GB/s ({100 * r.frac_of_copy_bw:.1f}%"
-                f" of copy) BS={bs}" + (f"  WRONG: {r.note}" if wrong else ""))
+                f" of copy) BS={bs}{alone}" + (f"  WRONG: {r.note}" if wrong else ""))
         del q, k, v, lens, data, ref
         heap.release(mark)
         best_base = min((r.median_us for r in shape_rows if r.kind == "baseline"), default=None)
@@ -401,14 +424,47 @@ def prepare(path: str, shapes: list[tuple[int, ...]], world: int, dtype: str, in
     return int(worst * 1.25) + (64 << 20)
 
 
+def kernel_time(fn, heap, iters: int, timer) -> float:
+    """Seconds of the kernels `fn` queues, as `tilec calibrate` times its copy: triton.testing.do_bench (launches
+    back to back, L2 flushed between them, median), so the host's launch path is hidden behind the previous
+    launch; the CPU emulation has no such thing and takes the bench's per-call timer."""
+    if heap.interpret:
+        return timer(fn, heap, iters, 1)
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=5, rep=max(20, iters * 2), return_mode="median") / 1e3
+
+
+def copy_gbps(src: torch.Tensor, heap, iters: int) -> float:
+    """Device copy bandwidth on `src` (the shape's K): read + write bytes per second in GB/s, timed like
+    `tilec calibrate`'s copy (kernel_time)."""
+    dst = torch.empty_like(src)
+    return 2 * src.numel() * src.element_size() / kernel_time(lambda: dst.copy_(src), heap, iters, None) / 1e9
+
+
+def local_phase(prog) -> tuple[int, ...] | None:
+    """The kernels of a bsp schedule before its first barrier (at least two: a program of one kernel has no
+    phase to single out); None for other schedules."""
+    if prog.schedule != "bsp":
+        return None
+    kernels = prog.module.KERNELS
+    n = next((i for i, k in enumerate(kernels) if k[4]), len(kernels))
+    return tuple(range(n)) if 0 < n < len(kernels) else None
+
+
 def table(rows: list[dict], skipped: list[dict]) -> None:
+    """%copy: of COPY_GBPS; local: the bsp row's local phase alone (split + merge kernels, kernel_time), also as a
+    share of COPY_GBPS; run copy: a copy of the shape's K in the same run (GB/s, read + write, kernel_time)."""
     print(f"{'shape':<18}{'name':<30}{'us':>11}{'GB/s':>8}{'%copy':>8}{'vs bsp':>10}{'vs best base':>14}"
-          f"{'rel err':>10}")
+          f"{'rel err':>10}{'run copy':>10}{'local us':>10}{'%copy':>8}")
     for r in rows:
         bsp = f"{r['ratio_to_bsp']:.3g}x" if r["ratio_to_bsp"] is not None else "-"
         base = f"{r['ratio_to_best_baseline']:.3g}x" if r["ratio_to_best_baseline"] is not None else "-"
         err = f"{r['rel_err']:.1e}" if r["rel_err"] is not None else "-"
+        copy = f"{r['run_copy_gbps']:.0f}" if r.get("run_copy_gbps") else "-"
+        local = "" if r.get("local_us") is None else \
+            f"{r['local_us']:>10.1f}{100 * r['local_frac_of_copy_bw']:>7.1f}%"
         print(f"{r['label']:<18}{r['name']:<30}{r['median_us']:>11.1f}{r['gbps']:>8.0f}"
-              f"{100 * r['frac_of_copy_bw']:>7.1f}%{bsp:>10}{base:>14}{err:>10}")
+              f"{100 * r['frac_of_copy_bw']:>7.1f}%{bsp:>10}{base:>14}{err:>10}{copy:>10}{local}")
     for s in skipped:
         print(f"{s['label']:<18}{s['name']:<30}skipped: {s['reason'][:160]}")

@@ -249,11 +249,13 @@ class CompiledProgram:
                 raise ArgumentError(f"argument '{name}': declared symmetric, so it must be allocated on the heap"
                                     " (heap.alloc / tilec.runtime.active_heap().alloc)")
 
-    def __call__(self, heap=None, *, entry_barrier: bool = True, sync: bool = True, **tensors):
+    def __call__(self, heap=None, *, entry_barrier: bool = True, sync: bool = True, only=None, **tensors):
         """One call on this rank. entry_barrier=False skips the leading cross-rank barrier (the caller then
         guarantees every rank's inputs are ready and the previous call is finished everywhere, e.g. a benchmark
         that barriers outside its timed region). sync=False returns once the kernels are queued; a wait
-        timeout is then reported by the next synchronous call."""
+        timeout is then reported by the next synchronous call. only=(i, ...): launch only these kernels (what
+        one stage of a bsp schedule costs alone); only schedules without flags, whose counters would fall out of
+        step with the call count."""
         if heap is None:
             from tilec.runtime import active_heap
 
@@ -261,6 +263,13 @@ class CompiledProgram:
         if heap.world != self.world:
             raise ArgumentError(f"{self.program.name} was compiled for world {self.world}, the heap has "
                                 f"{heap.world} ranks")
+        if only is not None:
+            n = len(self.module.KERNELS)
+            if flags(self.graph):
+                raise ArgumentError(f"only={only!r}: schedule {self.schedule} has flags; only= takes a schedule "
+                                    "without them (bsp)")
+            if not all(isinstance(i, int) and 0 <= i < n for i in only):
+                raise ArgumentError(f"only={only!r}: kernel numbers are 0 to {n - 1} here")
         st = self._buffers(heap)
         key = tuple((n, t.data_ptr(), tuple(t.shape), t.dtype) for n, t in sorted(tensors.items())
                     if hasattr(t, "data_ptr"))
@@ -274,7 +283,7 @@ class CompiledProgram:
             mod.warmup(st["ctx"], bufs)
             st["warm"] = True
         st["epoch"] += 1
-        mod.launch(st["ctx"], bufs, st["epoch"], entry_barrier)
+        mod.launch(st["ctx"], bufs, st["epoch"], entry_barrier, only)
         if not sync:
             return None
         if not heap.interpret:

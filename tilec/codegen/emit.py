@@ -7,7 +7,7 @@ Dims are compile-time constants, so masks are emitted only where a tile really o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import networkx as nx
 
@@ -98,6 +98,7 @@ class _Emitter:
         self.prologue: list[str] = []  # per-task setup (peer offsets, hoisted index math)
         self.peers: dict[str, str] = {}  # peer-offset call -> its name in the prologue (per peer and element size)
         self.wait_lines: list[str] = []  # the task's flag waits, first thing after decoding its tile
+        self.waited: set[tuple] = set()  # what the waits emitted so far cover (see wait)
         self.n = 0
         self.flag_no = flag_no
         self.scope: dict[str, Var] = {v.name: v for v in st.loops} | {ME: Var(ME, "me", self.world, 1, st.loc)}
@@ -454,35 +455,76 @@ class _Emitter:
         keyed = [d for d in dims if d.size > 1]
         # Waits go at the start of the task and cover everything its reductions will read, so the reduction
         # loop stays free of spins (Triton pipelines its loads only then).
+        owner = "rank" if read.rank == ME else read.rank
+        # per keyed dim: the read's counter range (its non-reduction index terms, the constant, and how far the
+        # reduction and tile vars reach beyond them) and at most how many elements that is
+        reach = []
+        for d in keyed:
+            aff, tv = read.index[d.dim], read.tile[d.dim]
+            red = [(v, k) for v, k in aff.terms if v in self.loop_vars]
+            top = sum(k * (self.scope[v].extent - 1) for v, k in red if v != tv and k > 0)
+            most = top
+            if tv and tv in self.loop_vars:
+                top += self.scope[tv].extent - 1
+                most = top
+            elif tv:
+                v = self.scope[tv]
+                top_s = f"tl.minimum({v.step}, {v.extent} - {tv})" if v.extent % v.step else str(v.step)
+                most = top + v.step - 1
+                top = f"{top} + {top_s} - 1"
+            # a var of one trip is 0 in every task: it does not tell two reads apart
+            once = {v for v, _k in aff.terms if v in self.scope and self.scope[v].trips == 1
+                    and not self.scope[v].is_rank}
+            terms = tuple(t for t in aff.terms if t not in red and t[0] not in once)
+            reach.append((terms, aff.const, top, most))
+        # A producer releases all its counters after all its stores, so a wait on counters that the same producer
+        # tiles bump equally (another tensor it writes, same tiling, same range read) is already satisfied.
+        key = (f.producer, f.write.rank, self.flag_scope[f.name], f.count, f.size, owner, tuple(
+            (replace(d, dim=0), st[dims.index(d)], r[:3]) for d, r in zip(keyed, reach, strict=True)))
+        if key in self.waited:
+            return
+        self.waited.add(key)
         target_lines, ind = self.wait_lines, "    "
         fp = self.param(f"F_{_ident(f.name)}")
-        owner = "rank" if read.rank == ME else read.rank
         target_lines.append(f"{ind}# wait until stage {f.producer} has written the tiles of {read} this call")
         if owner in self.loop_vars:  # read on every rank of a `sum r in ranks`: wait on each owner up front
             target_lines.append(f"{ind}for {owner} in range(0, {self.world}):")
             ind += "    "
-        idx_parts = []
-        for d in keyed:
-            aff, tv = read.index[d.dim], read.tile[d.dim]
-            red = [(v, k) for v, k in aff.terms if v in self.loop_vars]
+        # per keyed dim: the first and last counter this task reads, and a static estimate of how many that is
+        spans = []
+        for d, (terms, const, top, most) in zip(keyed, reach, strict=True):
             lo = self.tmp("lo")
-            target_lines.append(f"{ind}{lo} = {self.scalar([t for t in aff.terms if t not in red], aff.const)}")
-            top = sum(k * (self.scope[v].extent - 1) for v, k in red if v != tv and k > 0)
-            if tv and tv in self.loop_vars:
-                top += self.scope[tv].extent - 1
-            elif tv:
-                v = self.scope[tv]
-                top_s = f"tl.minimum({v.step}, {v.extent} - {tv})" if v.extent % v.step else str(v.step)
-                top = f"{top} + {top_s} - 1"
-            hi = f"{lo} + {top}"
+            target_lines.append(f"{ind}{lo} = {self.scalar(list(terms), const)}")
+            last = self.tmp("fb")
+            target_lines.append(f"{ind}{last} = {_lin(d, f'({lo} + {top})')}")
+            grain = d.step if d.key_tile else d.rank_coef
+            spans.append((d, _lin(d, lo), last, max(1, min(d.size, -(-most // grain) + 1))))
+        # The dim with the most counters is polled as one block (one round of atomics per poll, instead of one
+        # round trip per counter); a block of the estimated size nearly always covers it in one chunk.
+        vec = max(range(len(spans)), key=lambda i: spans[i][3]) if spans and max(x[3] for x in spans) > 1 else None
+        idx_parts, mask = [], None
+        for i, (d, first, last, n) in enumerate(spans):
             fvar = self.tmp("f")
-            target_lines.append(f"{ind}for {fvar} in range({_lin(d, lo)}, {_lin(d, f'({hi})')} + 1):")
-            ind += "    "
             stride = st[dims.index(d)]
+            if i == vec:
+                block = min(1024, 1 << (n - 1).bit_length())
+                target_lines.append(f"{ind}for {fvar} in range({first}, {last} + 1, {block}):")
+                ind += "    "
+                target_lines.append(f"{ind}{fvar}_v = {fvar} + tl.arange(0, {block})")
+                mask = f"{fvar}_v <= {last}"
+                fvar = f"{fvar}_v"
+            else:
+                target_lines.append(f"{ind}for {fvar} in range({first}, {last} + 1):")
+                ind += "    "
             idx_parts.append(fvar if stride == 1 else f"{fvar} * {stride}")
         idx = " + ".join(idx_parts) or "0"
-        target_lines.append(f"{ind}_tilec_wait({fp} + {idx}, epoch * {f.count}, rank, {owner}, heap_bases, ERR,"
-                            f" max_spin, {self.flag_no[f.name]}, {idx}, \"{self.flag_scope[f.name]}\", UPCAST_DOT)")
+        tail = f"\"{self.flag_scope[f.name]}\", UPCAST_DOT)"
+        if mask is None:
+            target_lines.append(f"{ind}_tilec_wait({fp} + {idx}, epoch * {f.count}, rank, {owner}, heap_bases, ERR,"
+                                f" max_spin, {self.flag_no[f.name]}, {idx}, {tail}")
+        else:
+            target_lines.append(f"{ind}_tilec_wait_all({fp}, {idx}, {mask}, epoch * {f.count}, rank, {owner},"
+                                f" heap_bases, ERR, max_spin, {self.flag_no[f.name]}, {tail}")
 
     def release(self, f: Flag, out: list[str], indent: str) -> None:
         dims = flag_dims(self.g, f)

@@ -5,9 +5,10 @@
 # dims: M=256 N=192 K=128   tiles: BM=64 BN=64 BK=32
 # launch: num_warps=4 num_stages=3 group_m=8
 #
-# Kernels are persistent loops over tile tasks; flags are epoch counters on the symmetric heap (release/acquire,
-# system scope), so repeated calls need no zeroing. Run it with tilec (tilec.compile(...)(...)) or call
-# launch(ctx, buffers, epoch) with a context that provides rank, barrier(), heap_bases(), grid() and stream().
+# Kernels are persistent loops over tile tasks; flags are epoch counters on the symmetric heap (release/acquire at
+# GPU scope, or system scope where a peer GPU releases or reads them), so repeated calls need no zeroing. Run it
+# with tilec (tilec.compile(...)(...)) or call launch(ctx, buffers, epoch) with a context that provides rank,
+# barrier(), heap_bases(), grid() and stream().
 import time
 
 import triton
@@ -182,15 +183,17 @@ def _plan(ctx, buffers, i, kernel):
     return i if concurrent else 0, barrier_before, runner, k, nprog, args
 
 
-def launch(ctx, buffers, epoch, entry_barrier=True):
+def launch(ctx, buffers, epoch, entry_barrier=True, only=None):
     """One call of the program on this rank: a barrier so every rank's inputs are ready, then the kernels
     (and a closing barrier where peers touch this rank's inputs/outputs). entry_barrier=False skips both: the
-    caller orders calls itself."""
+    caller orders calls itself. only: the numbers of the kernels to launch (the rest are skipped)."""
     if entry_barrier:
         ctx.barrier()
     if ctx.plan is None:  # the launches of a call with these tensors; calls differ only in the epoch
         ctx.plan = [_plan(ctx, buffers, i, kernel) for i, kernel in enumerate(KERNELS)]
-    for stream, barrier_before, runner, k, nprog, args in ctx.plan:
+    for i, (stream, barrier_before, runner, k, nprog, args) in enumerate(ctx.plan):
+        if only is not None and i not in only:
+            continue
         if barrier_before:
             ctx.barrier()
         args[_EPOCH] = epoch

@@ -5,9 +5,10 @@
 # dims: M=256 N=192 K=128   tiles: BM=64 BN=64 BK=32
 # launch: num_warps=4 num_stages=3 group_m=8
 #
-# Kernels are persistent loops over tile tasks; flags are epoch counters on the symmetric heap (release/acquire,
-# system scope), so repeated calls need no zeroing. Run it with tilec (tilec.compile(...)(...)) or call
-# launch(ctx, buffers, epoch) with a context that provides rank, barrier(), heap_bases(), grid() and stream().
+# Kernels are persistent loops over tile tasks; flags are epoch counters on the symmetric heap (release/acquire at
+# GPU scope, or system scope where a peer GPU releases or reads them), so repeated calls need no zeroing. Run it
+# with tilec (tilec.compile(...)(...)) or call launch(ctx, buffers, epoch) with a context that provides rank,
+# barrier(), heap_bases(), grid() and stream().
 import time
 
 import triton
@@ -66,6 +67,33 @@ def _tilec_wait(flag, target, rank, owner, heap_bases, err, max_spin, flag_no, c
             tl.store(err + 3, owner)
             tl.store(err + 4, seen)
             tl.store(err + 5, target)
+
+
+@triton.jit
+def _tilec_wait_all(flags, idx, pending, target, rank, owner, heap_bases, err, max_spin, flag_no, SCOPE: tl.constexpr,
+                    INTERPRET: tl.constexpr):
+    # _tilec_wait for a block of counters (flags + idx where pending): every poll is one round of atomics in
+    # parallel, not one round trip per counter; a poll re-reads only the counters still short of target.
+    seen = iris.atomic_add(flags + idx, 0, rank, owner, heap_bases, mask=pending, sem="acquire", scope=SCOPE)
+    pending = pending & (seen < target)
+    spins = 0
+    while (tl.max(pending.to(tl.int32), axis=0) > 0) & (spins < max_spin):
+        if INTERPRET:
+            _tilec_yield()
+        now = iris.atomic_add(flags + idx, 0, rank, owner, heap_bases, mask=pending, sem="acquire", scope=SCOPE)
+        seen = tl.where(pending, now, seen)
+        pending = pending & (seen < target)
+        spins += 1
+    if tl.max(pending.to(tl.int32), axis=0) > 0:
+        counter = tl.min(tl.where(pending, idx, 2147483647), axis=0)
+        if tl.atomic_cas(err, 0, 1) == 0:
+            tl.store(err + 1, flag_no)
+            tl.store(err + 2, counter)
+            tl.store(err + 3, owner)
+            tl.store(err + 4, tl.min(tl.where(pending & (idx == counter), seen, 2147483647), axis=0))
+            tl.store(err + 5, target)
+    # each thread acquired its own counters: the barrier orders them before any thread's reads of the tiles
+    tl.debug_barrier()
 
 
 @triton.jit
@@ -133,17 +161,19 @@ def _task_k0_gather_gemm_gemm(
     n_r = tl.max_contiguous(tl.multiple_of(n + tl.arange(0, 64), 64), 64)
     # wait until stage gather has written the tiles of Ag[m, k] this call
     lo4 = m
-    for f5 in range((lo4 // 128) * 2 + ((lo4 - 128 * (lo4 // 128)) // 64), ((lo4 + 0 + 64 - 1) // 128) * 2 + (((lo4 + 0 + 64 - 1) - 128 * ((lo4 + 0 + 64 - 1) // 128)) // 64) + 1):
-        _tilec_wait(F_Ag_gather + f5, epoch * 4, rank, rank, heap_bases, ERR, max_spin, 1, f5, "gpu", UPCAST_DOT)
+    fb5 = ((lo4 + 0 + 64 - 1) // 128) * 2 + (((lo4 + 0 + 64 - 1) - 128 * ((lo4 + 0 + 64 - 1) // 128)) // 64)
+    for f6 in range((lo4 // 128) * 2 + ((lo4 - 128 * (lo4 // 128)) // 64), fb5 + 1, 2):
+        f6_v = f6 + tl.arange(0, 2)
+        _tilec_wait_all(F_Ag_gather, f6_v, f6_v <= fb5, epoch * 4, rank, rank, heap_bases, ERR, max_spin, 1, "gpu", UPCAST_DOT)
     acc1 = tl.zeros((64, 64), dtype=tl.float32)
     k_r = tl.arange(0, 32)  # k = 0
     p2 = Ag + m_r[:, None] * 128 + k_r[None, :]
     p3 = B + k_r[:, None] * 192 + n_r[None, :]
     for k in range(0, 128, 32):
         k_r = k + tl.arange(0, 32)
-        x6 = tl.load(p2)
-        x7 = tl.load(p3)
-        acc1 = _tilec_dot(x6, x7, acc1, UPCAST_DOT, False)
+        x7 = tl.load(p2)
+        x8 = tl.load(p3)
+        acc1 = _tilec_dot(x7, x8, acc1, UPCAST_DOT, False)
         p2 += 32
         p3 += 6144
     tl.store(C + m_r[:, None] * 192 + n_r[None, :], acc1.to(tl.float16))
@@ -228,15 +258,17 @@ def _plan(ctx, buffers, i, kernel):
     return i if concurrent else 0, barrier_before, runner, k, nprog, args
 
 
-def launch(ctx, buffers, epoch, entry_barrier=True):
+def launch(ctx, buffers, epoch, entry_barrier=True, only=None):
     """One call of the program on this rank: a barrier so every rank's inputs are ready, then the kernels
     (and a closing barrier where peers touch this rank's inputs/outputs). entry_barrier=False skips both: the
-    caller orders calls itself."""
+    caller orders calls itself. only: the numbers of the kernels to launch (the rest are skipped)."""
     if entry_barrier:
         ctx.barrier()
     if ctx.plan is None:  # the launches of a call with these tensors; calls differ only in the epoch
         ctx.plan = [_plan(ctx, buffers, i, kernel) for i, kernel in enumerate(KERNELS)]
-    for stream, barrier_before, runner, k, nprog, args in ctx.plan:
+    for i, (stream, barrier_before, runner, k, nprog, args) in enumerate(ctx.plan):
+        if only is not None and i not in only:
+            continue
         if barrier_before:
             ctx.barrier()
         args[_EPOCH] = epoch

@@ -5,9 +5,10 @@
 # dims: B=2 HKV=2 G=4 D=64 S=256   tiles: BS=128
 # launch: num_warps=4 num_stages=3 group_m=8
 #
-# Kernels are persistent loops over tile tasks; flags are epoch counters on the symmetric heap (release/acquire,
-# system scope), so repeated calls need no zeroing. Run it with tilec (tilec.compile(...)(...)) or call
-# launch(ctx, buffers, epoch) with a context that provides rank, barrier(), heap_bases(), grid() and stream().
+# Kernels are persistent loops over tile tasks; flags are epoch counters on the symmetric heap (release/acquire at
+# GPU scope, or system scope where a peer GPU releases or reads them), so repeated calls need no zeroing. Run it
+# with tilec (tilec.compile(...)(...)) or call launch(ctx, buffers, epoch) with a context that provides rank,
+# barrier(), heap_bases(), grid() and stream().
 import time
 
 import triton
@@ -78,6 +79,33 @@ def _tilec_wait(flag, target, rank, owner, heap_bases, err, max_spin, flag_no, c
             tl.store(err + 3, owner)
             tl.store(err + 4, seen)
             tl.store(err + 5, target)
+
+
+@triton.jit
+def _tilec_wait_all(flags, idx, pending, target, rank, owner, heap_bases, err, max_spin, flag_no, SCOPE: tl.constexpr,
+                    INTERPRET: tl.constexpr):
+    # _tilec_wait for a block of counters (flags + idx where pending): every poll is one round of atomics in
+    # parallel, not one round trip per counter; a poll re-reads only the counters still short of target.
+    seen = iris.atomic_add(flags + idx, 0, rank, owner, heap_bases, mask=pending, sem="acquire", scope=SCOPE)
+    pending = pending & (seen < target)
+    spins = 0
+    while (tl.max(pending.to(tl.int32), axis=0) > 0) & (spins < max_spin):
+        if INTERPRET:
+            _tilec_yield()
+        now = iris.atomic_add(flags + idx, 0, rank, owner, heap_bases, mask=pending, sem="acquire", scope=SCOPE)
+        seen = tl.where(pending, now, seen)
+        pending = pending & (seen < target)
+        spins += 1
+    if tl.max(pending.to(tl.int32), axis=0) > 0:
+        counter = tl.min(tl.where(pending, idx, 2147483647), axis=0)
+        if tl.atomic_cas(err, 0, 1) == 0:
+            tl.store(err + 1, flag_no)
+            tl.store(err + 2, counter)
+            tl.store(err + 3, owner)
+            tl.store(err + 4, tl.min(tl.where(pending & (idx == counter), seen, 2147483647), axis=0))
+            tl.store(err + 5, target)
+    # each thread acquired its own counters: the barrier orders them before any thread's reads of the tiles
+    tl.debug_barrier()
 
 
 @triton.jit
@@ -298,26 +326,22 @@ def _task_k0_split_local_exchange_combine_local(
     _a2_r = tl.max_contiguous(tl.multiple_of(_a2 + tl.arange(0, 2), 2), 2)
     _a3_r = tl.max_contiguous(tl.multiple_of(_a3 + tl.arange(0, 64), 64), 64)
     # wait until stage split has written the tiles of Os[_a0, b, h, _a1] this call
-    lo1 = _a0
-    for f2 in range((lo1 // 1), ((lo1 + 0 + 2 - 1) // 1) + 1):
-        lo3 = b
-        for f4 in range((lo3 // 1), ((lo3 + 0) // 1) + 1):
-            lo5 = h
-            for f6 in range((lo5 // 4) + ((lo5 - 4 * (lo5 // 4)) // 4), ((lo5 + 0) // 4) + (((lo5 + 0) - 4 * ((lo5 + 0) // 4)) // 4) + 1):
-                _tilec_wait(F_Os_split + f2 * 4 + f4 * 2 + f6, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 6, f2 * 4 + f4 * 2 + f6, "gpu", UPCAST_DOT)
-    # wait until stage split has written the tiles of Ls[_a2, b, h] this call
-    lo8 = _a2
-    for f9 in range((lo8 // 1), ((lo8 + 0 + 2 - 1) // 1) + 1):
-        lo10 = b
-        for f11 in range((lo10 // 1), ((lo10 + 0) // 1) + 1):
-            lo12 = h
-            for f13 in range((lo12 // 4) + ((lo12 - 4 * (lo12 // 4)) // 4), ((lo12 + 0) // 4) + (((lo12 + 0) - 4 * ((lo12 + 0) // 4)) // 4) + 1):
-                _tilec_wait(F_Ls_split + f9 * 4 + f11 * 2 + f13, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 3, f9 * 4 + f11 * 2 + f13, "gpu", UPCAST_DOT)
-    x7 = tl.load(Os + _a0_r[:, None, None, None] * 1024 + (b) * 512 + (h) * 64 + _a1_r[None, None, None, :])
-    x14 = tl.load(Ls + _a2_r[:, None, None] * 16 + (b) * 8 + (h))
-    o15, lse16 = _tilec_lse_merge(tl.reshape(x7, (2, 1, 64)), tl.reshape(x14, (2, 1)), 2)
-    tl.store(Ol + (b) * 512 + (h) * 64 + _a3_r[None, None, :], tl.reshape(o15, (1, 1, 64)).to(tl.float32))
-    tl.store(Ll + (b) * 8 + (h) + tl.zeros((1, 1,), dtype=tl.int32), (tl.zeros((1, 1), dtype=tl.float32) + tl.max(tl.reshape(lse16, (1,)), axis=0)).to(tl.float32))
+    lo1 = 0
+    fb2 = ((lo1 + 0 + 2 - 1) // 1)
+    lo3 = b
+    fb4 = ((lo3 + 0) // 1)
+    lo5 = h
+    fb6 = ((lo5 + 0) // 4) + (((lo5 + 0) - 4 * ((lo5 + 0) // 4)) // 4)
+    for f7 in range((lo1 // 1), fb2 + 1, 2):
+        f7_v = f7 + tl.arange(0, 2)
+        for f8 in range((lo3 // 1), fb4 + 1):
+            for f9 in range((lo5 // 4) + ((lo5 - 4 * (lo5 // 4)) // 4), fb6 + 1):
+                _tilec_wait_all(F_Os_split, f7_v * 4 + f8 * 2 + f9, f7_v <= fb2, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 6, "gpu", UPCAST_DOT)
+    x10 = tl.load(Os + _a0_r[:, None, None, None] * 1024 + (b) * 512 + (h) * 64 + _a1_r[None, None, None, :])
+    x11 = tl.load(Ls + _a2_r[:, None, None] * 16 + (b) * 8 + (h))
+    o12, lse13 = _tilec_lse_merge(tl.reshape(x10, (2, 1, 64)), tl.reshape(x11, (2, 1)), 2)
+    tl.store(Ol + (b) * 512 + (h) * 64 + _a3_r[None, None, :], tl.reshape(o12, (1, 1, 64)).to(tl.float32))
+    tl.store(Ll + (b) * 8 + (h) + tl.zeros((1, 1,), dtype=tl.int32), (tl.zeros((1, 1), dtype=tl.float32) + tl.max(tl.reshape(lse13, (1,)), axis=0)).to(tl.float32))
     _tilec_release(F_Ll_local + (b) * 8 + h, rank, rank, heap_bases, "gpu")
     _tilec_release(F_Ol_local + (b) * 8 + h, rank, rank, heap_bases, "gpu")
 
@@ -339,21 +363,17 @@ def _task_k0_split_local_exchange_combine_exchange(
     _a1_r = tl.max_contiguous(tl.multiple_of(_a1 + tl.arange(0, 64), 64), 64)
     # wait until stage local has written the tiles of Ol[b, h, _a0] this call
     lo1 = b
-    for f2 in range((lo1 // 1), ((lo1 + 0) // 1) + 1):
-        lo3 = h
-        for f4 in range((lo3 // 1), ((lo3 + 0) // 1) + 1):
-            _tilec_wait(F_Ol_local + f2 * 8 + f4, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 5, f2 * 8 + f4, "gpu", UPCAST_DOT)
-    # wait until stage local has written the tiles of Ll[b, h] this call
-    lo7 = b
-    for f8 in range((lo7 // 1), ((lo7 + 0) // 1) + 1):
-        lo9 = h
-        for f10 in range((lo9 // 1), ((lo9 + 0) // 1) + 1):
-            _tilec_wait(F_Ll_local + f8 * 8 + f10, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 2, f8 * 8 + f10, "gpu", UPCAST_DOT)
-    peer6 = _tilec_peer_offset(heap_bases, rank, r, 4)
-    x5 = tl.load(Ol + (b) * 512 + (h) * 64 + _a0_r[None, None, :])
-    tl.store(Og + peer6 + (rank) * 1024 + (b) * 512 + (h) * 64 + _a1_r[None, None, None, :], tl.reshape(x5, (1, 1, 1, 64)).to(tl.float32))
-    x11 = tl.load(Ll + (b) * 8 + (h) + tl.zeros((1, 1,), dtype=tl.int32))
-    tl.store(Lg + peer6 + (rank) * 16 + (b) * 8 + (h) + tl.zeros((1, 1, 1,), dtype=tl.int32), tl.reshape(x11, (1, 1, 1)).to(tl.float32))
+    fb2 = ((lo1 + 0) // 1)
+    lo3 = h
+    fb4 = ((lo3 + 0) // 1)
+    for f5 in range((lo1 // 1), fb2 + 1):
+        for f6 in range((lo3 // 1), fb4 + 1):
+            _tilec_wait(F_Ol_local + f5 * 8 + f6, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 5, f5 * 8 + f6, "gpu", UPCAST_DOT)
+    peer8 = _tilec_peer_offset(heap_bases, rank, r, 4)
+    x7 = tl.load(Ol + (b) * 512 + (h) * 64 + _a0_r[None, None, :])
+    tl.store(Og + peer8 + (rank) * 1024 + (b) * 512 + (h) * 64 + _a1_r[None, None, None, :], tl.reshape(x7, (1, 1, 1, 64)).to(tl.float32))
+    x9 = tl.load(Ll + (b) * 8 + (h) + tl.zeros((1, 1,), dtype=tl.int32))
+    tl.store(Lg + peer8 + (rank) * 16 + (b) * 8 + (h) + tl.zeros((1, 1, 1,), dtype=tl.int32), tl.reshape(x9, (1, 1, 1)).to(tl.float32))
     _tilec_release(F_Lg_exchange + (rank) * 16 + (b) * 8 + h, rank, r, heap_bases, "sys")
     _tilec_release(F_Og_exchange + (rank) * 16 + (b) * 8 + h, rank, r, heap_bases, "sys")
 
@@ -376,25 +396,21 @@ def _task_k0_split_local_exchange_combine_combine(
     _a2_r = tl.max_contiguous(tl.multiple_of(_a2 + tl.arange(0, 2), 2), 2)
     _a3_r = tl.max_contiguous(tl.multiple_of(_a3 + tl.arange(0, 64), 64), 64)
     # wait until stage exchange has written the tiles of Og[_a0, b, h, _a1] this call
-    lo1 = _a0
-    for f2 in range((lo1 // 1), ((lo1 + 0 + 2 - 1) // 1) + 1):
-        lo3 = b
-        for f4 in range((lo3 // 1), ((lo3 + 0) // 1) + 1):
-            lo5 = h
-            for f6 in range((lo5 // 1), ((lo5 + 0) // 1) + 1):
-                _tilec_wait(F_Og_exchange + f2 * 16 + f4 * 8 + f6, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 4, f2 * 16 + f4 * 8 + f6, "sys", UPCAST_DOT)
-    # wait until stage exchange has written the tiles of Lg[_a2, b, h] this call
-    lo8 = _a2
-    for f9 in range((lo8 // 1), ((lo8 + 0 + 2 - 1) // 1) + 1):
-        lo10 = b
-        for f11 in range((lo10 // 1), ((lo10 + 0) // 1) + 1):
-            lo12 = h
-            for f13 in range((lo12 // 1), ((lo12 + 0) // 1) + 1):
-                _tilec_wait(F_Lg_exchange + f9 * 16 + f11 * 8 + f13, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 1, f9 * 16 + f11 * 8 + f13, "sys", UPCAST_DOT)
-    x7 = tl.load(Og + _a0_r[:, None, None, None] * 1024 + (b) * 512 + (h) * 64 + _a1_r[None, None, None, :])
-    x14 = tl.load(Lg + _a2_r[:, None, None] * 16 + (b) * 8 + (h))
-    o15, lse16 = _tilec_lse_merge(tl.reshape(x7, (2, 1, 64)), tl.reshape(x14, (2, 1)), 2)
-    tl.store(O + (b) * 512 + (h) * 64 + _a3_r[None, None, :], tl.reshape(o15, (1, 1, 64)).to(tl.float16))
+    lo1 = 0
+    fb2 = ((lo1 + 0 + 2 - 1) // 1)
+    lo3 = b
+    fb4 = ((lo3 + 0) // 1)
+    lo5 = h
+    fb6 = ((lo5 + 0) // 1)
+    for f7 in range((lo1 // 1), fb2 + 1, 2):
+        f7_v = f7 + tl.arange(0, 2)
+        for f8 in range((lo3 // 1), fb4 + 1):
+            for f9 in range((lo5 // 1), fb6 + 1):
+                _tilec_wait_all(F_Og_exchange, f7_v * 16 + f8 * 8 + f9, f7_v <= fb2, epoch * 1, rank, rank, heap_bases, ERR, max_spin, 4, "sys", UPCAST_DOT)
+    x10 = tl.load(Og + _a0_r[:, None, None, None] * 1024 + (b) * 512 + (h) * 64 + _a1_r[None, None, None, :])
+    x11 = tl.load(Lg + _a2_r[:, None, None] * 16 + (b) * 8 + (h))
+    o12, lse13 = _tilec_lse_merge(tl.reshape(x10, (2, 1, 64)), tl.reshape(x11, (2, 1)), 2)
+    tl.store(O + (b) * 512 + (h) * 64 + _a3_r[None, None, :], tl.reshape(o12, (1, 1, 64)).to(tl.float16))
 
 
 # the epoch changes every call and max_spin with the wait timeout: not specialized on, so one compiled kernel
@@ -478,15 +494,17 @@ def _plan(ctx, buffers, i, kernel):
     return i if concurrent else 0, barrier_before, runner, k, nprog, args
 
 
-def launch(ctx, buffers, epoch, entry_barrier=True):
+def launch(ctx, buffers, epoch, entry_barrier=True, only=None):
     """One call of the program on this rank: a barrier so every rank's inputs are ready, then the kernels
     (and a closing barrier where peers touch this rank's inputs/outputs). entry_barrier=False skips both: the
-    caller orders calls itself."""
+    caller orders calls itself. only: the numbers of the kernels to launch (the rest are skipped)."""
     if entry_barrier:
         ctx.barrier()
     if ctx.plan is None:  # the launches of a call with these tensors; calls differ only in the epoch
         ctx.plan = [_plan(ctx, buffers, i, kernel) for i, kernel in enumerate(KERNELS)]
-    for stream, barrier_before, runner, k, nprog, args in ctx.plan:
+    for i, (stream, barrier_before, runner, k, nprog, args) in enumerate(ctx.plan):
+        if only is not None and i not in only:
+            continue
         if barrier_before:
             ctx.barrier()
         args[_EPOCH] = epoch
