@@ -107,17 +107,24 @@ def test_decode_paper_sets_and_split_cap():
     assert {s[0] for s in paper} == {1, 8, 32}
     assert all(s[4] in (16 * 1024, 64 * 1024) for s in paper if s[0] > 1)
     assert set(bench_decode.DECODE_SHAPES["decode-quick"]) <= set(paper)
-    # without --tune the largest split that leaves >= TASKS_PER_RANK split tasks: B1 HKV16 S8K -> 8192/256 * 16
+    # without --tune, the fewest waves of (BS + overhead) keys on 264 resident programs (an H200's): 16 KV heads
+    # at 32K in one wave of 256 tasks of 2048 keys (the fastest of 512 / 1024 / 2048 measured), 12 heads in three
+    # waves of 512 (one wave of 2048 would leave 72 programs idle)
     dims = bench_decode.shape_dims
-    assert bench_decode.candidates(dims((1, 16, 8, 128, 8192)), False, False) == [256]
-    assert bench_decode.candidates(dims((1, 16, 8, 128, 8192)), False, True) == [64, 128, 256, 512]
-    assert bench_decode.candidates(dims((1, 12, 8, 128, 1024 * 1024)), False, False) == [16384]
-    assert bench_decode.candidates(dims((32, 16, 8, 128, 16384)), False, False) == [16384]
-    for shape in paper:  # every paper shape gets one within the split cap, and enough tasks
+    assert bench_decode.default_bs(dims((1, 16, 8, 128, 32768)), False, 264) == 2048
+    assert bench_decode.default_bs(dims((1, 12, 8, 128, 32768)), False, 264) == 512
+    assert bench_decode.default_bs(dims((1, 16, 8, 128, 32768)), False, 528) == 1024  # twice the programs
+    assert bench_decode.default_bs(dims((1, 16, 8, 128, 32768)), True) == bench_decode.CPU_BS
+    if not torch.cuda.is_available():  # resident_programs() is then the H200's 264
+        assert bench_decode.candidates(dims((1, 16, 8, 128, 8192)), False, False) == [512]
+        assert bench_decode.candidates(dims((1, 16, 8, 128, 8192)), False, True) == [128, 256, 512, 1024]
+        assert bench_decode.candidates(dims((1, 12, 8, 128, 1024 * 1024)), False, False) == [16384]
+        assert bench_decode.candidates(dims((32, 16, 8, 128, 16384)), False, False) == [16384]
+    for shape in paper:  # every paper shape gets one within the split cap, and tasks for most resident programs
         d = dims(shape)
-        bs = bench_decode.default_bs(d, False)
+        bs = bench_decode.default_bs(d, False, 264)
         assert bench_decode._too_many_splits(d["S"], bs) is None
-        assert d["B"] * d["HKV"] * d["S"] // bs >= bench_decode.TASKS_PER_RANK
+        assert d["B"] * d["HKV"] * d["S"] // bs >= 0.7 * 264
     assert "splits" in bench_decode._too_many_splits(1024 * 1024, 128)
     assert bench_decode.prepare(DECODE, paper, 1, "bf16", False) > 64 << 20
 

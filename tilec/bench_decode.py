@@ -12,10 +12,11 @@ row also times its local phase alone (the kernels before its first barrier: spli
 `only=`), as a kernel time (kernel_time: back-to-back launches, like the copy): how fast the local attention
 streams the KV cache without the exchange, the combine and the host's launch path.
 
-Tile size BS (positions per split): one default per shape (default_bs: the largest split that still gives every
-SM a few tasks; attend streams a split in blocks of 64 keys, so a long split costs no registers) unless --tune,
-which times default/4 .. default*2 and caches the winner per (program, schedule, shape, world, dtype, GPU) beside
-the GEMM tuner's entries. Candidates whose split count S/BS exceeds MAX_SPLITS are not compiled (see there).
+Tile size BS (positions per split): one default per shape (default_bs: the split whose tasks fill the resident
+programs in the fewest waves; attend streams a split in blocks of 64 keys, so a long split costs no registers)
+unless --tune, which times default/4 .. default*2 and caches the winner per (program, schedule, shape, world,
+dtype, GPU) beside the GEMM tuner's entries. Candidates whose split count S/BS exceeds MAX_SPLITS are not
+compiled (see there).
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from tilec.errors import ScheduleError, TilecError
 
 DECODE_DIMS = ("B", "HKV", "G", "D", "S")
 COPY_GBPS = 4200.0  # measured H200 device-to-device copy bandwidth (docs/GPU.md)
-TASKS_PER_RANK = 512  # split tasks default_bs aims for: ~4 per SM of an H200 (132 SMs), so the KV streams evenly
+# A split task's fixed cost in keys streamed (default_bs): ~one attend block. Fitted to bsp's local phase at 32K,
+# 128 heads on an H200 (benchmarks/decode_local_probe.py): BS 512 / 1024 / 2048 took 88.4 / 83.9 / 80.3 us.
+TASK_OVERHEAD = 64
 MIN_BS = 64
 CPU_BS = 32
 NUM_WARPS, NUM_STAGES = 4, 3
@@ -118,16 +121,33 @@ def attn_flops(dims: dict) -> float:
     return 4.0 * dims["B"] * dims["HKV"] * dims["G"] * dims["S"] * dims["D"]
 
 
-def default_bs(dims: dict, interpret: bool) -> int:
-    """BS without --tune: the largest power of two (>= 64, <= S) that leaves B * HKV * S/BS >= TASKS_PER_RANK
-    split tasks (CPU emulation: 32)."""
+def resident_programs() -> int:
+    """Programs of a persistent decode kernel resident at once: this GPU's SMs (an H200's 132 without one) times
+    the per-SM cap (TILEC_PROGRAMS_PER_SM, 2), which the example's kernels fit."""
+    from tilec.program import MAX_PROGRAMS_PER_SM
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 132
+    return sms * MAX_PROGRAMS_PER_SM
+
+
+def default_bs(dims: dict, interpret: bool, slots: int | None = None) -> int:
+    """BS without --tune: the split whose tasks stream the cache in the least time by a wave count. T = B * HKV *
+    S/BS split tasks on `slots` resident programs (resident_programs()) run in ceil(T / slots) waves, each as long
+    as BS keys plus TASK_OVERHEAD (loading q, finishing and storing the partial); among the powers of two
+    (>= 64, <= S, at most MAX_SPLITS splits) the cheapest, the largest of equals (fewer partials to merge).
+    CPU emulation: CPU_BS."""
     if interpret:
         return CPU_BS
+    slots = slots or resident_programs()
     s, heads = dims["S"], dims["B"] * dims["HKV"]
-    bs = MIN_BS
-    while bs * 2 <= s and heads * (s // (bs * 2)) >= TASKS_PER_RANK:
+    best, bs = None, MIN_BS
+    while bs <= max(s, MIN_BS):
+        if not _too_many_splits(s, bs):
+            cost = -(-heads * -(-s // bs) // slots) * (bs + TASK_OVERHEAD)
+            if best is None or cost <= best[0]:
+                best = (cost, bs)
         bs *= 2
-    return bs
+    return best[1] if best else bs // 2
 
 
 def candidates(dims: dict, interpret: bool, tune: bool) -> list[int]:
