@@ -65,3 +65,60 @@ def run_cases(heap, cases, calls: int = 2):
         heap.release(mark)
         out.append((prog.schedule, dtype, prog.dims, errs))
     return out
+
+
+def _fill(heap, prog, args, dtype, seed):
+    q, ks, vs, lens = make_case(heap.world, prog.dims, dtype, seed)
+    args["Q"].copy_(q)
+    args["K"].copy_(as_declared(ks[heap.rank], args["K"].shape))
+    args["V"].copy_(as_declared(vs[heap.rank], args["V"].shape))
+    args["lens"].copy_(lens)
+    args["O"].fill_(float("nan"))
+    return attention_reference(q, ks, vs, lens, prog.dims["G"])
+
+
+def captured_cases(heap, cases, replays: int = 3):
+    """cases: [(CompiledProgram, dtype, seed)]. Each is captured twice as a CUDA graph on one set of tensors, then
+    the two are replayed in turn on new inputs written into the tensors (one replay asynchronous), with an ordinary
+    call in the middle. Returns per case the max error against attention_reference of every call after the
+    captures, and whether afterwards the device epoch equals the number of calls and every flag counter was
+    bumped exactly its count per call (a replay with a stale epoch would break both)."""
+    out = []
+    for prog, dtype, seed in cases:
+        mark = heap.mark()
+        args = {n: heap.alloc(shape, TORCH_DTYPE[dt]) for n, (_k, dt, shape, _s) in prog.signature().items()}
+        _fill(heap, prog, args, dtype, seed)
+        calls = [prog.capture(heap, **args), prog.capture(heap, **args)]
+        errs = []
+        for i in range(replays * 2 + 1):
+            want = _fill(heap, prog, args, dtype, seed + 1 + i)
+            if i == replays:
+                prog(heap, **args)  # an ordinary call: the device epoch of the next replay must catch up
+            elif i == 1:
+                calls[1].replay(sync=False)
+                torch.cuda.synchronize()
+            else:
+                calls[i % 2].replay()
+            errs.append(float((args["O"].float().cpu() - want).abs().max()))
+        st = prog._state[id(heap)]
+        counters = all(bool((st["bufs"][p] == st["epoch"] * count).all())
+                       for p, (_size, count, *_r) in prog.module.FLAGS.items())
+        in_step = int(st["bufs"]["EPOCH"].item()) == st["epoch"] and counters
+        heap.release(mark)
+        out.append((prog.schedule, dtype, prog.dims, errs, in_step))
+    return out
+
+
+def capture_errors(heap, progs):
+    """The ArgumentError text of capturing each program (None when it captured)."""
+    from tilec.errors import ArgumentError
+
+    out = []
+    for prog in progs:
+        args = {n: heap.alloc(shape, TORCH_DTYPE[dt]) for n, (_k, dt, shape, _s) in prog.signature().items()}
+        try:
+            prog.capture(heap, **args)
+            out.append(None)
+        except ArgumentError as e:
+            out.append(str(e))
+    return out

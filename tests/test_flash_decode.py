@@ -81,3 +81,15 @@ def test_position_major_cache_matches_torch(tmp_path):
     results = spawn("tests.fd_workers:run_cases", 2, args=([(p, "f16", 5) for p in progs],), heap_bytes=1 << 24,
                     timeout=600)
     assert all(all(math.isfinite(e) and e <= TOL["f16"] for e in row[3]) for rows in results for row in rows)
+
+
+def test_capture_says_what_it_needs():
+    """Program.capture records a CUDA graph: a schedule with a host barrier inside a call cannot be captured, and
+    the CPU emulation has no graphs; both are one clear error (the GPU tests replay captured calls)."""
+    dims = dict(B=1, HKV=1, G=2, D=32, S=64, BS=32)
+    progs = [tilec.compile("examples/flash_decode.tile", world=1, schedule=s, dims=dims) for s in ("bsp", "fused-push")]
+    (errs,) = spawn("tests.fd_workers:capture_errors", 1, heap_bytes=1 << 22, timeout=120, args=(progs,))
+    assert errs == ["flash_decode: schedule bsp has a host barrier inside a call, which a CUDA graph cannot hold; "
+                    "capture a schedule without one (fused-push, specialized, flags)",
+                    "flash_decode: capture records a CUDA graph, which needs a GPU; on the CPU emulation call the "
+                    "program"]

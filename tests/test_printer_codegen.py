@@ -142,7 +142,7 @@ _PROBE = textwrap.dedent("""
     import contextlib, importlib.util, json, sys
 
     class Ctx:
-        rank, interpret, upcast_dot, max_spin = 0, True, True, 1
+        rank, interpret, upcast_dot, max_spin, graph = 0, True, True, 1, False
         def __init__(self):
             self.events = []
             self.plan = None  # LaunchContext.plan: the launches of a call, built by the first launch()
@@ -174,7 +174,8 @@ _PROBE = textwrap.dedent("""
         for k, *_ in mod.KERNELS:
             type(k).__getitem__ = record
         mod.warmup(ctx, {})
-        mod.launch(ctx, {"A": None, "B": None, "C": None, "Ag": None, "ERR": None, "F_Ag_gather": None}, 1)
+        mod.launch(ctx, {"A": None, "B": None, "C": None, "Ag": None, "ERR": None, "EPOCH": None, "F_Ag_gather": None},
+                   1)
         out[name] = {
             "schedule": mod.SCHEDULE, "world": mod.WORLD, "tensors": {k: list(v) for k, v in mod.TENSORS.items()},
             "flags": {k: list(v) for k, v in mod.FLAGS.items()},

@@ -10,7 +10,9 @@ calibrate` counts them), the ratio to tilec's bsp schedule and to the best basel
 output against the first baseline's (a fast wrong kernel shows up). Lengths are full (lens[b] = W * S). The bsp
 row also times its local phase alone (the kernels before its first barrier: split attention and the local merge,
 `only=`), as a kernel time (kernel_time: back-to-back launches, like the copy): how fast the local attention
-streams the KV cache without the exchange, the combine and the host's launch path.
+streams the KV cache without the exchange, the combine and the host's launch path. On a GPU, a schedule without
+host barriers also gets a "(CUDA graph)" row: the same call recorded once (CompiledProgram.capture) and replayed,
+under the same timer, without the Python launch path.
 
 Tile size BS (positions per split): one default per shape (default_bs: the split whose tasks fill the resident
 programs in the fewest waves; attend streams a split in blocks of 64 keys, so a long split costs no registers)
@@ -289,21 +291,30 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
         return tilec.compile(path, world=world, schedule=s, retype=retype, num_warps=NUM_WARPS,
                              num_stages=NUM_STAGES, dims={**dims, "BS": bs}, wait_timeout=wait_timeout)
 
-    def time_prog(prog, data, n):
-        """(seconds of a call, O, seconds of the local phase alone for bsp else None)"""
+    def time_prog(prog, data, n, extras=False):
+        """(seconds of a call, O, seconds of bsp's local phase alone, (seconds, O) of the call replayed from a CUDA
+        graph); the last two only with `extras` (the final timing of a schedule) and where they apply, else None"""
         inner = heap.mark()
         try:
             args = _args(prog, heap, data)
             secs = time_checked(prog, heap, args, n, 1)
             per_sm[prog.schedule] = prog.programs_per_sm(heap)
             out = args["O"].clone()
-            local = None
-            phase = local_phase(prog)
-            if phase:
-                local = kernel_time(lambda: prog(heap, entry_barrier=False, sync=False, only=phase, **args), heap,
-                                    n, _median_time)
-                prog(heap, **args)  # synchronous: reports a wait that timed out
-            return secs, out, local
+            local = replayed = None
+            phase = local_phase(prog) if extras else None
+            try:  # the extra measurements: a failure is logged, the call's own row stands
+                if phase:
+                    local = kernel_time(lambda: prog(heap, entry_barrier=False, sync=False, only=phase, **args),
+                                        heap, n, _median_time)
+                    prog(heap, **args)  # synchronous: reports a wait that timed out
+                if extras and capturable(prog, heap):
+                    call = prog.capture(heap, **args)
+                    replay_secs = _median_time(lambda: call.replay(entry_barrier=False, sync=False), heap, n, 1)
+                    call.replay()  # synchronous: reports a wait that timed out
+                    replayed = (replay_secs, args["O"].clone())
+            except Exception as e:  # noqa: BLE001 - e.g. out of memory for the graph: reported, not fatal
+                log(f"    {prog.schedule}: local phase / CUDA graph not timed: {type(e).__name__}: {str(e)[:200]}")
+            return secs, out, local, replayed
         finally:
             heap.release(inner)
 
@@ -369,7 +380,8 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
                     log(f"    {s} {reason}")
                     continue
                 try:
-                    secs, out, local = time_prog(prog, data, iters if len(cands) == 1 else max(3, iters // 3))
+                    secs, out, local, replayed = time_prog(prog, data, iters if len(cands) == 1 else max(3, iters // 3),
+                                                           extras=len(cands) == 1)
                 except Exception as e:  # e.g. a kernel Triton cannot compile for this GPU: reported, not fatal
                     lines = str(e).strip().splitlines()
                     reason = f"BS={bs}: {type(e).__name__}: {lines[-1][:240] if lines else ''}"
@@ -378,14 +390,14 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
                 if len(cands) > 1:
                     log(f"    tune {s} BS={bs}: {secs * 1e6:.0f}us")
                 if best is None or secs < best[1]:
-                    best = (bs, secs, out, local)
+                    best = (bs, secs, out, local, replayed)
             if best is None:
                 skip(dims, s, reason)
                 continue
-            bs, secs, out, local = best
+            bs, secs, out, local, replayed = best
             cache[key] = {"BS": bs}
             if len(cands) > 1:  # re-time the winner with the full iteration count (fresh buffers and flags)
-                secs, out, local = time_prog(compile_(s, dims, bs), data, iters)
+                secs, out, local, replayed = time_prog(compile_(s, dims, bs), data, iters, extras=True)
             r = row(s, "tilec", secs, {"BS": bs, "num_warps": NUM_WARPS, "num_stages": NUM_STAGES,
                                        "programs_per_sm": per_sm.get(s, 1)}, rel_err(out, ref))
             if local is not None:
@@ -399,6 +411,16 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
                                               f" ({100 * r.local_frac_of_copy_bw:.1f}% of copy)")
             log(f"[{step}/{total}] {lab} {s}: {r.median_us:.0f}us {r.gbps:.0f} GB/s ({100 * r.frac_of_copy_bw:.1f}%"
                 f" of copy) BS={bs}{alone}" + (f"  WRONG: {r.note}" if wrong else ""))
+            if replayed:
+                g = row(f"{s} (CUDA graph)", "tilec", replayed[0], dict(r.config), rel_err(replayed[1], ref),
+                        note="the same call replayed from a CUDA graph (CompiledProgram.capture): no Python launch "
+                             "path")
+                wrong = g.rel_err is not None and not g.rel_err <= tol
+                if wrong:
+                    g.note = f"relative error {g.rel_err:.3g} above {tol:g}"
+                shape_rows.append(g)
+                log(f"    {g.name}: {g.median_us:.0f}us {g.gbps:.0f} GB/s ({100 * g.frac_of_copy_bw:.1f}% of copy)"
+                    + (f"  WRONG: {g.note}" if wrong else ""))
         del q, k, v, lens, data, ref
         heap.release(mark)
         best_base = min((r.median_us for r in shape_rows if r.kind == "baseline"), default=None)
@@ -452,7 +474,7 @@ def kernel_time(fn, heap, iters: int, timer) -> float:
         return timer(fn, heap, iters, 1)
     from triton.testing import do_bench
 
-    return do_bench(fn, warmup=5, rep=max(20, iters * 2), return_mode="median") / 1e3
+    return do_bench(fn, warmup=5, rep=max(20, iters * 2), return_mode="median") / 1e3  # warmup, rep: ms
 
 
 def copy_gbps(src: torch.Tensor, heap, iters: int) -> float:
@@ -460,6 +482,11 @@ def copy_gbps(src: torch.Tensor, heap, iters: int) -> float:
     `tilec calibrate`'s copy (kernel_time)."""
     dst = torch.empty_like(src)
     return 2 * src.numel() * src.element_size() / kernel_time(lambda: dst.copy_(src), heap, iters, None) / 1e9
+
+
+def capturable(prog, heap) -> bool:
+    """Whether CompiledProgram.capture takes this program here: a GPU, and no host barrier inside a call."""
+    return not heap.interpret and not any(k[4] for k in prog.module.KERNELS)
 
 
 def local_phase(prog) -> tuple[int, ...] | None:

@@ -58,8 +58,11 @@ class LaunchContext:
         self._bases = None
         self._streams: dict[int, object] = {}
         self.compiled: dict = {}  # (kernel, NPROG, pointer alignments) -> Triton's compiled kernel (warmup)
-        self.per_sm: dict = {}  # kernel -> programs resident per SM (fit), for persistent grids
+        # (kernel, graph) -> programs resident per SM (fit), for persistent grids; a captured variant (graph=True)
+        # is compiled and fitted on its own, so capturing never resizes the ordinary calls' grids
+        self.per_sm: dict = {}
         self.plan: list | None = None  # the launches of a call, reused while the call's tensors stay the same
+        self.graph = False  # launching into a CUDA graph capture (Program.capture): kernels read the epoch on device
         if heap.interpret:
             self.capacity = 1  # the interpreter runs a launch's programs one after another
         else:
@@ -80,7 +83,7 @@ class LaunchContext:
         on is running; others get one program per task. A specialized kernel needs a program per group at least
         (on the interpreter exactly that: groups run one after another, producers first)."""
         # kernels sharing the GPU with a concurrent one keep to one program per SM: their mix is not sized here
-        per_sm = self.per_sm.get(kernel, 1) if share >= 1 else 1
+        per_sm = self.per_sm.get((kernel, self.graph), 1) if share >= 1 else 1
         slots = int(self.capacity * per_sm * share)
         if groups:
             return max(groups, min(total, slots))
@@ -112,7 +115,7 @@ class LaunchContext:
         fits = [regs_sm // (warp_regs * num_warps), threads_sm // (32 * num_warps)]
         if shared:
             fits.append(smem_sm // (shared + 1024))  # the driver reserves 1 KiB of shared memory per block
-        self.per_sm[kernel] = max(1, min(MAX_PROGRAMS_PER_SM, *fits))
+        self.per_sm[(kernel, self.graph)] = max(1, min(MAX_PROGRAMS_PER_SM, *fits))
 
     def stream(self, i: int):
         if self.interpret or i == 0:
@@ -209,10 +212,13 @@ class CompiledProgram:
             for param, (size, *_rest) in self.module.FLAGS.items():
                 bufs[param] = heap.alloc((size,), torch.int32)
             bufs["ERR"] = heap.alloc((8,), torch.int32)
+            bufs["EPOCH"] = heap.alloc((1,), torch.int32)  # the epoch of calls replayed from a CUDA graph
             if getattr(self.module, "TIMELINE_SLOTS", 0):
                 bufs["TIMELINE"] = heap.alloc((self.module.TIMELINE_SLOTS * 5,), torch.int64)
             spins = int(self.wait_timeout * SPINS_PER_SECOND[heap.interpret])
-            st = {"heap": heap, "bufs": bufs, "epoch": 0, "ctx": LaunchContext(heap, spins), "warm": False}
+            # epoch: calls so far; dev_epoch: what bufs["EPOCH"] holds (only captured calls advance it there)
+            st = {"heap": heap, "bufs": bufs, "epoch": 0, "dev_epoch": 0, "ctx": LaunchContext(heap, spins),
+                  "warm": False}
             self._state[key] = st
         return st
 
@@ -265,10 +271,12 @@ class CompiledProgram:
                                 f"{heap.world} ranks")
         if only is not None:
             n = len(self.module.KERNELS)
+            if not isinstance(only, (tuple, list)):
+                raise ArgumentError(f"only={only!r}: a tuple of kernel numbers, e.g. only=(0, 1)")
             if flags(self.graph):
                 raise ArgumentError(f"only={only!r}: schedule {self.schedule} has flags; only= takes a schedule "
                                     "without them (bsp)")
-            if not all(isinstance(i, int) and 0 <= i < n for i in only):
+            if not all(type(i) is int and 0 <= i < n for i in only):
                 raise ArgumentError(f"only={only!r}: kernel numbers are 0 to {n - 1} here")
         st = self._buffers(heap)
         key = tuple((n, t.data_ptr(), tuple(t.shape), t.dtype) for n, t in sorted(tensors.items())
@@ -293,11 +301,47 @@ class CompiledProgram:
         self._check_timeout(heap, st)
         return {n: tensors[n] for n, (kind, *_r) in self.signature().items() if kind == "out"}
 
+    def capture(self, heap=None, **tensors) -> CapturedCall:
+        """One call recorded as a CUDA graph on these tensors: `replay()` runs it again without the Python launch
+        path, on whatever the tensors hold then, writing the outputs into them. The graph bumps the flags' epoch
+        on the device (the kernels read it there), so replays and ordinary calls can alternate. Needs a GPU and a
+        schedule with no host barrier inside a call (a graph cannot hold one: fused-push, specialized, flags);
+        every rank captures, and replays as often as the others."""
+        import torch
+
+        if heap is None:
+            from tilec.runtime import active_heap
+
+            heap = active_heap()
+        name, mod = self.program.name, self.module
+        if any(k[4] for k in mod.KERNELS):
+            raise ArgumentError(f"{name}: schedule {self.schedule} has a host barrier inside a call, which a CUDA "
+                                "graph cannot hold; capture a schedule without one (fused-push, specialized, flags)")
+        if heap.interpret:
+            raise ArgumentError(f"{name}: capture records a CUDA graph, which needs a GPU; on the CPU emulation "
+                                "call the program")
+        self(heap, **tensors)  # checks the arguments, compiles, and is an ordinary call that must succeed
+        st = self._buffers(heap)
+        ctx, bufs = st["ctx"], {**st["bufs"], **tensors}
+        graph = torch.cuda.CUDAGraph()
+        ctx.graph, ctx.plan = True, None
+        try:
+            mod.warmup(ctx, bufs)  # the variants that read the epoch on the device, compiled before the capture
+            bufs["EPOCH"].fill_(st["epoch"])
+            st["dev_epoch"] = st["epoch"]
+            torch.cuda.synchronize(heap.device)
+            with torch.cuda.graph(graph):
+                bufs["EPOCH"].add_(1)
+                mod.launch(ctx, bufs, 0, entry_barrier=False)
+        finally:
+            ctx.graph, ctx.plan = False, None
+        return CapturedCall(self, heap, graph, dict(tensors))
+
     def programs_per_sm(self, heap) -> int:
         """Programs per SM the persistent kernels were sized for on this heap's GPU (LaunchContext.fit; 1 before
         the first call, on the CPU emulation, and for kernels that are not persistent)."""
         st = self._state.get(id(heap))
-        return max(st["ctx"].per_sm.values(), default=1) if st is not None else 1
+        return max((n for (_k, graph), n in st["ctx"].per_sm.items() if not graph), default=1) if st else 1
 
     def timeline(self, heap=None):
         """Where this rank's last call went (tilec.timeline.Timeline); needs a build with timeline=True. Reads the
@@ -338,3 +382,32 @@ class CompiledProgram:
                           " producing rank never released it (call counts differ between ranks, a producer is"
                           " missing, or the persistent grid outgrew the programs resident at once: try"
                           " TILEC_PROGRAMS_PER_SM=1)")
+
+
+class CapturedCall:
+    """A call of a CompiledProgram recorded as a CUDA graph (CompiledProgram.capture)."""
+
+    def __init__(self, prog: CompiledProgram, heap, graph, tensors: dict):
+        self.prog, self.heap, self.graph, self.tensors = prog, heap, graph, tensors
+
+    def replay(self, *, entry_barrier: bool = True, sync: bool = True):
+        """Runs the recorded call again; entry_barrier and sync as for Program.__call__. Returns the outputs when
+        synchronous."""
+        import torch
+
+        prog, heap = self.prog, self.heap
+        st = prog._buffers(heap)
+        if entry_barrier:
+            heap.barrier()
+        if st["dev_epoch"] != st["epoch"]:  # ordinary calls ran since the last replay: the device epoch catches up
+            st["bufs"]["EPOCH"].fill_(st["epoch"])
+        st["epoch"] += 1
+        st["dev_epoch"] = st["epoch"]
+        self.graph.replay()
+        if entry_barrier and prog.module.EXIT_BARRIER:  # peers read this rank's tensors until the end of the call
+            heap.barrier()
+        if not sync:
+            return None
+        torch.cuda.synchronize(heap.device)
+        prog._check_timeout(heap, st)
+        return {n: self.tensors[n] for n, (kind, *_r) in prog.signature().items() if kind == "out"}

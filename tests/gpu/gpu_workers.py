@@ -39,15 +39,19 @@ def ag_gemm_cases(heap, cases, calls: int = 3):
     return out
 
 
+def _ag_gemm_bf16(heap, schedule: str, m: int, n: int, k: int):
+    """examples/ag_gemm.tile in bf16 and its A, B, C on the heap."""
+    prog = tilec.compile("examples/ag_gemm.tile", world=heap.world, schedule=schedule,
+                         dims={"M": m, "N": n, "K": k}, retype={"f16": "bf16"})
+    a = heap.alloc((m // heap.world, k), torch.bfloat16)
+    return prog, a, heap.alloc((k, n), torch.bfloat16), heap.alloc((m, n), torch.bfloat16)
+
+
 def many_calls(heap, schedule: str, calls: int = 40):
     """One program called `calls` times back to back (sync=False between checks): every call's C against torch,
     and the number of kernels Triton compiled (epoch changes every call and must not cause recompiles)."""
     m, n, k = 256, 256, 128
-    prog = tilec.compile("examples/ag_gemm.tile", world=heap.world, schedule=schedule,
-                         dims={"M": m, "N": n, "K": k}, retype={"f16": "bf16"})
-    a = heap.alloc((m // heap.world, k), torch.bfloat16)
-    b = heap.alloc((k, n), torch.bfloat16)
-    c = heap.alloc((m, n), torch.bfloat16)
+    prog, a, b, c = _ag_gemm_bf16(heap, schedule, m, n, k)
     errs = []
     for call in range(calls):
         shards = [torch.randn(m // heap.world, k, generator=torch.Generator().manual_seed(10 * call + r))
@@ -62,3 +66,23 @@ def many_calls(heap, schedule: str, calls: int = 40):
     dev = torch.cuda.current_device()
     compiled = {k.__name__: len(k.device_caches[dev][0]) for k, *_rest in mod.KERNELS}
     return errs, compiled
+
+
+def captured_ag_gemm(heap, schedule: str, replays: int = 4):
+    """All-Gather + GEMM captured as a CUDA graph and replayed on new shards written into the same A and B (peers
+    pull A during a call, so a replay ends with the exit barrier); returns each replay's relative error."""
+    m, n, k = 256, 256, 128
+    prog, a, b, c = _ag_gemm_bf16(heap, schedule, m, n, k)
+    call = prog.capture(heap, A=a, B=b, C=c)
+    errs = []
+    for i in range(replays):
+        shards = [torch.randn(m // heap.world, k, generator=torch.Generator().manual_seed(10 * i + r))
+                  for r in range(heap.world)]
+        bb = torch.randn(k, n, generator=torch.Generator().manual_seed(50 + i))
+        a.copy_(shards[heap.rank].to(torch.bfloat16))
+        b.copy_(bb.to(torch.bfloat16))
+        c.fill_(float("nan"))
+        call.replay()
+        want = torch.cat([s.to(torch.bfloat16).float() for s in shards]) @ bb.to(torch.bfloat16).float()
+        errs.append(((c.float().cpu() - want).abs().max() / want.abs().max()).item())
+    return errs

@@ -38,3 +38,12 @@ def test_many_calls_reuse_one_compiled_kernel(schedule):
     for errs, compiled in res:
         assert max(errs) < TOL["bf16"], errs
         assert set(compiled.values()) == {1}, compiled  # the epoch (1, 2, .., 16, ..) is not specialized on
+
+
+@pytest.mark.parametrize("schedule", ["fused-pull", "fused-push"])
+def test_ag_gemm_captured_as_cuda_graph(schedule):
+    """Captured calls on 2 ranks: fused-pull reads the peers' A inside the kernel (its replays end with the exit
+    barrier), fused-push pushes tiles and waits on flags; every replay on new inputs is right."""
+    res = spawn("tests.gpu.gpu_workers:captured_ag_gemm", 2, backend="iris", heap_bytes=1 << 26, timeout=600,
+                args=(schedule,))
+    assert all(len(errs) == 4 and max(errs) < TOL["bf16"] for errs in res), res

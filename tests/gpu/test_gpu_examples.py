@@ -34,6 +34,21 @@ def test_flash_decode_on_gpu(world, dtype):
     assert not bad, bad
 
 
+@pytest.mark.parametrize("world", [1, 2])
+def test_flash_decode_captured_as_cuda_graph(world):
+    """The persistent flash decode (and the specialized one) recorded as CUDA graphs: every replay on new inputs,
+    and an ordinary call between replays, matches the reference, and afterwards the device epoch and every flag
+    counter are where the number of calls puts them (a stale epoch would let a wait pass before its producer)."""
+    dims = dict(B=3, HKV=2, G=4, D=64, S=128, BS=32)
+    cases = [(tilec.compile("examples/flash_decode.tile", world=world, schedule=s, dims=dims,
+                            retype={"f16": "bf16"}), "bf16", 11) for s in ("fused-push", "specialized")]
+    res = spawn("tests.fd_workers:captured_cases", world, backend="iris", args=(cases,), heap_bytes=1 << 26,
+                timeout=600)
+    bad = [(r, row) for r, rows in enumerate(res) for row in rows if not all(math.isfinite(e) and e <= 3e-2
+                                                                              for e in row[3])]
+    assert not bad and all(len(row[3]) == 7 and row[4] for rows in res for row in rows), (bad, res)
+
+
 @pytest.mark.parametrize("world", [1, 2, 4])
 @pytest.mark.parametrize("example", ["gemm_rs", "gemm_ar"])
 def test_gemm_reductions_on_gpu(example, world):

@@ -31,7 +31,7 @@ class FakeKernel:
     def __init__(self, name, regs, shared):
         self.__name__, self.regs, self.shared, self.compiles, self.jit_launches = name, regs, shared, [], []
 
-    def warmup(self, *args, UPCAST_DOT, grid, num_warps, num_stages):  # noqa: N803 - Triton's keyword
+    def warmup(self, *args, UPCAST_DOT, GRAPH, grid, num_warps, num_stages):  # noqa: N803 - Triton's keywords
         self.compiles.append(args[-1])  # NPROG: the last positional argument
         return FakeCompiled(args[-1], self.regs, self.shared)
 
@@ -61,7 +61,7 @@ def _setup(monkeypatch, regs, shared, schedule="fused-push"):
     for f in fakes:  # _args picks a kernel's parameters by identity with the module's kernel names
         monkeypatch.setattr(mod, f.__name__, f)
     ctx = LaunchContext(FakeHeap(), max_spin=10)
-    bufs = {n: torch.zeros(1) for n in list(mod.TENSORS) + list(mod.FLAGS) + ["ERR"]}
+    bufs = {n: torch.zeros(1) for n in list(mod.TENSORS) + list(mod.FLAGS) + ["ERR", "EPOCH"]}
     return mod, fakes, ctx, bufs
 
 
@@ -78,10 +78,11 @@ def test_persistent_grid_follows_occupancy(monkeypatch, regs, shared, per_sm):
     plan = ctx.plan
     mod.launch(ctx, bufs, epoch=2)
     assert ctx.plan is plan  # the same tensors: the second call reuses the launch plan
-    compiled = ctx.compiled[(k, want, mod._aligned(mod._args(ctx, bufs, 1, k, want)))]
+    compiled = ctx.compiled[(k, want, mod._aligned(mod._args(ctx, bufs, 1, k, want)), False)]
     assert [g for g, _ in compiled.launches] == [(want, 1, 1)] * 2  # straight to the compiled kernel
-    # (.., epoch, max_spin, NPROG, UPCAST_DOT); tensors go to Triton's launcher as their addresses
-    assert [a[-4:-1] for _, a in compiled.launches] == [(1, 10, want), (2, 10, want)] and not k.jit_launches
+    # (.., epoch, max_spin, EPOCH_AT, NPROG, UPCAST_DOT, GRAPH); tensors go to Triton's launcher as their addresses
+    assert [(a[-6], a[-5], a[-3], a[-1]) for _, a in compiled.launches] == [(1, 10, want, False), (2, 10, want, False)]
+    assert compiled.launches[0][1][-4] == bufs["EPOCH"].data_ptr() and not k.jit_launches
     assert all(isinstance(x, int) for _, a in compiled.launches for x in a)
     assert compiled.launches[0][1][0] == mod._args(ctx, bufs, 1, k, want)[0].data_ptr()
 

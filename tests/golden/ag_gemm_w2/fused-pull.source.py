@@ -63,10 +63,13 @@ def _tilec_dot(a, b, acc, UPCAST: tl.constexpr, IEEE: tl.constexpr):
 @triton.jit(do_not_specialize=["epoch", "max_spin"])
 def k0_gemm(
     B, A, C,
-    ERR, heap_bases, rank, epoch, max_spin, NPROG: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    ERR, heap_bases, rank, epoch, max_spin, EPOCH_AT, NPROG: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    GRAPH: tl.constexpr,
 ):
     # stages: gemm; 12 tasks; persistent
     pid = tl.program_id(0)
+    if GRAPH:  # a call replayed from a CUDA graph (Program.capture): the graph bumps the epoch on the device
+        epoch = tl.load(EPOCH_AT)
     for task in range(pid, 12, NPROG):
         t = task
         # stage gemm over m in 256 by 64, n in 192 by 64
@@ -106,10 +109,10 @@ KERNELS = [
 def _args(ctx, buffers, epoch, k, nprog):
     if k is k0_gemm:
         params = (buffers["B"], buffers["A"], buffers["C"], )
-    return (*params, buffers["ERR"], ctx.heap_bases(), ctx.rank, epoch, ctx.max_spin, nprog)
+    return (*params, buffers["ERR"], ctx.heap_bases(), ctx.rank, epoch, ctx.max_spin, buffers["EPOCH"], nprog)
 
 
-_EPOCH = -3  # where _args puts the epoch
+_EPOCH = -4  # where _args puts the epoch
 
 
 def warmup(ctx, buffers):
@@ -127,11 +130,12 @@ def warmup(ctx, buffers):
             if more != nprog:  # more programs fit per SM; NPROG is compiled in (a constant loop step), so again
                 nprog, args = more, _args(ctx, buffers, 1, k, more)
                 compiled = _compile(ctx, k, args)
-        ctx.compiled[(k, nprog, _aligned(args))] = compiled
+        ctx.compiled[(k, nprog, _aligned(args), ctx.graph)] = compiled
 
 
 def _compile(ctx, k, args):
-    compiled = k.warmup(*args, UPCAST_DOT=ctx.upcast_dot, grid=(1,), num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    compiled = k.warmup(*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, grid=(1,), num_warps=NUM_WARPS,
+                        num_stages=NUM_STAGES)
     if hasattr(compiled, "result"):  # Triton's asynchronous compile mode hands back a future
         compiled = compiled.result()
     return compiled
@@ -148,7 +152,7 @@ def _plan(ctx, buffers, i, kernel):
     k, total, persistent, concurrent, barrier_before, share, groups = kernel
     nprog = ctx.grid(total, persistent, share, groups, k)
     args = list(_args(ctx, buffers, 0, k, nprog))
-    compiled = None if ctx.interpret else ctx.compiled.get((k, nprog, _aligned(args)))
+    compiled = None if ctx.interpret else ctx.compiled.get((k, nprog, _aligned(args), ctx.graph))
     runner = None
     if compiled is not None:
         # Triton's launcher takes a plain int as a pointer as is; a tensor costs a data_ptr() call and a
@@ -174,9 +178,10 @@ def launch(ctx, buffers, epoch, entry_barrier=True, only=None):
         args[_EPOCH] = epoch
         with ctx.stream(stream):
             if runner is not None:  # straight to the compiled kernel: skips the JIT's per-call argument binding
-                runner(*args, ctx.upcast_dot)
+                runner(*args, ctx.upcast_dot, ctx.graph)
             else:
-                k[(nprog,)](*args, UPCAST_DOT=ctx.upcast_dot, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+                k[(nprog,)](*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, num_warps=NUM_WARPS,
+                            num_stages=NUM_STAGES)
     ctx.join_streams()
     if entry_barrier and EXIT_BARRIER:
         ctx.barrier()

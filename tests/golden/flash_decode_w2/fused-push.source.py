@@ -418,10 +418,13 @@ def _task_k0_split_local_exchange_combine_combine(
 @triton.jit(do_not_specialize=["epoch", "max_spin"])
 def k0_split_local_exchange_combine(
     Q, lens, K, V, Os, Ls, F_Ls_split, F_Os_split, Ol, Ll, F_Ll_local, F_Ol_local, Og, Lg, F_Lg_exchange, F_Og_exchange, O,
-    ERR, heap_bases, rank, epoch, max_spin, NPROG: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    ERR, heap_bases, rank, epoch, max_spin, EPOCH_AT, NPROG: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    GRAPH: tl.constexpr,
 ):
     # stages: split, local, exchange, combine; 72 tasks; persistent
     pid = tl.program_id(0)
+    if GRAPH:  # a call replayed from a CUDA graph (Program.capture): the graph bumps the epoch on the device
+        epoch = tl.load(EPOCH_AT)
     for task in range(pid, 72, NPROG):
         if task < 8:
             _task_k0_split_local_exchange_combine_split(task, Q, lens, K, V, Os, Ls, F_Ls_split, F_Os_split, Ol, Ll, F_Ll_local, F_Ol_local, Og, Lg, F_Lg_exchange, F_Og_exchange, O, ERR, heap_bases, rank, epoch, max_spin, UPCAST_DOT)
@@ -442,10 +445,10 @@ KERNELS = [
 def _args(ctx, buffers, epoch, k, nprog):
     if k is k0_split_local_exchange_combine:
         params = (buffers["Q"], buffers["lens"], buffers["K"], buffers["V"], buffers["Os"], buffers["Ls"], buffers["F_Ls_split"], buffers["F_Os_split"], buffers["Ol"], buffers["Ll"], buffers["F_Ll_local"], buffers["F_Ol_local"], buffers["Og"], buffers["Lg"], buffers["F_Lg_exchange"], buffers["F_Og_exchange"], buffers["O"], )
-    return (*params, buffers["ERR"], ctx.heap_bases(), ctx.rank, epoch, ctx.max_spin, nprog)
+    return (*params, buffers["ERR"], ctx.heap_bases(), ctx.rank, epoch, ctx.max_spin, buffers["EPOCH"], nprog)
 
 
-_EPOCH = -3  # where _args puts the epoch
+_EPOCH = -4  # where _args puts the epoch
 
 
 def warmup(ctx, buffers):
@@ -463,11 +466,12 @@ def warmup(ctx, buffers):
             if more != nprog:  # more programs fit per SM; NPROG is compiled in (a constant loop step), so again
                 nprog, args = more, _args(ctx, buffers, 1, k, more)
                 compiled = _compile(ctx, k, args)
-        ctx.compiled[(k, nprog, _aligned(args))] = compiled
+        ctx.compiled[(k, nprog, _aligned(args), ctx.graph)] = compiled
 
 
 def _compile(ctx, k, args):
-    compiled = k.warmup(*args, UPCAST_DOT=ctx.upcast_dot, grid=(1,), num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    compiled = k.warmup(*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, grid=(1,), num_warps=NUM_WARPS,
+                        num_stages=NUM_STAGES)
     if hasattr(compiled, "result"):  # Triton's asynchronous compile mode hands back a future
         compiled = compiled.result()
     return compiled
@@ -484,7 +488,7 @@ def _plan(ctx, buffers, i, kernel):
     k, total, persistent, concurrent, barrier_before, share, groups = kernel
     nprog = ctx.grid(total, persistent, share, groups, k)
     args = list(_args(ctx, buffers, 0, k, nprog))
-    compiled = None if ctx.interpret else ctx.compiled.get((k, nprog, _aligned(args)))
+    compiled = None if ctx.interpret else ctx.compiled.get((k, nprog, _aligned(args), ctx.graph))
     runner = None
     if compiled is not None:
         # Triton's launcher takes a plain int as a pointer as is; a tensor costs a data_ptr() call and a
@@ -510,9 +514,10 @@ def launch(ctx, buffers, epoch, entry_barrier=True, only=None):
         args[_EPOCH] = epoch
         with ctx.stream(stream):
             if runner is not None:  # straight to the compiled kernel: skips the JIT's per-call argument binding
-                runner(*args, ctx.upcast_dot)
+                runner(*args, ctx.upcast_dot, ctx.graph)
             else:
-                k[(nprog,)](*args, UPCAST_DOT=ctx.upcast_dot, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+                k[(nprog,)](*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, num_warps=NUM_WARPS,
+                            num_stages=NUM_STAGES)
     ctx.join_streams()
     if entry_barrier and EXIT_BARRIER:
         ctx.barrier()
