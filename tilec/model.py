@@ -16,8 +16,9 @@ BSP tax       barriers x barrier_us, plus serialization: kernels run one after a
 locality tax  buffers that round-trip through HBM: bytes written + distinct bytes read back, at HBM bandwidth.
               A buffer written and read inside one kernel costs the same once it exceeds L2.
 launch tax    launches x launch_us.
-flag waits    not one of the three taxes but the price of removing them: each wait is a serial acquire poll in its
-              program (flag_us; a peer's counter: link_latency_us), spread over the kernel's programs.
+flag waits    not one of the three taxes but the price of removing them: each wait is a serial acquire poll round in
+              its program, of one counter or of a block polled at once (flag_us; a peer's counter:
+              link_latency_us), spread over the kernel's programs.
 Deliberately simple: ranks are balanced, taxes add (they are not hidden under compute), and no pipeline fill is
 charged. `rank_schedules` is the entry point for choosing a schedule automatically.
 """

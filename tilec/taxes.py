@@ -10,9 +10,10 @@ Static accounting, exact and CPU only, read off each schedule's compiled graph, 
                 written and read inside one fused kernel (fused-push's inbox) still goes through memory, so it is
                 counted too, labelled intra-kernel.
   remote bytes  peer loads (`X@r`), pulls and pushes this rank issues; a load from `X@r` with r == rank is local
-  flags         releases (one per producer task and flag) and waits (one per flag counter a consumer task covers,
-                its reductions included, as the generated prologue spins on them; a tile read several times in a
-                task is waited for once)
+  flags         releases (one per producer task and flag) and waits: the poll rounds of the generated prologue
+                (codegen/wait_plan.py), one per counter a consumer task covers, its reductions included, except
+                that the counters of one flag dim are polled as one block, and a wait that another of the task
+                covers (same producer tiles, same range) is not emitted, so not counted
 Element counts are exact for masked (ragged) tiles; a loop variable that indexes two dims of one access is counted
 as if independent. Where ranks differ, each number is the largest over ranks. `tilec.model` turns it into time.
 """
@@ -25,6 +26,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from tilec.codegen.emit import flag_scopes
+from tilec.codegen.wait_plan import WaitPlan, plan_wait
 from tilec.errors import ArgumentError, CompileError, ScheduleError, TilecError, VerifyError
 from tilec.ir.graph import Pull, sid, stages, tensor, waits
 from tilec.ir.tiling import invert
@@ -218,13 +221,14 @@ def _pull_remote(p: Pull, scope, q: int, world: int, total: int) -> int:
     return total // max(1, len(e)) * far
 
 
-def _wait_count(g, w, red: tuple[Var, ...], scope, q: int, world: int) -> int:
-    """Counters one consumer stage spins on per call for one wait: per task the flag range its reads cover, the
-    whole reduction included (the generated prologue waits for it all at task start)."""
+def _wait_count(g, w, red: tuple[Var, ...], scope, q: int, world: int, plan: WaitPlan) -> int:
+    """Poll rounds one consumer stage spends per call on one wait: per task the flag range its reads cover, the
+    whole reduction included (the generated prologue waits for it all at task start), the plan's block dim in
+    blocks of counters."""
     f = g.nodes[f"f:{w.flag}"]["payload"]
     read, rednames = w.read, {v.name for v in red}
     total, used = 1, set()
-    for d in (d for d in flag_dims(g, f) if d.size > 1):
+    for i, d in enumerate(d for d in flag_dims(g, f) if d.size > 1):
         aff, tv = read.index[d.dim], read.tile[d.dim]
         lo = np.array([aff.const], dtype=np.int64)
         tval = np.zeros(1, dtype=np.int64)
@@ -240,7 +244,8 @@ def _wait_count(g, w, red: tuple[Var, ...], scope, q: int, world: int) -> int:
             top = top + scope[tv].extent - 1
         elif tv:
             top = top + np.minimum(scope[tv].step, scope[tv].extent - tval) - 1
-        total *= int(np.sum(d.lin(lo + top, clamp=False) - d.lin(lo, clamp=False) + 1))
+        counters = d.lin(lo + top, clamp=False) - d.lin(lo, clamp=False) + 1
+        total *= int(np.sum(-(-counters // plan.block) if i == plan.block_dim else counters))
     for name, v in scope.items():
         if name not in used and name not in rednames and v.kind != "me":
             total *= v.trips
@@ -297,9 +302,16 @@ def _stage_cost(g, st, kernel: str, rt: set[str], q: int, world: int) -> tuple[S
                     hbm += u * es // (world if a.remote else 1)
     releases = tasks * sum(1 for _, _, d in g.out_edges(sid(st.name), data=True) if d["kind"] == "release")
     nwait = nremote = 0
-    for w in {(w.flag, str(w.read)): w for w in waits(g, st.name)}.values():  # one spin per counter and read
+    scopes, covered = flag_scopes(g), set()
+    for w in {(w.flag, str(w.read)): w for w in waits(g, st.name)}.values():  # one wait per counter range read
         red = red_of.get(str(w.read), ())
-        n = _wait_count(g, w, red, base | {v.name: v for v in red}, q, world)
+        scope = base | {v.name: v for v in red}
+        f = g.nodes[f"f:{w.flag}"]["payload"]
+        plan = plan_wait(g, f, w.read, {v.name for v in red}, scope, scopes[f.name])
+        if plan.key in covered:  # the emitter drops it too
+            continue
+        covered.add(plan.key)
+        n = _wait_count(g, w, red, scope, q, world, plan)
         nwait += n
         nremote += n * (world - 1) // world if w.read.remote else 0
     cost = StageCost(st.name, kernel, tasks, flops, flops32, hbm, rread, rwrite, releases, nwait, nremote)

@@ -7,7 +7,7 @@ Dims are compile-time constants, so masks are emitted only where a tile really o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import networkx as nx
 
@@ -16,6 +16,8 @@ from tilec.ir.graph import Flag, Kernel, Pull, flags, stage, stages, tensor, wai
 from tilec.ir.tiling import DimInverse, invert, strides
 from tilec.ir.types import ME, Access, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var, logical_shape
 from tilec.passes.replace_barriers import flag_dims
+
+from .wait_plan import plan_wait
 
 TL_DTYPE = {"f16": "tl.float16", "bf16": "tl.bfloat16", "f32": "tl.float32", "i32": "tl.int32"}
 UNARY = {
@@ -449,74 +451,40 @@ class _Emitter:
     # -- flags -----------------------------------------------------------------------------------
     def wait(self, w, out: list[str], indent: str) -> None:
         f: Flag = self.fl[w.flag]
-        dims = flag_dims(self.g, f)
-        st = strides(dims)
         read = w.read
-        keyed = [d for d in dims if d.size > 1]
         # Waits go at the start of the task and cover everything its reductions will read, so the reduction
         # loop stays free of spins (Triton pipelines its loads only then).
-        owner = "rank" if read.rank == ME else read.rank
-        # per keyed dim: the read's counter range (its non-reduction index terms, the constant, and how far the
-        # reduction and tile vars reach beyond them) and at most how many elements that is
-        reach = []
-        for d in keyed:
-            aff, tv = read.index[d.dim], read.tile[d.dim]
-            red = [(v, k) for v, k in aff.terms if v in self.loop_vars]
-            top = sum(k * (self.scope[v].extent - 1) for v, k in red if v != tv and k > 0)
-            most = top
-            if tv and tv in self.loop_vars:
-                top += self.scope[tv].extent - 1
-                most = top
-            elif tv:
-                v = self.scope[tv]
-                top_s = f"tl.minimum({v.step}, {v.extent} - {tv})" if v.extent % v.step else str(v.step)
-                most = top + v.step - 1
-                top = f"{top} + {top_s} - 1"
-            # a var of one trip is 0 in every task: it does not tell two reads apart
-            once = {v for v, _k in aff.terms if v in self.scope and self.scope[v].trips == 1
-                    and not self.scope[v].is_rank}
-            terms = tuple(t for t in aff.terms if t not in red and t[0] not in once)
-            reach.append((terms, aff.const, top, most))
-        # A producer releases all its counters after all its stores, so a wait on counters that the same producer
-        # tiles bump equally (another tensor it writes, same tiling, same range read) is already satisfied.
-        key = (f.producer, f.write.rank, self.flag_scope[f.name], f.count, f.size, owner, tuple(
-            (replace(d, dim=0), st[dims.index(d)], r[:3]) for d, r in zip(keyed, reach, strict=True)))
-        if key in self.waited:
+        plan = plan_wait(self.g, f, read, self.loop_vars, self.scope, self.flag_scope[f.name])
+        if plan.key in self.waited:  # an earlier wait of this task covers these counters
             return
-        self.waited.add(key)
+        self.waited.add(plan.key)
         target_lines, ind = self.wait_lines, "    "
         fp = self.param(f"F_{_ident(f.name)}")
+        owner = plan.owner
         target_lines.append(f"{ind}# wait until stage {f.producer} has written the tiles of {read} this call")
         if owner in self.loop_vars:  # read on every rank of a `sum r in ranks`: wait on each owner up front
             target_lines.append(f"{ind}for {owner} in range(0, {self.world}):")
             ind += "    "
-        # per keyed dim: the first and last counter this task reads, and a static estimate of how many that is
-        spans = []
-        for d, (terms, const, top, most) in zip(keyed, reach, strict=True):
+        spans = []  # per keyed dim: its first and last counter
+        for r in plan.reach:
             lo = self.tmp("lo")
-            target_lines.append(f"{ind}{lo} = {self.scalar(list(terms), const)}")
+            target_lines.append(f"{ind}{lo} = {self.scalar(list(r.terms), r.const)}")
             last = self.tmp("fb")
-            target_lines.append(f"{ind}{last} = {_lin(d, f'({lo} + {top})')}")
-            grain = d.step if d.key_tile else d.rank_coef
-            spans.append((d, _lin(d, lo), last, max(1, min(d.size, -(-most // grain) + 1))))
-        # The dim with the most counters is polled as one block (one round of atomics per poll, instead of one
-        # round trip per counter); a block of the estimated size nearly always covers it in one chunk.
-        vec = max(range(len(spans)), key=lambda i: spans[i][3]) if spans and max(x[3] for x in spans) > 1 else None
+            target_lines.append(f"{ind}{last} = {_lin(r.dim, f'({lo} + {r.top})')}")
+            spans.append((_lin(r.dim, lo), last))
         idx_parts, mask = [], None
-        for i, (d, first, last, n) in enumerate(spans):
+        for i, (r, (first, last)) in enumerate(zip(plan.reach, spans, strict=True)):
             fvar = self.tmp("f")
-            stride = st[dims.index(d)]
-            if i == vec:
-                block = min(1024, 1 << (n - 1).bit_length())
-                target_lines.append(f"{ind}for {fvar} in range({first}, {last} + 1, {block}):")
+            if i == plan.block_dim:  # one block of atomics per poll; the chunk loop nearly always runs once
+                target_lines.append(f"{ind}for {fvar} in range({first}, {last} + 1, {plan.block}):")
                 ind += "    "
-                target_lines.append(f"{ind}{fvar}_v = {fvar} + tl.arange(0, {block})")
+                target_lines.append(f"{ind}{fvar}_v = {fvar} + tl.arange(0, {plan.block})")
                 mask = f"{fvar}_v <= {last}"
                 fvar = f"{fvar}_v"
             else:
                 target_lines.append(f"{ind}for {fvar} in range({first}, {last} + 1):")
                 ind += "    "
-            idx_parts.append(fvar if stride == 1 else f"{fvar} * {stride}")
+            idx_parts.append(fvar if r.stride == 1 else f"{fvar} * {r.stride}")
         idx = " + ".join(idx_parts) or "0"
         tail = f"\"{self.flag_scope[f.name]}\", UPCAST_DOT)"
         if mask is None:

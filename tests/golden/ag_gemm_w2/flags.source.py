@@ -180,9 +180,8 @@ def k1_gemm(
         # wait until stage gather has written the tiles of Ag[m, k] this call
         lo4 = m
         fb5 = ((lo4 + 0 + 64 - 1) // 128) * 2 + (((lo4 + 0 + 64 - 1) - 128 * ((lo4 + 0 + 64 - 1) // 128)) // 64)
-        for f6 in range((lo4 // 128) * 2 + ((lo4 - 128 * (lo4 // 128)) // 64), fb5 + 1, 2):
-            f6_v = f6 + tl.arange(0, 2)
-            _tilec_wait_all(F_Ag_gather, f6_v, f6_v <= fb5, epoch * 4, rank, rank, heap_bases, ERR, max_spin, 1, "gpu", UPCAST_DOT)
+        for f6 in range((lo4 // 128) * 2 + ((lo4 - 128 * (lo4 // 128)) // 64), fb5 + 1):
+            _tilec_wait(F_Ag_gather + f6, epoch * 4, rank, rank, heap_bases, ERR, max_spin, 1, f6, "gpu", UPCAST_DOT)
         acc1 = tl.zeros((64, 64), dtype=tl.float32)
         k_r = tl.arange(0, 32)  # k = 0
         p2 = Ag + m_r[:, None] * 128 + k_r[None, :]

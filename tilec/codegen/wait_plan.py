@@ -1,0 +1,96 @@
+"""How a consumer task waits on one flag: which counters, which of its waits are already covered, and which flag
+dim is polled as one block. Shared by the emitter (emit.py) and the tax accounting (taxes.py), so what `tilec
+taxes` counts is what the generated code does.
+
+A wait covers, per keyed flag dim, the counters from the read's first element to its last one: the non-reduction
+index terms give the first, the reduction and tile vars how far the read reaches beyond it (`top`; `most` is its
+static upper bound). The dim with the most counters is polled as one block of atomics (_tilec_wait_all), the
+others counter by counter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import networkx as nx
+
+from tilec.ir.graph import Flag
+from tilec.ir.tiling import DimInverse, strides
+from tilec.ir.types import ME, Access, Var
+from tilec.passes.replace_barriers import flag_dims
+
+MAX_BLOCK = 1024  # counters polled at once at most (a block wider than this is polled in chunks)
+
+
+@dataclass(frozen=True)
+class Reach:
+    """One keyed flag dim of a wait: the read's index terms outside reductions, its constant, how far it reaches
+    beyond them (an int, or the source of a bounded expression for a ragged last tile), and at most how far."""
+
+    dim: DimInverse
+    stride: int
+    terms: tuple[tuple[str, int], ...]
+    const: int
+    top: int | str
+    most: int
+    aligned: bool  # the read starts on a producer tile boundary in every task
+
+    @property
+    def count(self) -> int:
+        """At most how many counters of this dim one task reads: elements [a, a + most] touch at most
+        ceil((most + 1) / grain) producer tiles when a starts a tile, else ceil(most / grain) + 1."""
+        grain = _grain(self.dim)
+        n = -(-(self.most + 1) // grain) if self.aligned else -(-self.most // grain) + 1
+        return max(1, min(self.dim.size, n))
+
+
+def _grain(d: DimInverse) -> int:
+    return d.step if d.key_tile else d.rank_coef
+
+
+@dataclass(frozen=True)
+class WaitPlan:
+    key: tuple  # equal keys: the same counters of the same producer, so one wait covers the other
+    owner: str  # the rank whose counters: "rank" (this one) or a rank variable
+    reach: tuple[Reach, ...]
+    block_dim: int | None  # index into reach of the dim polled as a block; None: one counter at a time
+    block: int  # counters per block (a power of two)
+
+
+def plan_wait(g: nx.DiGraph, f: Flag, read: Access, red: set[str], scope: dict[str, Var], flag_scope: str) -> WaitPlan:
+    """The plan of one wait on flag `f` before `read`; `red`: the reduction vars the read sits in (the wait covers
+    all they reach), `scope`: every var of the consumer task by name."""
+    dims = flag_dims(g, f)
+    st = strides(dims)
+    reach = []
+    for d in (d for d in dims if d.size > 1):
+        aff, tv = read.index[d.dim], read.tile[d.dim]
+        inner = [(v, k) for v, k in aff.terms if v in red]
+        top = sum(k * (scope[v].extent - 1) for v, k in inner if v != tv and k > 0)
+        most = top
+        if tv and tv in red:
+            top += scope[tv].extent - 1
+            most = top
+        elif tv:
+            v = scope[tv]
+            most = top + v.step - 1
+            top_s = f"tl.minimum({v.step}, {v.extent} - {tv})" if v.extent % v.step else str(v.step)
+            top = f"{top} + {top_s} - 1"
+        # a var of one trip is 0 in every task: it does not tell two reads apart
+        once = {v for v, _k in aff.terms if v in scope and scope[v].trips == 1 and not scope[v].is_rank}
+        terms = tuple(t for t in aff.terms if t not in inner and t[0] not in once)
+        # task vars take multiples of their step: the start is a tile boundary when every term and the offset are
+        # multiples of the grain (and a rank's block holds whole tiles)
+        g_ = _grain(d)
+        aligned = (aff.const - d.const) % g_ == 0 and all((k * scope[v].step) % g_ == 0 for v, k in terms) and \
+            (not d.rank_var or not d.key_tile or d.rank_coef % g_ == 0)
+        reach.append(Reach(d, st[dims.index(d)], terms, aff.const, top, most, aligned))
+    owner = "rank" if read.rank == ME else read.rank
+    # A producer releases all its counters after all its stores (emit.task), so a wait on counters that the same
+    # producer tiles bump equally (another tensor it writes, same tiling, same range read) is already satisfied.
+    key = (f.producer, f.write.rank, flag_scope, f.count, f.size, owner,
+           tuple((replace(r.dim, dim=0), r.stride, r.terms, r.const, r.top) for r in reach))
+    counts = [r.count for r in reach]
+    block_dim = max(range(len(reach)), key=counts.__getitem__) if counts and max(counts) > 1 else None
+    block = min(MAX_BLOCK, 1 << (counts[block_dim] - 1).bit_length()) if block_dim is not None else 1
+    return WaitPlan(key, owner, tuple(reach), block_dim, block)
