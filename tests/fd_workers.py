@@ -63,8 +63,16 @@ def run_cases(heap, cases, calls: int = 2):
             want = attention_reference(q, ks, vs, lens, prog.dims["G"])
             errs.append(float((args["O"].float().cpu() - want).abs().max()))
         heap.release(mark)
-        out.append((prog.schedule, dtype, prog.dims, errs))
+        out.append((prog.schedule, dtype, prog.dims, errs, counters_in_step(heap, prog)))
     return out
+
+
+def counters_in_step(heap, prog) -> bool:
+    """After a synchronous call, every flag counter of this rank has been bumped exactly its count per call so far
+    (the epoch arithmetic every wait relies on)."""
+    st = prog._state[id(heap)]
+    flags = prog.module.FLAGS.items()
+    return all(bool((st["bufs"][p] == st["epoch"] * count).all()) for p, (_size, count, *_r) in flags)
 
 
 def _fill(heap, prog, args, dtype, seed):
@@ -101,9 +109,7 @@ def captured_cases(heap, cases, replays: int = 3):
                 calls[i % 2].replay()
             errs.append(float((args["O"].float().cpu() - want).abs().max()))
         st = prog._state[id(heap)]
-        counters = all(bool((st["bufs"][p] == st["epoch"] * count).all())
-                       for p, (_size, count, *_r) in prog.module.FLAGS.items())
-        in_step = int(st["bufs"]["EPOCH"].item()) == st["epoch"] and counters
+        in_step = int(st["bufs"]["EPOCH"].item()) == st["epoch"] and counters_in_step(heap, prog)
         heap.release(mark)
         out.append((prog.schedule, dtype, prog.dims, errs, in_step))
     return out

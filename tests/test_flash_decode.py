@@ -35,6 +35,9 @@ def test_flash_decode_schedules_match_torch(world):
     bad = [(r, row) for r, rows in enumerate(results) for row in rows
            if not all(math.isfinite(e) and e <= TOL[row[1]] for e in row[3])]
     assert not bad, bad
+    # every counter bumped exactly its count per call (FLAGS), what epoch * count waits rely on
+    assert all(row[4] for rows in results for row in rows), [row[:3] for rows in results for row in rows
+                                                             if not row[4]]
 
 
 def test_fused_pull_says_why_it_does_not_apply():
