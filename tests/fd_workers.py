@@ -50,21 +50,21 @@ def run_cases(heap, cases, calls: int = 2):
     out = []
     for prog, dtype, seed in cases:
         mark = heap.mark()
-        args = {n: heap.alloc(shape, TORCH_DTYPE[dt]) for n, (_k, dt, shape, _s) in prog.signature().items()}
+        args = _alloc(heap, prog)
         errs = []
         for call in range(calls):
-            q, ks, vs, lens = make_case(heap.world, prog.dims, dtype, seed + call)
-            args["Q"].copy_(q)
-            args["K"].copy_(as_declared(ks[heap.rank], args["K"].shape))
-            args["V"].copy_(as_declared(vs[heap.rank], args["V"].shape))
-            args["lens"].copy_(lens)
-            args["O"].fill_(float("nan"))
+            want = _fill(heap, prog, args, dtype, seed + call)
             prog(heap, **args)
-            want = attention_reference(q, ks, vs, lens, prog.dims["G"])
             errs.append(float((args["O"].float().cpu() - want).abs().max()))
+        in_step = counters_in_step(heap, prog)  # before the release: the program's counters sit above the mark
         heap.release(mark)
-        out.append((prog.schedule, dtype, prog.dims, errs, counters_in_step(heap, prog)))
+        out.append((prog.schedule, dtype, prog.dims, errs, in_step))
     return out
+
+
+def _alloc(heap, prog) -> dict:
+    """Every tensor of a call, on the heap."""
+    return {n: heap.alloc(shape, TORCH_DTYPE[dt]) for n, (_k, dt, shape, _s) in prog.signature().items()}
 
 
 def counters_in_step(heap, prog) -> bool:
@@ -76,6 +76,7 @@ def counters_in_step(heap, prog) -> bool:
 
 
 def _fill(heap, prog, args, dtype, seed):
+    """Writes one case's Q, this rank's K/V block and lens into args, poisons O; returns the reference O."""
     q, ks, vs, lens = make_case(heap.world, prog.dims, dtype, seed)
     args["Q"].copy_(q)
     args["K"].copy_(as_declared(ks[heap.rank], args["K"].shape))
@@ -94,7 +95,7 @@ def captured_cases(heap, cases, replays: int = 3):
     out = []
     for prog, dtype, seed in cases:
         mark = heap.mark()
-        args = {n: heap.alloc(shape, TORCH_DTYPE[dt]) for n, (_k, dt, shape, _s) in prog.signature().items()}
+        args = _alloc(heap, prog)
         _fill(heap, prog, args, dtype, seed)
         calls = [prog.capture(heap, **args), prog.capture(heap, **args)]
         errs = []
@@ -121,7 +122,7 @@ def capture_errors(heap, progs):
 
     out = []
     for prog in progs:
-        args = {n: heap.alloc(shape, TORCH_DTYPE[dt]) for n, (_k, dt, shape, _s) in prog.signature().items()}
+        args = _alloc(heap, prog)
         try:
             prog.capture(heap, **args)
             out.append(None)

@@ -486,7 +486,7 @@ def copy_gbps(src: torch.Tensor, heap, iters: int) -> float:
 
 def capturable(prog, heap) -> bool:
     """Whether CompiledProgram.capture takes this program here: a GPU, and no host barrier inside a call."""
-    return not heap.interpret and not any(k[4] for k in prog.module.KERNELS)
+    return not heap.interpret and not prog.has_host_barrier
 
 
 def local_phase(prog) -> tuple[int, ...] | None:

@@ -292,14 +292,22 @@ class CompiledProgram:
             st["warm"] = True
         st["epoch"] += 1
         mod.launch(st["ctx"], bufs, st["epoch"], entry_barrier, only)
-        if not sync:
-            return None
+        return self._finish(heap, st, tensors) if sync else None
+
+    def _finish(self, heap, st, tensors: dict) -> dict:
+        """The end of a synchronous call (or replay): wait for the GPU, report a wait that timed out, and hand back
+        the outputs."""
         if not heap.interpret:
             import torch
 
             torch.cuda.synchronize(heap.device)
         self._check_timeout(heap, st)
         return {n: tensors[n] for n, (kind, *_r) in self.signature().items() if kind == "out"}
+
+    @property
+    def has_host_barrier(self) -> bool:
+        """Whether a call stops for a host barrier between its kernels (bsp), which a CUDA graph cannot hold."""
+        return any(barrier_before for _k, _n, _p, _c, barrier_before, *_r in self.module.KERNELS)
 
     def capture(self, heap=None, **tensors) -> CapturedCall:
         """One call recorded as a CUDA graph on these tensors: `replay()` runs it again without the Python launch
@@ -314,7 +322,7 @@ class CompiledProgram:
 
             heap = active_heap()
         name, mod = self.program.name, self.module
-        if any(k[4] for k in mod.KERNELS):
+        if self.has_host_barrier:
             raise ArgumentError(f"{name}: schedule {self.schedule} has a host barrier inside a call, which a CUDA "
                                 "graph cannot hold; capture a schedule without one (fused-push, specialized, flags)")
         if heap.interpret:
@@ -391,10 +399,8 @@ class CapturedCall:
         self.prog, self.heap, self.graph, self.tensors = prog, heap, graph, tensors
 
     def replay(self, *, entry_barrier: bool = True, sync: bool = True):
-        """Runs the recorded call again; entry_barrier and sync as for Program.__call__. Returns the outputs when
-        synchronous."""
-        import torch
-
+        """Runs the recorded call again; entry_barrier and sync as for CompiledProgram.__call__. Returns the outputs
+        when synchronous."""
         prog, heap = self.prog, self.heap
         st = prog._buffers(heap)
         if entry_barrier:
@@ -406,8 +412,4 @@ class CapturedCall:
         self.graph.replay()
         if entry_barrier and prog.module.EXIT_BARRIER:  # peers read this rank's tensors until the end of the call
             heap.barrier()
-        if not sync:
-            return None
-        torch.cuda.synchronize(heap.device)
-        prog._check_timeout(heap, st)
-        return {n: self.tensors[n] for n, (kind, *_r) in prog.signature().items() if kind == "out"}
+        return prog._finish(heap, st, self.tensors) if sync else None

@@ -254,8 +254,10 @@ def _wait_count(g, w, red: tuple[Var, ...], scope, q: int, world: int, plan: Wai
     return total
 
 
-def _stage_cost(g, st, kernel: str, rt: set[str], q: int, world: int) -> tuple[StageCost, dict]:
-    """Cost of one stage on rank q, and its buffer traffic: tensor -> [written, read, distinct read] bytes."""
+def _stage_cost(g, st, kernel: str, rt: set[str], q: int, world: int,
+                scopes: dict[str, str]) -> tuple[StageCost, dict]:
+    """Cost of one stage on rank q, and its buffer traffic: tensor -> [written, read, distinct read] bytes;
+    scopes: flag_scopes(g), which wait plans are keyed by."""
     base = {v.name: v for v in st.loops} | {ME: Var(ME, "me", world, 1, st.loc)}
     tasks = _trips(st.loops)
     flops = flops32 = hbm = rread = rwrite = 0
@@ -302,7 +304,7 @@ def _stage_cost(g, st, kernel: str, rt: set[str], q: int, world: int) -> tuple[S
                     hbm += u * es // (world if a.remote else 1)
     releases = tasks * sum(1 for _, _, d in g.out_edges(sid(st.name), data=True) if d["kind"] == "release")
     nwait = nremote = 0
-    scopes, covered = flag_scopes(g), set()
+    covered = set()
     for w in {(w.flag, str(w.read)): w for w in waits(g, st.name)}.values():  # one wait per counter range read
         red = red_of.get(str(w.read), ())
         scope = base | {v.name: v for v in red}
@@ -353,11 +355,12 @@ def static(prog) -> Static:
     kernels = g.graph["kernels"]
     kernel_of = {s: k.name for k in kernels for s in k.stages}
     rt, inter = _buffers_read_across(g, kernel_of)
+    scopes = flag_scopes(g)
     per_rank = []
     for q in range(world):
         costs, traffic = [], {}
         for st in stages(g):
-            c, bufs = _stage_cost(g, st, kernel_of[st.name], rt, q, world)
+            c, bufs = _stage_cost(g, st, kernel_of[st.name], rt, q, world, scopes)
             costs.append(c)
             for t, v in bufs.items():
                 acc = traffic.setdefault(t, [0, 0, 0])

@@ -60,6 +60,17 @@ _tilec_yield.__triton_builtin__ = True
 
 
 @triton.jit
+def _tilec_timed_out(err, flag_no, counter, owner, seen, target):
+    # the first wait of a call that timed out, for the host's WaitTimeout (CompiledProgram._check_timeout)
+    if tl.atomic_cas(err, 0, 1) == 0:
+        tl.store(err + 1, flag_no)
+        tl.store(err + 2, counter)
+        tl.store(err + 3, owner)
+        tl.store(err + 4, seen)
+        tl.store(err + 5, target)
+
+
+@triton.jit
 def _tilec_wait(flag, target, rank, owner, heap_bases, err, max_spin, flag_no, counter, SCOPE: tl.constexpr,
                 INTERPRET: tl.constexpr):
     # Acquire-spin on a counter (on `owner`'s heap) until it reaches target. A bounded spin: after max_spin tries
@@ -73,12 +84,7 @@ def _tilec_wait(flag, target, rank, owner, heap_bases, err, max_spin, flag_no, c
         seen = iris.atomic_add(flag, 0, rank, owner, heap_bases, sem="acquire", scope=SCOPE)
         spins += 1
     if seen < target:
-        if tl.atomic_cas(err, 0, 1) == 0:
-            tl.store(err + 1, flag_no)
-            tl.store(err + 2, counter)
-            tl.store(err + 3, owner)
-            tl.store(err + 4, seen)
-            tl.store(err + 5, target)
+        _tilec_timed_out(err, flag_no, counter, owner, seen, target)
 
 
 @triton.jit
@@ -96,14 +102,10 @@ def _tilec_wait_all(flags, idx, pending, target, rank, owner, heap_bases, err, m
         seen = tl.where(pending, now, seen)
         pending = pending & (seen < target)
         spins += 1
-    if tl.max(pending.to(tl.int32), axis=0) > 0:
+    if tl.max(pending.to(tl.int32), axis=0) > 0:  # report the first counter still short
         counter = tl.min(tl.where(pending, idx, 2147483647), axis=0)
-        if tl.atomic_cas(err, 0, 1) == 0:
-            tl.store(err + 1, flag_no)
-            tl.store(err + 2, counter)
-            tl.store(err + 3, owner)
-            tl.store(err + 4, tl.min(tl.where(pending & (idx == counter), seen, 2147483647), axis=0))
-            tl.store(err + 5, target)
+        _tilec_timed_out(err, flag_no, counter, owner, tl.min(tl.where(pending & (idx == counter), seen, 2147483647),
+                                                              axis=0), target)
     # each thread acquired its own counters: the barrier orders them before any thread's reads of the tiles
     tl.debug_barrier()
 
