@@ -23,7 +23,7 @@ def attention_reference(q, ks, vs, lens, groups):
     return out
 
 
-def make_case(world: int, dims: dict, dtype: str, seed: int):
+def make_case(world: int, dims: dict, dtype: str, seed: int, poison: bool = True):
     g = torch.Generator().manual_seed(seed)
     dt = TORCH_DTYPE[dtype]
     b, hkv, grp, d, s = dims["B"], dims["HKV"], dims["G"], dims["D"], dims["S"]
@@ -36,6 +36,12 @@ def make_case(world: int, dims: dict, dtype: str, seed: int):
     lens[0] = min(s // 3 + 1, world * s)
     if b > 2:
         lens[1] = 0
+    # poison: cache slots past a sequence's end hold NaN (an unwritten cache may hold anything): no key or value
+    # there may reach the result, neither through a masked score nor as 0 * NaN in P.V
+    for r in range(world if poison else 0):
+        for i in range(b):
+            ks[r][i, max(0, int(lens[i]) - r * s):] = float("nan")
+            vs[r][i, max(0, int(lens[i]) - r * s):] = float("nan")
     return q, ks, vs, lens
 
 

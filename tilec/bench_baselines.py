@@ -120,7 +120,8 @@ def _bmm_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def local_attention_lse(q: torch.Tensor, kt: torch.Tensor, vt: torch.Tensor, n_local: torch.Tensor | None,
                         groups: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax attention of q [B, H, D] over this rank's block kt/vt [B, HKV, S, D] (H = HKV * groups); positions
-    >= n_local[b] are masked (None: all valid). Returns o [B, H, D] f32 and lse [B, H] f32; an empty block gives
+    >= n_local[b] are masked (None: all valid) and must hold finite values (the dense P.V multiplies them by 0; the
+    bench's caches are random). Returns o [B, H, D] f32 and lse [B, H] f32; an empty block gives
     o = 0 and lse = -inf."""
     b, h, d = q.shape
     hkv, s = kt.shape[1], kt.shape[2]

@@ -39,6 +39,11 @@ COPY_GBPS = 4200.0  # measured H200 device-to-device copy bandwidth (docs/GPU.md
 # A split task's fixed cost in keys streamed (default_bs): ~one attend block. Fitted to bsp's local phase at 32K,
 # 128 heads on an H200 (benchmarks/decode_local_probe.py): BS 512 / 1024 / 2048 took 88.4 / 83.9 / 80.3 us.
 TASK_OVERHEAD = 64
+# The share of the resident programs that saturates HBM on their own (default_bs): 192 split programs of 2048 keys
+# (96 heads at 32K, 0.73 of 264) streamed faster than 264 programs of 512 or 1024 keys, and with 0.75 the model
+# ranks first the fastest split of each of the 10 shapes timed on an H200 (8K-1M, 96 and 128 heads:
+# benchmarks/results/h200-1gpu/decode_split_sweep.log, decode_stream_probe2.log; tests/test_bench_cpu.py checks).
+SATURATING_SHARE = 0.75
 MIN_BS = 64
 CPU_BS = 32
 NUM_WARPS, NUM_STAGES = 4, 3
@@ -135,17 +140,22 @@ def resident_programs() -> int:
 def default_bs(dims: dict, interpret: bool, slots: int | None = None) -> int:
     """BS without --tune: the split whose tasks stream the cache in the least time by a wave count. T = B * HKV *
     S/BS split tasks on `slots` resident programs (resident_programs()) run in ceil(T / slots) waves, each as long
-    as BS keys plus TASK_OVERHEAD (loading q, finishing and storing the partial); among the powers of two
-    (>= 64, <= S, at most MAX_SPLITS splits) the cheapest, the largest of equals (fewer partials to merge).
-    CPU emulation: CPU_BS."""
+    as BS keys plus TASK_OVERHEAD (loading q, finishing and storing the partial). The full waves keep every slot
+    busy; the last one's r tasks stream at HBM's rate once they fill SATURATING_SHARE of the slots, so it costs like
+    max(r, that share) tasks. Among the powers of two (>= 64, <= S, at most MAX_SPLITS splits) the cheapest, the
+    largest of equals (fewer partials to merge). CPU emulation: CPU_BS."""
     if interpret:
         return CPU_BS
     slots = slots or resident_programs()
+    saturate = math.ceil(SATURATING_SHARE * slots)
     s, heads = dims["S"], dims["B"] * dims["HKV"]
     best, bs = None, MIN_BS
     while bs <= max(s, MIN_BS):
         if not _too_many_splits(s, bs):
-            cost = -(-heads * -(-s // bs) // slots) * (bs + TASK_OVERHEAD)
+            tasks = heads * -(-s // bs)
+            waves = -(-tasks // slots)
+            last = tasks - (waves - 1) * slots
+            cost = ((waves - 1) * slots + max(last, saturate)) * (bs + TASK_OVERHEAD)
             if best is None or cost <= best[0]:
                 best = (cost, bs)
         bs *= 2

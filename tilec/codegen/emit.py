@@ -286,7 +286,7 @@ class _Emitter:
             out.append(f"{inner}{name} = tl.load({self.param(a.tensor)} + {off}, mask={mask}, other=0)")
             tiles.append(f"tl.reshape({name}, ({blk}, {d}))")
         out.append(f"{inner}{mx}, {den}, {acc} = _tilec_attend_step({qp}, {tiles[0]}, {tiles[1]}, {n} - {c}, {mx},"
-                   f" {den}, {acc}, {scale!r}, UPCAST_DOT)")
+                   f" {den}, {acc}, {scale!r}, UPCAST_DOT, True)")  # loads masked past n: rows are 0
         o, lse = self.tmp("o"), self.tmp("lse")
         out.append(f"{indent}{o}, {lse} = _tilec_attend_finish({mx}, {den}, {acc}, {mq})")
         return o, lse
