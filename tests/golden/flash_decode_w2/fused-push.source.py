@@ -303,9 +303,9 @@ def _task_k0_split_local_exchange_combine_split(
     qp7, m8, den9, acc10 = _tilec_attend_init(tl.reshape(x1, (4, 64)))
     for c11 in range(0, 128, 64):  # blocks of keys
         c11_r = p + c11 + tl.arange(0, 64)
-        x12 = tl.load(K + (b) * 32768 + (g) * 16384 + (128 * j + c11_r)[None, None, :, None] * 64 + _a1_r[None, None, None, :], mask=(c11 + tl.arange(0, 64) < x6)[None, None, :, None], other=0)
-        x13 = tl.load(V + (b) * 32768 + (g) * 16384 + (128 * j + c11_r)[None, None, :, None] * 64 + _a2_r[None, None, None, :], mask=(c11 + tl.arange(0, 64) < x6)[None, None, :, None], other=0)
-        m8, den9, acc10 = _tilec_attend_step(qp7, tl.reshape(x12, (64, 64)), tl.reshape(x13, (64, 64)), x6 - c11, m8, den9, acc10, 0.125, UPCAST_DOT, True)
+        x12 = tl.load(K + (b) * 32768 + (g) * 16384 + (128 * j + c11_r)[:, None] * 64 + _a1_r[None, :], mask=(c11 + tl.arange(0, 64) < x6)[:, None], other=0)
+        x13 = tl.load(V + (b) * 32768 + (g) * 16384 + (128 * j + c11_r)[:, None] * 64 + _a2_r[None, :], mask=(c11 + tl.arange(0, 64) < x6)[:, None], other=0)
+        m8, den9, acc10 = _tilec_attend_step(qp7, x12, x13, x6 - c11, m8, den9, acc10, 0.125, UPCAST_DOT, True)
     o14, lse15 = _tilec_attend_finish(m8, den9, acc10, 4)
     tl.store(Os + (j) * 1024 + (b) * 512 + (4 * g + q_r)[None, None, :, None] * 64 + _a3_r[None, None, None, :], tl.reshape(o14, (1, 1, 4, 64)).to(tl.float32))
     tl.store(Ls + (j) * 16 + (b) * 8 + (4 * g + q_r)[None, None, :], tl.reshape(lse15, (1, 1, 4)).to(tl.float32))
