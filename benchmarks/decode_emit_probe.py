@@ -20,7 +20,7 @@ import sys
 import torch
 
 import tilec
-from tilec.bench_decode import COPY_GBPS, copy_gbps, default_bs, kernel_time, kv_bytes, local_phase, make_inputs
+from tilec.bench_decode import COPY_GBPS, copy_gbps, default_bs, kv_bytes, local_phase_time, make_inputs
 from tilec.runtime import spawn
 
 EX = "examples/flash_decode.tile"
@@ -66,9 +66,7 @@ def probe(heap):
                 p(heap, **args)
                 ref = args["O"].float() if ref is None else ref
                 err = float((args["O"].float() - ref).abs().max())
-                phase = local_phase(p)
-                secs = kernel_time(lambda p=p, o=phase, a=args: p(heap, entry_barrier=False, sync=False, only=o, **a),
-                                   heap, 20, None)
+                secs = local_phase_time(p, heap, args, 20)
                 gbps = kv_bytes(dims, "bf16") / secs / 1e9
                 print(f"H={hkv * 8} S={s} BS={bs} {name:9s}: local phase {secs * 1e6:7.1f} us {gbps:5.0f} GB/s "
                       f"({gbps / COPY_GBPS:.2f} of {COPY_GBPS:.0f}); max diff to the first {err:.1e}", flush=True)

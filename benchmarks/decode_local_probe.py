@@ -13,7 +13,7 @@ import sys
 import torch
 
 import tilec
-from tilec.bench_decode import COPY_GBPS, copy_gbps, kernel_time, kv_bytes, local_phase, make_inputs
+from tilec.bench_decode import COPY_GBPS, copy_gbps, kv_bytes, local_phase_time, make_inputs
 from tilec.runtime import spawn
 
 EX = "examples/flash_decode.tile"
@@ -35,9 +35,7 @@ def probe(heap):
                                  num_warps=warps, num_stages=stages, attend_block=block)
             args = dict(Q=q, K=k, V=v, lens=lens, O=torch.empty(q.shape, dtype=q.dtype, device=heap.device))
             prog(heap, **args)
-            phase = local_phase(prog)
-            secs = kernel_time(lambda p=prog, o=phase, a=args: p(heap, entry_barrier=False, sync=False, only=o, **a),
-                               heap, 20, None)
+            secs = local_phase_time(prog, heap, args, 20)
             gbps = kv_bytes(dims, "bf16") / secs / 1e9
             print(f"S={s} BS={bs} warps={warps} stages={stages} block={block}: local phase {secs * 1e6:.1f} us "
                   f"{gbps:.0f} GB/s ({100 * gbps / COPY_GBPS:.1f}% of {COPY_GBPS:.0f})", flush=True)

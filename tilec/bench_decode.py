@@ -314,8 +314,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
             phase = local_phase(prog) if extras else None
             try:  # the extra measurements: a failure is logged, the call's own row stands
                 if phase:
-                    local = kernel_time(lambda: prog(heap, entry_barrier=False, sync=False, only=phase, **args),
-                                        heap, n, _median_time)
+                    local = local_phase_time(prog, heap, args, n, _median_time)
                     prog(heap, **args)  # synchronous: reports a wait that timed out
                 if extras and capturable(prog, heap):
                     call = prog.capture(heap, **args)
@@ -497,6 +496,15 @@ def copy_gbps(src: torch.Tensor, heap, iters: int) -> float:
 def capturable(prog, heap) -> bool:
     """Whether CompiledProgram.capture takes this program here: a GPU, and no host barrier inside a call."""
     return not heap.interpret and not prog.has_host_barrier
+
+
+def local_phase_time(prog, heap, args: dict, iters: int, timer=None) -> float | None:
+    """Seconds of a bsp schedule's local phase alone (local_phase's kernels, `only=`), timed as kernel_time times
+    the copy; None for schedules without one. Call the program once on `args` first (it sizes its grids)."""
+    phase = local_phase(prog)
+    if not phase:
+        return None
+    return kernel_time(lambda: prog(heap, entry_barrier=False, sync=False, only=phase, **args), heap, iters, timer)
 
 
 def local_phase(prog) -> tuple[int, ...] | None:
