@@ -279,15 +279,15 @@ class _Emitter:
             a = x.access
             for w in self.waits.pop(a, []):
                 self.wait(w, out, indent)
-            # a [keys, D] block with no unit axes: reshaping a [1, 1, keys, D] load before the dot cost the H200
-            # 10-15% of its streaming rate once v fed the dot straight from shared memory
-            axes = [t for t in a.tile if t]
+            # a [keys, D] block (pos is the first tile dim: _streamable) with no unit axes: reshaping a
+            # [1, 1, keys, D] load before the dot cost the H200 10-15% of its streaming rate once v fed the dot
+            # straight from shared memory
             off, mask = self.offsets(a, ranges={pos.name: rng}, squeeze=True)
-            live = _bcast(f"({c} + tl.arange(0, {blk}) < {n})", axes.index(pos.name), 2)
+            live = f"({c} + tl.arange(0, {blk}) < {n})[:, None]"
             mask = f"{mask} & {live}" if mask else live
             name = self.tmp()
             out.append(f"{inner}{name} = tl.load({self.param(a.tensor)} + {off}, mask={mask}, other=0)")
-            tiles.append(name if axes[0] == pos.name else f"tl.trans({name})")
+            tiles.append(name)
         out.append(f"{inner}{mx}, {den}, {acc} = _tilec_attend_step({qp}, {tiles[0]}, {tiles[1]}, {n} - {c}, {mx},"
                    f" {den}, {acc}, {scale!r}, UPCAST_DOT, True)")  # loads masked past n: rows are 0
         o, lse = self.tmp("o"), self.tmp("lse")
