@@ -33,7 +33,6 @@ from tilec.ir.graph import Pull, sid, stages, tensor, waits
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Dot, Load, Sum, Var
 from tilec.model import Machine, Prediction, predict
-from tilec.passes.replace_barriers import flag_dims
 from tilec.passes.schedules import SCHEDULES
 
 ESIZE = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
@@ -225,10 +224,10 @@ def _wait_count(g, w, red: tuple[Var, ...], scope, q: int, world: int, plan: Wai
     """Poll rounds one consumer stage spends per call on one wait: per task the flag range its reads cover, the
     whole reduction included (the generated prologue waits for it all at task start), the plan's block dim in
     blocks of counters."""
-    f = g.nodes[f"f:{w.flag}"]["payload"]
     read, rednames = w.read, {v.name for v in red}
     total, used = 1, set()
-    for i, d in enumerate(d for d in flag_dims(g, f) if d.size > 1):
+    for i, r in enumerate(plan.reach):  # the emitted wait's first and last counter, evaluated for every task
+        d = r.dim
         aff, tv = read.index[d.dim], read.tile[d.dim]
         lo = np.array([aff.const], dtype=np.int64)
         tval = np.zeros(1, dtype=np.int64)
@@ -239,11 +238,7 @@ def _wait_count(g, w, red: tuple[Var, ...], scope, q: int, world: int, plan: Wai
             vals = _values(scope[v], q, world)
             lo = (lo[:, None] + k * vals[None, :]).ravel()
             tval = (tval[:, None] + (vals if v == tv else 0 * vals)[None, :]).ravel()
-        top = sum(k * (scope[v].extent - 1) for v, k in aff.terms if v in rednames and v != tv and k > 0)
-        if tv and tv in rednames:
-            top = top + scope[tv].extent - 1
-        elif tv:
-            top = top + np.minimum(scope[tv].step, scope[tv].extent - tval) - 1
+        top = r.fixed + (np.minimum(r.tile.step, r.tile.extent - tval) - 1 if r.tile else 0)
         counters = d.lin(lo + top, clamp=False) - d.lin(lo, clamp=False) + 1
         total *= int(np.sum(-(-counters // plan.block) if i == plan.block_dim else counters))
     for name, v in scope.items():

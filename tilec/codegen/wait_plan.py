@@ -3,9 +3,9 @@ dim is polled as one block. Shared by the emitter (emit.py) and the tax accounti
 taxes` counts is what the generated code does.
 
 A wait covers, per keyed flag dim, the counters from the read's first element to its last one: the non-reduction
-index terms give the first, the reduction and tile vars how far the read reaches beyond it (`top`; `most` is its
-static upper bound). The dim with the most counters is polled as one block of atomics (_tilec_wait_all), the
-others counter by counter.
+index terms give the first, the reduction and tile vars how far the read reaches beyond it (Reach: `top` as the
+emitted code computes it, `most` its static upper bound; tilec taxes evaluates the same per task). The dim with
+the most counters is polled as one block of atomics (_tilec_wait_all), the others counter by counter.
 """
 
 from __future__ import annotations
@@ -24,16 +24,32 @@ MAX_BLOCK = 1024  # counters polled at once at most (a block wider than this is 
 
 @dataclass(frozen=True)
 class Reach:
-    """One keyed flag dim of a wait: the read's index terms outside reductions, its constant, how far it reaches
-    beyond them (an int, or the source of a bounded expression for a ragged last tile), and at most how far."""
+    """One keyed flag dim of a wait: the read's index terms outside reductions and its constant (the first
+    element), and how far the read reaches beyond it: `fixed` elements, plus, when the read's own tile var sits
+    outside reductions (`tile`), that tile's extent in this task, min(step, extent - its value) - 1 (a ragged last
+    tile reaches less)."""
 
     dim: DimInverse
     stride: int
     terms: tuple[tuple[str, int], ...]
     const: int
-    top: int | str
-    most: int
+    fixed: int
+    tile: Var | None
     aligned: bool  # the read starts on a producer tile boundary in every task
+
+    @property
+    def most(self) -> int:
+        """At most how far the read reaches beyond its first element, in any task."""
+        return self.fixed + (self.tile.step - 1 if self.tile else 0)
+
+    @property
+    def top(self) -> int | str:
+        """How far the read reaches, as the emitted code computes it (the tile var by name where it matters)."""
+        if self.tile is None:
+            return self.fixed
+        v = self.tile
+        top_s = f"tl.minimum({v.step}, {v.extent} - {v.name})" if v.extent % v.step else str(v.step)
+        return f"{self.fixed} + {top_s} - 1"
 
     @property
     def count(self) -> int:
@@ -66,16 +82,10 @@ def plan_wait(g: nx.DiGraph, f: Flag, read: Access, red: set[str], scope: dict[s
     for d in (d for d in dims if d.size > 1):
         aff, tv = read.index[d.dim], read.tile[d.dim]
         inner = [(v, k) for v, k in aff.terms if v in red]
-        top = sum(k * (scope[v].extent - 1) for v, k in inner if v != tv and k > 0)
-        most = top
+        fixed = sum(k * (scope[v].extent - 1) for v, k in inner if v != tv and k > 0)
         if tv and tv in red:
-            top += scope[tv].extent - 1
-            most = top
-        elif tv:
-            v = scope[tv]
-            most = top + v.step - 1
-            top_s = f"tl.minimum({v.step}, {v.extent} - {tv})" if v.extent % v.step else str(v.step)
-            top = f"{top} + {top_s} - 1"
+            fixed += scope[tv].extent - 1
+        tile = scope[tv] if tv and tv not in red else None
         # a var of one trip is 0 in every task: it does not tell two reads apart
         once = {v for v, _k in aff.terms if v in scope and scope[v].trips == 1 and not scope[v].is_rank}
         terms = tuple(t for t in aff.terms if t not in inner and t[0] not in once)
@@ -84,7 +94,7 @@ def plan_wait(g: nx.DiGraph, f: Flag, read: Access, red: set[str], scope: dict[s
         g_ = _grain(d)
         aligned = (aff.const - d.const) % g_ == 0 and all((k * scope[v].step) % g_ == 0 for v, k in terms) and \
             (not d.rank_var or not d.key_tile or d.rank_coef % g_ == 0)
-        reach.append(Reach(d, st[dims.index(d)], terms, aff.const, top, most, aligned))
+        reach.append(Reach(d, st[dims.index(d)], terms, aff.const, fixed, tile, aligned))
     owner = "rank" if read.rank == ME else read.rank
     # A producer releases all its counters after all its stores (emit.task), so a wait on counters that the same
     # producer tiles bump equally (another tensor it writes, same tiling, same range read) is already satisfied.
