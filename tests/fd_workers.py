@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from tests._workers import _alloc_args
 from tilec.reference import TORCH_DTYPE
 
 
@@ -56,7 +57,7 @@ def run_cases(heap, cases, calls: int = 2):
     out = []
     for prog, dtype, seed in cases:
         mark = heap.mark()
-        args = _alloc(heap, prog)
+        args = _alloc_args(heap, prog)
         errs = []
         for call in range(calls):
             want = _fill(heap, prog, args, dtype, seed + call)
@@ -66,11 +67,6 @@ def run_cases(heap, cases, calls: int = 2):
         heap.release(mark)
         out.append((prog.schedule, dtype, prog.dims, errs, in_step))
     return out
-
-
-def _alloc(heap, prog) -> dict:
-    """Every tensor of a call, on the heap."""
-    return {n: heap.alloc(shape, TORCH_DTYPE[dt]) for n, (_k, dt, shape, _s) in prog.signature().items()}
 
 
 def counters_in_step(heap, prog) -> bool:
@@ -101,7 +97,7 @@ def captured_cases(heap, cases, replays: int = 3):
     out = []
     for prog, dtype, seed in cases:
         mark = heap.mark()
-        args = _alloc(heap, prog)
+        args = _alloc_args(heap, prog)
         _fill(heap, prog, args, dtype, seed)
         calls = [prog.capture(heap, **args), prog.capture(heap, **args)]
         errs = []
@@ -128,7 +124,7 @@ def capture_errors(heap, progs):
 
     out = []
     for prog in progs:
-        args = _alloc(heap, prog)
+        args = _alloc_args(heap, prog)
         try:
             prog.capture(heap, **args)
             out.append(None)

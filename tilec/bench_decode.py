@@ -270,6 +270,14 @@ def _declared_shape(path: str, world: int, dims: dict, name: str, bs: int) -> tu
     return next(tuple(t.shape) for t in check(parse_file(path), world, {**dims, "BS": bs}).tensors if t.name == name)
 
 
+def _wrong(r: DecodeRow, tol: float) -> str:
+    """A tilec row whose error is above tol gets that as its note; returns what its log line says of it."""
+    if r.rel_err is None or r.rel_err <= tol:
+        return ""
+    r.note = f"relative error {r.rel_err:.3g} above {tol:g}"
+    return f"  WRONG: {r.note}"
+
+
 def rel_err(out: torch.Tensor, ref: torch.Tensor | None) -> float | None:
     if ref is None:
         return None
@@ -311,10 +319,9 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
             per_sm[prog.schedule] = prog.programs_per_sm(heap)
             out = args["O"].clone()
             local = replayed = None
-            phase = local_phase(prog) if extras else None
             try:  # the extra measurements: a failure is logged, the call's own row stands
-                if phase:
-                    local = local_phase_time(prog, heap, args, n, _median_time)
+                local = local_phase_time(prog, heap, args, n, _median_time) if extras else None
+                if local is not None:
                     prog(heap, **args)  # synchronous: reports a wait that timed out
                 if extras and capturable(prog, heap):
                     call = prog.capture(heap, **args)
@@ -412,24 +419,18 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
             if local is not None:
                 r.local_us = _sig(local * 1e6)
                 r.local_frac_of_copy_bw = _sig(nbytes / local / 1e9 / COPY_GBPS)
-            wrong = r.rel_err is not None and not r.rel_err <= tol
-            if wrong:
-                r.note = f"relative error {r.rel_err:.3g} above {tol:g}"
             shape_rows.append(r)
             alone = "" if local is None else (f"; local phase alone {r.local_us:.0f}us"
                                               f" ({100 * r.local_frac_of_copy_bw:.1f}% of copy)")
             log(f"[{step}/{total}] {lab} {s}: {r.median_us:.0f}us {r.gbps:.0f} GB/s ({100 * r.frac_of_copy_bw:.1f}%"
-                f" of copy) BS={bs}{alone}" + (f"  WRONG: {r.note}" if wrong else ""))
+                f" of copy) BS={bs}{alone}{_wrong(r, tol)}")
             if replayed:
                 g = row(f"{s} (CUDA graph)", "tilec", replayed[0], dict(r.config), rel_err(replayed[1], ref),
                         note="the same call replayed from a CUDA graph (CompiledProgram.capture): no Python launch "
                              "path")
-                wrong = g.rel_err is not None and not g.rel_err <= tol
-                if wrong:
-                    g.note = f"relative error {g.rel_err:.3g} above {tol:g}"
                 shape_rows.append(g)
                 log(f"    {g.name}: {g.median_us:.0f}us {g.gbps:.0f} GB/s ({100 * g.frac_of_copy_bw:.1f}% of copy)"
-                    + (f"  WRONG: {g.note}" if wrong else ""))
+                    f"{_wrong(g, tol)}")
         del q, k, v, lens, data, ref
         heap.release(mark)
         best_base = min((r.median_us for r in shape_rows if r.kind == "baseline"), default=None)

@@ -262,10 +262,7 @@ class CompiledProgram:
         timeout is then reported by the next synchronous call. only=(i, ...): launch only these kernels (what
         one stage of a bsp schedule costs alone); only schedules without flags, whose counters would fall out of
         step with the call count."""
-        if heap is None:
-            from tilec.runtime import active_heap
-
-            heap = active_heap()
+        heap = _heap(heap)
         if heap.world != self.world:
             raise ArgumentError(f"{self.program.name} was compiled for world {self.world}, the heap has "
                                 f"{heap.world} ranks")
@@ -317,10 +314,7 @@ class CompiledProgram:
         every rank captures, and replays as often as the others."""
         import torch
 
-        if heap is None:
-            from tilec.runtime import active_heap
-
-            heap = active_heap()
+        heap = _heap(heap)
         name, mod = self.program.name, self.module
         if self.has_host_barrier:
             raise ArgumentError(f"{name}: schedule {self.schedule} has a host barrier inside a call, which a CUDA "
@@ -359,10 +353,7 @@ class CompiledProgram:
 
         if not getattr(self.module, "TIMELINE_SLOTS", 0):
             raise ArgumentError(f"{self.program.name}: not a timeline build (tilec.compile(..., timeline=True))")
-        if heap is None:
-            from tilec.runtime import active_heap
-
-            heap = active_heap()
+        heap = _heap(heap)
         st = self._state.get(id(heap))
         if st is None or not st["epoch"]:
             raise ArgumentError(f"{self.program.name}: no call has run on rank {heap.rank}'s heap yet")
@@ -390,6 +381,15 @@ class CompiledProgram:
                           " producing rank never released it (call counts differ between ranks, a producer is"
                           " missing, or the persistent grid outgrew the programs resident at once: try"
                           " TILEC_PROGRAMS_PER_SM=1)")
+
+
+def _heap(heap):
+    """The heap a call runs on: the one given, else this rank process's (tilec.runtime.active_heap)."""
+    if heap is not None:
+        return heap
+    from tilec.runtime import active_heap
+
+    return active_heap()
 
 
 class CapturedCall:
