@@ -9,7 +9,7 @@ entry_barrier=False, sync=False. Reported per row: median time, the KV bytes eac
 calibrate` counts them), the ratio to tilec's bsp schedule and to the best baseline, and the relative error of the
 output against the first baseline's (a fast wrong kernel shows up). Lengths are full (lens[b] = W * S). The bsp
 row also times its local phase alone (the kernels before its first barrier: split attention and the local merge,
-`only=`), as a kernel time (kernel_time: back-to-back launches, like the copy): how fast the local attention
+`only=`), as a kernel time (kernel_time: launches after a clean L2 flush, like the copy): how fast the local attention
 streams the KV cache without the exchange, the combine and the host's launch path. On a GPU, a schedule without
 host barriers also gets a "(CUDA graph)" row: the same call recorded once (CompiledProgram.capture) and replayed,
 under the same timer, without the Python launch path.
@@ -477,14 +477,14 @@ def prepare(path: str, shapes: list[tuple[int, ...]], world: int, dtype: str, in
 
 
 def kernel_time(fn, heap, iters: int, timer) -> float:
-    """Seconds of the kernels `fn` queues, as `tilec calibrate` times its copy: triton.testing.do_bench (launches
-    back to back, L2 flushed between them, median), so the host's launch path is hidden behind the previous
-    launch; the CPU emulation has no such thing and takes the bench's per-call timer."""
+    """Seconds of the kernels `fn` queues, as `tilec calibrate` times its copy: tilec.gpu_time.cold_time (each
+    launch after a clean L2 flush, median; the host's launch path hidden behind the flush); the CPU emulation has
+    no such thing and takes the bench's per-call timer."""
     if heap.interpret:
         return timer(fn, heap, iters, 1)
-    from triton.testing import do_bench
+    from tilec.gpu_time import cold_time
 
-    return do_bench(fn, warmup=5, rep=max(20, iters * 2), return_mode="median") / 1e3  # warmup, rep: ms
+    return cold_time(fn, reps=max(20, iters * 2))
 
 
 def copy_gbps(src: torch.Tensor, heap, iters: int) -> float:

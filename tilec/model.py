@@ -152,7 +152,8 @@ def rank_schedules(program, world: int, dims: dict[str, int] | None = None, mach
 
 
 def calibrate(base: Machine = H200, log=print) -> Machine:
-    """Measure this machine's rates with torch / triton.testing.do_bench: GEMM, device copy, launch latency,
+    """Measure this machine's rates with torch / triton.testing.do_bench (the copy: gpu_time.cold_time, a flush
+    that leaves no dirty lines to write back): GEMM, device copy, launch latency,
     host barrier over the visible GPUs and, with two or more, a peer copy. Fields it cannot measure (flag polls;
     the link on one GPU) keep `base`'s values."""
     try:
@@ -167,7 +168,7 @@ def calibrate(base: Machine = H200, log=print) -> Machine:
     dev = torch.device("cuda", 0)
     gemm = _gemm_tflops(torch, dev, do_bench)
     log(f"  gemm bf16 8192^3: {gemm:.0f} TFLOP/s")
-    hbm = _copy_GBps(torch, dev, do_bench)
+    hbm = _copy_GBps(torch, dev)
     log(f"  device copy: {hbm:.0f} GB/s (read + write)")
     launch = _launch_us(torch)
     log(f"  launch: {launch:.1f} us")
@@ -192,10 +193,12 @@ def _gemm_tflops(torch, dev, do_bench, n: int = 8192) -> float:
     return 2 * n**3 / (do_bench(lambda: a @ b, warmup=25, rep=200) * 1e-3) / 1e12
 
 
-def _copy_GBps(torch, dev, do_bench) -> float:
+def _copy_GBps(torch, dev) -> float:
+    from tilec.gpu_time import cold_time
+
     x = torch.empty(1 << 29, device=dev, dtype=torch.uint8)
     y = torch.empty_like(x)
-    return 2 * x.numel() / (do_bench(lambda: y.copy_(x), warmup=10, rep=100) * 1e-3) / 1e9
+    return 2 * x.numel() / cold_time(lambda: y.copy_(x), reps=100, warmup=10) / 1e9
 
 
 def _launch_us(torch, n: int = 2000) -> float:
