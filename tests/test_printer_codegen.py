@@ -142,7 +142,7 @@ _PROBE = textwrap.dedent("""
     import contextlib, importlib.util, json, sys
 
     class Ctx:
-        rank, interpret, upcast_dot, max_spin, graph = 0, True, True, 1, False
+        rank, interpret, upcast_dot, max_spin, graph, pdl = 0, True, True, 1, False, False
         def __init__(self):
             self.events = []
             self.plan = None  # LaunchContext.plan: the launches of a call, built by the first launch()

@@ -63,12 +63,19 @@ class LaunchContext:
         self.per_sm: dict = {}
         self.plan: list | None = None  # the launches of a call, reused while the call's tensors stay the same
         self.graph = False  # launching into a CUDA graph capture (Program.capture): kernels read the epoch on device
+        # programmatic dependent launch (sm_90+): a kernel may be launched before the previous one in its stream
+        # has finished, and waits for it on the device (griddepcontrol) before touching memory; what it saves
+        # is the gap between kernels. TILEC_PDL=0 turns it off.
+        self.pdl = False
         if heap.interpret:
             self.capacity = 1  # the interpreter runs a launch's programs one after another
         else:
             import torch
 
-            self.capacity = torch.cuda.get_device_properties(heap.device).multi_processor_count
+            props = torch.cuda.get_device_properties(heap.device)
+            self.capacity = props.multi_processor_count
+            self.pdl = (torch.version.hip is None and getattr(props, "major", 0) >= 9
+                        and os.environ.get("TILEC_PDL", "1") != "0")
 
     def barrier(self) -> None:
         self.heap.barrier()

@@ -5,6 +5,7 @@ to the compiled handle with that same count.
 Triton's JIT and the device properties are replaced by fakes that record what was compiled and launched; the
 generated module and LaunchContext are the real ones."""
 
+import contextlib
 from types import SimpleNamespace
 
 import pytest
@@ -30,8 +31,11 @@ class FakeKernel:
 
     def __init__(self, name, regs, shared):
         self.__name__, self.regs, self.shared, self.compiles, self.jit_launches = name, regs, shared, [], []
+        self.pdl = []
 
-    def warmup(self, *args, UPCAST_DOT, GRAPH, grid, num_warps, num_stages):  # noqa: N803 - Triton's keywords
+    def warmup(self, *args, UPCAST_DOT, GRAPH, PDL, grid, num_warps, num_stages, launch_pdl):  # noqa: N803
+        assert PDL == launch_pdl  # a kernel that may start early must wait for its predecessor on the device
+        self.pdl.append(PDL)
         self.compiles.append(args[-1])  # NPROG: the last positional argument
         return FakeCompiled(args[-1], self.regs, self.shared)
 
@@ -49,12 +53,15 @@ class FakeHeap:
         pass
 
 
-def _setup(monkeypatch, regs, shared, schedule="fused-push"):
+def _setup(monkeypatch, regs, shared, schedule="fused-push", major=None, example="examples/flash_decode.tile",
+           dims=None):
     props = SimpleNamespace(multi_processor_count=132, regs_per_multiprocessor=65536,
                             shared_memory_per_multiprocessor=228 * 1024, max_threads_per_multi_processor=2048)
+    if major is not None:
+        props.major = major
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: props)
-    prog = tilec.compile("examples/flash_decode.tile", world=1, schedule=schedule,
-                         dims=dict(B=2, HKV=16, G=8, D=128, S=8192, BS=256))
+    dims = dims or dict(B=2, HKV=16, G=8, D=128, S=8192, BS=256)
+    prog = tilec.compile(example, world=1, schedule=schedule, dims=dims)
     mod = prog.module
     fakes = [FakeKernel(k.__name__, regs, shared) for k, *_ in mod.KERNELS]
     monkeypatch.setattr(mod, "KERNELS", [(f, *rest) for f, (_k, *rest) in zip(fakes, mod.KERNELS, strict=True)])
@@ -80,9 +87,11 @@ def test_persistent_grid_follows_occupancy(monkeypatch, regs, shared, per_sm):
     assert ctx.plan is plan  # the same tensors: the second call reuses the launch plan
     compiled = ctx.compiled[(k, want, mod._aligned(mod._args(ctx, bufs, 1, k, want)), False)]
     assert [g for g, _ in compiled.launches] == [(want, 1, 1)] * 2  # straight to the compiled kernel
-    # (.., epoch, max_spin, EPOCH_AT, NPROG, UPCAST_DOT, GRAPH); tensors go to Triton's launcher as their addresses
-    assert [(a[-6], a[-5], a[-3], a[-1]) for _, a in compiled.launches] == [(1, 10, want, False), (2, 10, want, False)]
-    assert compiled.launches[0][1][-4] == bufs["EPOCH"].data_ptr() and not k.jit_launches
+    # (.., epoch, max_spin, EPOCH_AT, NPROG, UPCAST_DOT, GRAPH, PDL); tensors go to Triton's launcher as their
+    # addresses; PDL off: the fake device reports no compute capability
+    assert [(a[-7], a[-6], a[-4], a[-2], a[-1]) for _, a in compiled.launches] == [
+        (1, 10, want, False, False), (2, 10, want, False, False)]
+    assert compiled.launches[0][1][-5] == bufs["EPOCH"].data_ptr() and not k.jit_launches
     assert all(isinstance(x, int) for _, a in compiled.launches for x in a)
     assert compiled.launches[0][1][0] == mod._args(ctx, bufs, 1, k, want)[0].data_ptr()
 
@@ -92,3 +101,25 @@ def test_one_program_kernels_are_not_resized(monkeypatch):
     mod.warmup(ctx, bufs)
     for f, (_k, total, persistent, *_r) in zip(fakes, mod.KERNELS, strict=True):
         assert not persistent and f.compiles == [total]  # one program per task, compiled once
+
+
+@pytest.mark.parametrize(("example", "schedule", "major", "env", "pdl"), [
+    ("examples/flash_decode.tile", "bsp", 9, "1", True),  # kernels one after another on sm_90: every one
+    ("examples/flash_decode.tile", "fused-push", 9, "1", True),
+    ("examples/flash_decode.tile", "bsp", 8, "1", False),  # no griddepcontrol before sm_90
+    ("examples/flash_decode.tile", "bsp", 9, "0", False),  # TILEC_PDL=0
+    ("examples/ag_gemm.tile", "flags", 9, "1", False),  # a concurrent pair: never launched early
+])
+def test_programmatic_dependent_launch(monkeypatch, example, schedule, major, env, pdl):
+    monkeypatch.setenv("TILEC_PDL", env)
+    dims = dict(M=64, N=64, K=64, BM=32, BN=32, BK=32) if "ag_gemm" in example else None
+    mod, fakes, ctx, bufs = _setup(monkeypatch, 64, 16 * 1024, schedule=schedule, major=major, example=example,
+                                   dims=dims)
+    mod.warmup(ctx, bufs)
+    assert all(f.pdl and set(f.pdl) == {pdl} for f in fakes)
+    monkeypatch.setattr(ctx, "stream", lambda i: contextlib.nullcontext())  # no CUDA streams here
+    monkeypatch.setattr(ctx, "join_streams", lambda: None)
+    mod.launch(ctx, bufs, epoch=1)
+    for _stream, _barrier, _runner, k, nprog, _args in ctx.plan:  # PDL: the launch's last argument
+        launches = ctx.compiled[(k, nprog, mod._aligned(mod._args(ctx, bufs, 1, k, nprog)), False)].launches
+        assert launches[-1][1][-1] == pdl

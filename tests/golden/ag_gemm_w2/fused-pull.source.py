@@ -64,10 +64,15 @@ def _tilec_dot(a, b, acc, UPCAST: tl.constexpr, IEEE: tl.constexpr):
 def k0_gemm(
     B, A, C,
     ERR, heap_bases, rank, epoch, max_spin, EPOCH_AT, NPROG: tl.constexpr, UPCAST_DOT: tl.constexpr,
-    GRAPH: tl.constexpr,
+    GRAPH: tl.constexpr, PDL: tl.constexpr,
 ):
     # stages: gemm; 12 tasks; persistent
     pid = tl.program_id(0)
+    if PDL:  # launched as a programmatic dependent of the stream's previous kernel (LaunchContext.pdl)
+        # every program of this launch is resident once all have passed here: the next kernel may take the SMs
+        # this one leaves idle (it waits below for this one to finish)
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()  # the previous kernel has finished and its writes are visible
     if GRAPH:  # a call replayed from a CUDA graph (Program.capture): the graph bumps the epoch on the device
         epoch = tl.load(EPOCH_AT)
     for task in range(pid, 12, NPROG):
@@ -104,6 +109,9 @@ KERNELS = [
     (k0_gemm, 12, True, False, False, 1.0,
      0),
 ]
+# programmatic dependent launch (LaunchContext.pdl) only where a call's kernels run one after another: a kernel
+# launched early beside a concurrent pair could hold SMs that the pair's waiting kernel still needs
+_PDL = not any(k[3] for k in KERNELS)
 
 
 def _args(ctx, buffers, epoch, k, nprog):
@@ -134,8 +142,8 @@ def warmup(ctx, buffers):
 
 
 def _compile(ctx, k, args):
-    compiled = k.warmup(*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, grid=(1,), num_warps=NUM_WARPS,
-                        num_stages=NUM_STAGES)
+    compiled = k.warmup(*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, PDL=ctx.pdl and _PDL,
+                        grid=(1,), num_warps=NUM_WARPS, num_stages=NUM_STAGES, launch_pdl=ctx.pdl and _PDL)
     if hasattr(compiled, "result"):  # Triton's asynchronous compile mode hands back a future
         compiled = compiled.result()
     return compiled
@@ -178,10 +186,10 @@ def launch(ctx, buffers, epoch, entry_barrier=True, only=None):
         args[_EPOCH] = epoch
         with ctx.stream(stream):
             if runner is not None:  # straight to the compiled kernel: skips the JIT's per-call argument binding
-                runner(*args, ctx.upcast_dot, ctx.graph)
+                runner(*args, ctx.upcast_dot, ctx.graph, ctx.pdl and _PDL)
             else:
-                k[(nprog,)](*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, num_warps=NUM_WARPS,
-                            num_stages=NUM_STAGES)
+                k[(nprog,)](*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, PDL=ctx.pdl and _PDL,
+                            num_warps=NUM_WARPS, num_stages=NUM_STAGES, launch_pdl=ctx.pdl and _PDL)
     ctx.join_streams()
     if entry_barrier and EXIT_BARRIER:
         ctx.barrier()
