@@ -1,5 +1,6 @@
 """Probe: which emitted form of the streamed attend's key loop streams fastest, timed as bsp's local phase (split +
-merge kernels, `only=`, do_bench) of examples/flash_decode.tile at B=1, D=128, GQA 8:1, bf16, head-major KV.
+merge kernels, `only=`, kernel_time: do_bench when it ran in call 27, a clean cold-L2 flush since) of
+examples/flash_decode.tile at B=1, D=128, GQA 8:1, bf16, head-major KV.
 
 Call 26 found every decode row 10-15% slower after v stopped being re-masked, while the hand-written probe
 (decode_stream_probe.py) had found that change 2-7% faster. The emitted loads were [1, 1, keys, D] blocks reshaped
