@@ -115,3 +115,26 @@ def test_streamed_split_kernel_stays_lean_at_paper_shapes():
                          dims=dict(B=1, HKV=12, G=8, D=128, S=32768, BS=2048))
     (split,) = [b for b in compile_for_target(prog, "cuda:90") if b.kernel == "k0_split"]
     assert split.registers is None or (split.spilled == 0 and split.registers <= 160), split
+
+
+@pytest.mark.parametrize(("example", "schedule", "target", "pdl"), [
+    ("flash_decode", "bsp", "cuda:90", True),
+    ("flash_decode", "fused-push", "cuda:90", True),
+    ("flash_decode", "bsp", "cuda:80", False),  # griddepcontrol is sm_90's
+    ("ag_gemm", "flags", "cuda:90", False),  # a concurrent pair keeps plain launches
+])
+def test_programmatic_dependent_launch_in_the_ptx(example, schedule, target, pdl):
+    """A kernel launched as a programmatic dependent first lets its dependents launch, then waits for its
+    predecessor, before any global memory access."""
+    import re
+
+    prog = tilec.compile(f"examples/{example}.tile", world=2, schedule=schedule, dims=CASES[example],
+                         retype={"f16": "bf16"})
+    for b in compile_for_target(prog, target):
+        body = b.ptx[b.ptx.index(".entry"):]
+        if not pdl:
+            assert "griddepcontrol" not in body, b.kernel
+            continue
+        first_access = re.search(r"\b(?:ld|st|atom)\.global", body).start()
+        assert body.index("griddepcontrol.launch_dependents") < body.index("griddepcontrol.wait") < first_access, \
+            b.kernel
