@@ -355,7 +355,11 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
 
         meta.update({"family": "decode", "metric": "gbps", "copy_gbps": COPY_GBPS, "max_splits": MAX_SPLITS,
                      "run_copy_gbps": "per row: a device copy of the shape's K timed in the same run (read + write"
-                                      " bytes per second, as `tilec calibrate` counts them); None on the CPU",
+                                      " bytes per second, as `tilec calibrate` counts them; a kernel time like"
+                                      " local_us); None on the CPU",
+                     "local_us": "per bsp row: its local phase alone (split + merge kernels), a kernel time:"
+                                 " median of CUDA-event times of launches each after an L2 flush that reads a buffer"
+                                 " of several L2s (tilec.gpu_time.cold_time), as the run copy is timed",
                      "lens": "full: lens[b] = W * S", "tune": tune, "skipped": skipped,
                      "kv_bytes": "2 * B * S * HKV * D * element size, per rank per call",
                      "rel_err": "max |O - O_ref| / max |O_ref|; O_ref: the first baseline's output, else the whole"
