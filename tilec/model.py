@@ -152,10 +152,9 @@ def rank_schedules(program, world: int, dims: dict[str, int] | None = None, mach
 
 
 def calibrate(base: Machine = H200, log=print) -> Machine:
-    """Measure this machine's rates with torch / triton.testing.do_bench (the copy: gpu_time.cold_time, a flush
-    that leaves no dirty lines to write back): GEMM, device copy, launch latency,
-    host barrier over the visible GPUs and, with two or more, a peer copy. Fields it cannot measure (flag polls;
-    the link on one GPU) keep `base`'s values."""
+    """Measure this machine's rates: GEMM (triton.testing.do_bench), device copy (gpu_time.cold_time, a flush
+    that leaves no dirty lines to write back), launch latency, host barrier over the visible GPUs and, with two or
+    more, a peer copy (do_bench). Fields it cannot measure (flag polls; the link on one GPU) keep `base`'s values."""
     try:
         import torch
     except ImportError:

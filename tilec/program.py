@@ -57,7 +57,8 @@ class LaunchContext:
         self.max_spin = max_spin
         self._bases = None
         self._streams: dict[int, object] = {}
-        self.compiled: dict = {}  # (kernel, NPROG, pointer alignments) -> Triton's compiled kernel (warmup)
+        # (kernel, NPROG, pointer alignments, graph) -> Triton's compiled kernel (warmup)
+        self.compiled: dict = {}
         # (kernel, graph) -> programs resident per SM (fit), for persistent grids; a captured variant (graph=True)
         # is compiled and fitted on its own, so capturing never resizes the ordinary calls' grids
         self.per_sm: dict = {}

@@ -69,6 +69,7 @@ def compile_for_target(prog, target: str = "cuda:90", nprog: int = 132) -> list[
 
     tgt = parse_target(target)
     mod = prog.module
+    pdl = tgt.backend == "cuda" and tgt.arch >= 90 and mod._PDL  # what the launch path turns on there
     out = []
     for k, *_rest in mod.KERNELS:
         sig: dict[str, str] = {}
@@ -85,7 +86,6 @@ def compile_for_target(prog, target: str = "cuda:90", nprog: int = 132) -> list[
                 sig[name] = "constexpr"
         # pointers as the runtime sees heap and torch tensors: 16-byte aligned (Triton pipelines loads only then)
         aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(k.arg_names) if sig[n].startswith("*")}
-        pdl = tgt.backend == "cuda" and tgt.arch >= 90 and mod._PDL  # what the launch path turns on there
         src = ASTSource(k, sig, constexprs={"NPROG": nprog, "UPCAST_DOT": False, "PDL": pdl}, attrs=aligned)
         try:
             ck = triton.compile(src, target=tgt, options={"num_warps": mod.NUM_WARPS, "num_stages": mod.NUM_STAGES})

@@ -142,8 +142,9 @@ def warmup(ctx, buffers):
 
 
 def _compile(ctx, k, args):
-    compiled = k.warmup(*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, PDL=ctx.pdl and _PDL,
-                        grid=(1,), num_warps=NUM_WARPS, num_stages=NUM_STAGES, launch_pdl=ctx.pdl and _PDL)
+    pdl = ctx.pdl and _PDL
+    compiled = k.warmup(*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, PDL=pdl, grid=(1,), num_warps=NUM_WARPS,
+                        num_stages=NUM_STAGES, launch_pdl=pdl)
     if hasattr(compiled, "result"):  # Triton's asynchronous compile mode hands back a future
         compiled = compiled.result()
     return compiled
@@ -178,6 +179,7 @@ def launch(ctx, buffers, epoch, entry_barrier=True, only=None):
         ctx.barrier()
     if ctx.plan is None:  # the launches of a call with these tensors; calls differ only in the epoch
         ctx.plan = [_plan(ctx, buffers, i, kernel) for i, kernel in enumerate(KERNELS)]
+    pdl = ctx.pdl and _PDL
     for i, (stream, barrier_before, runner, k, nprog, args) in enumerate(ctx.plan):
         if only is not None and i not in only:
             continue
@@ -186,10 +188,10 @@ def launch(ctx, buffers, epoch, entry_barrier=True, only=None):
         args[_EPOCH] = epoch
         with ctx.stream(stream):
             if runner is not None:  # straight to the compiled kernel: skips the JIT's per-call argument binding
-                runner(*args, ctx.upcast_dot, ctx.graph, ctx.pdl and _PDL)
+                runner(*args, ctx.upcast_dot, ctx.graph, pdl)
             else:
-                k[(nprog,)](*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, PDL=ctx.pdl and _PDL,
-                            num_warps=NUM_WARPS, num_stages=NUM_STAGES, launch_pdl=ctx.pdl and _PDL)
+                k[(nprog,)](*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, PDL=pdl, num_warps=NUM_WARPS,
+                            num_stages=NUM_STAGES, launch_pdl=pdl)
     ctx.join_streams()
     if entry_barrier and EXIT_BARRIER:
         ctx.barrier()
