@@ -424,9 +424,12 @@ class _Emitter:
         out, indent = body_out, body_indent
         t = tensor(self.g, e.source.tensor)
         st = _strides(t.shape)
+        # the copy ran on the rank that holds the buffer read here: `rank` in the copy is that rank
+        me_val = vals.get(ME, "rank" if e.read.rank == ME else e.read.rank)
         offs = []
         for j, aff in enumerate(e.source.index):
-            terms = [(vals.get(v, "0"), k) for v, k in aff.terms]  # a one-element copy loop is always 0
+            # a copy loop the buffer index does not solve has one trip (the verifier rejects the rest): it is 0
+            terms = [(me_val if v == ME else vals.get(v, "0"), k) for v, k in aff.terms]
             ex = self.scalar(terms, aff.const)
             if t.numel >= 2**31 and j == 0:
                 ex = f"({ex}).to(tl.int64)"
@@ -434,8 +437,6 @@ class _Emitter:
         ptr = self.param(e.source.tensor)
         m = f", mask={' & '.join(masks)}, other=0" if masks else ""
         name = self.tmp()
-        # the copy ran on the rank whose buffer is read: ME of the copy is that rank
-        me_val = vals.get(ME, "rank" if e.read.rank == ME else e.read.rank)
         if e.source.rank == ME:
             src_rank = None if me_val == "rank" else me_val
             if src_rank is not None and src_rank not in scalar_ranks:
