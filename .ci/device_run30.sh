@@ -1,4 +1,4 @@
-# device call 30 (session 6): the decode bench's kernel_time on a clean L2 flush (tilec.gpu_time.cold_time):
+# device call 30 (session 6): the decode bench's kernel_time on a clean L2 flush (tilec.perf.gpu_time.cold_time):
 # gpu_time tests + flash decode GPU tests, then decode-paper (bsp, fused-push, graph rows, SDPA).
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TILEC_CACHE=/tmp/tilec-cache

@@ -21,7 +21,7 @@ import sys
 import torch
 
 import tilec
-from tilec.bench_decode import COPY_GBPS, copy_gbps, default_bs, kv_bytes, local_phase_time, make_inputs
+from tilec.perf.bench_decode import COPY_GBPS, copy_gbps, default_bs, kv_bytes, local_phase_time, make_inputs
 from tilec.runtime import spawn
 
 EX = "examples/flash_decode.tile"

@@ -6,7 +6,7 @@ Variants of examples/flash_decode.tile (text edits of the example, nothing else 
   KV-head apart, and programs running together read the same head in different blocks of positions;
 - `-jg`: the split stage iterates (b, j, g) instead of (b, g, j): programs running together work on all heads of
   the same positions.
-Times whole calls (tilec.bench.time_checked: CUDA events, median of 20), fused-push, world 1, bf16, B1 H128
+Times whole calls (tilec.perf.bench.time_checked: CUDA events, median of 20), fused-push, world 1, bf16, B1 H128
 (HKV 16, GQA 8), D 128.
 Run on the device: python benchmarks/decode_layout_probe.py > probe.log
 (Recorded in benchmarks/results/h200-1gpu/decode_layout_probe.log, when the example was still position-major:
@@ -22,8 +22,8 @@ from pathlib import Path
 import torch
 
 import tilec
-from tilec.bench import time_checked
-from tilec.bench_decode import kv_bytes, make_inputs
+from tilec.perf.bench import time_checked
+from tilec.perf.bench_decode import kv_bytes, make_inputs
 from tilec.runtime import spawn
 
 EX = Path("examples/flash_decode.tile")

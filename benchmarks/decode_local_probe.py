@@ -1,7 +1,7 @@
 """Probe: how fast the local attention alone streams the KV cache, per launch configuration.
 
 Times bsp's local phase of examples/flash_decode.tile (the split and merge kernels, `only=`) as a kernel time
-(tilec.bench_decode.kernel_time, as `tilec calibrate` times its copy: do_bench when it ran in session 4,
+(tilec.perf.bench_decode.kernel_time, as `tilec calibrate` times its copy: do_bench when it ran in session 4,
 gpu_time.cold_time since) for a few (S, BS, num_warps, num_stages, keys per attend block), beside a copy of the
 same K. B=1, 128 query heads, GQA 8:1, D=128, bf16, head-major KV.
 Run on the device: python benchmarks/decode_local_probe.py > probe.log
@@ -14,7 +14,7 @@ import sys
 import torch
 
 import tilec
-from tilec.bench_decode import COPY_GBPS, copy_gbps, kv_bytes, local_phase_time, make_inputs
+from tilec.perf.bench_decode import COPY_GBPS, copy_gbps, kv_bytes, local_phase_time, make_inputs
 from tilec.runtime import spawn
 
 EX = "examples/flash_decode.tile"

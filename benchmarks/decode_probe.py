@@ -1,6 +1,6 @@
 """Probe: what limits the single persistent flash-decode kernel (fused-push, world 1) on one GPU.
 
-Times whole calls of examples/flash_decode.tile (tilec.bench.time_checked: CUDA events, median of 20) for a few
+Times whole calls of examples/flash_decode.tile (tilec.perf.bench.time_checked: CUDA events, median of 20) for a few
 (S, BS, num_warps, programs per SM) (`tilec bench` has the SDPA baseline). Run on the device:
     python benchmarks/decode_probe.py > probe.log
 """
@@ -13,8 +13,8 @@ import torch
 
 import tilec
 import tilec.program as tp
-from tilec.bench import time_checked
-from tilec.bench_decode import kv_bytes, make_inputs
+from tilec.perf.bench import time_checked
+from tilec.perf.bench_decode import kv_bytes, make_inputs
 from tilec.runtime import spawn
 
 EX = "examples/flash_decode.tile"

@@ -19,8 +19,8 @@ import sys
 import torch
 
 import tilec
-from tilec.bench_decode import COPY_GBPS, default_bs, kv_bytes, make_inputs
-from tilec.gpu_time import event_time
+from tilec.perf.bench_decode import COPY_GBPS, default_bs, kv_bytes, make_inputs
+from tilec.perf.gpu_time import event_time
 from tilec.runtime import spawn
 
 EX = "examples/flash_decode.tile"

@@ -1,7 +1,7 @@
 """Probe: how much of a short call is the host's launch path (Python between the timer's start event and the
 kernel's launch), for the persistent flash decode (fused-push) and All-Gather + GEMM (fused-pull), world 1.
 
-Per program: the CUDA-event time of a call (tilec.bench's discipline), the host time of the call alone, and the
+Per program: the CUDA-event time of a call (tilec.perf.bench's discipline), the host time of the call alone, and the
 host time's top functions (cProfile over 200 calls). Run on the device: python benchmarks/launch_probe.py
 """
 
@@ -17,7 +17,7 @@ import time
 import torch
 
 import tilec
-from tilec.bench import _inputs
+from tilec.perf.bench import _inputs
 from tilec.runtime import spawn
 
 

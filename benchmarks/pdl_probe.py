@@ -17,8 +17,8 @@ import sys
 import torch
 
 import tilec
-from tilec.bench import _median_time
-from tilec.bench_decode import default_bs, kv_bytes, local_phase_time, make_inputs
+from tilec.perf.bench import _median_time
+from tilec.perf.bench_decode import default_bs, kv_bytes, local_phase_time, make_inputs
 from tilec.runtime import spawn
 
 EX = "examples/flash_decode.tile"

@@ -13,10 +13,10 @@ import torch
 import tilec
 from tests._util import PROGRAMS, ROOT
 from tests.fd_workers import attention_reference, make_case
-from tilec import bench, bench_decode
-from tilec.bench_baselines import local_attention_lse, lse_combine
 from tilec.errors import ScheduleError, TilecError
 from tilec.passes.schedules import SCHEDULES
+from tilec.perf import bench, bench_decode, inputs
+from tilec.perf.bench_baselines import local_attention_lse, lse_combine
 
 GEMM = str(ROOT / "examples" / "ag_gemm.tile")
 DECODE = str(ROOT / "examples" / "flash_decode.tile")
@@ -160,12 +160,12 @@ def test_kv_layouts():
     (same seeds), and SDPA gets them head-major either way."""
     dims = dict(B=2, HKV=3, G=2, D=8, S=16)
     cpu = torch.device("cpu")
-    _q, k, v, _l = bench_decode.make_inputs(dims, 1, 0, "f32", cpu)
-    _q, kh, vh, _l = bench_decode.make_inputs(dims, 1, 0, "f32", cpu, layout="bhsd")
+    _q, k, v, _l = inputs.make_inputs(dims, 1, 0, "f32", cpu)
+    _q, kh, vh, _l = inputs.make_inputs(dims, 1, 0, "f32", cpu, layout="bhsd")
     assert torch.equal(kh, k.transpose(1, 2)) and torch.equal(vh, v.transpose(1, 2)) and kh.is_contiguous()
-    assert bench_decode.kv_layout(k.shape, dims) == "bshd" and bench_decode.kv_layout(kh.shape, dims) == "bhsd"
+    assert inputs.kv_layout(k.shape, dims) == "bshd" and inputs.kv_layout(kh.shape, dims) == "bhsd"
     with pytest.raises(TilecError, match=r"K \[2, 16, 8, 3\]"):
-        bench_decode.kv_layout((2, 16, 8, 3), dims)
+        inputs.kv_layout((2, 16, 8, 3), dims)
     assert bench_decode._declared_shape(DECODE, 1, dims, "K", 8) == (2, 3, 16, 8)  # the example is head-major
 
 
@@ -192,7 +192,7 @@ def test_reference_output_matches_torch():
     dims = dict(B=2, HKV=1, G=8, D=32, S=48)
     world = 2
     ref = bench_decode.reference_output(dims, world, "bf16", torch.device("cpu"))
-    blocks = [bench_decode.make_inputs(dims, world, r, "bf16", torch.device("cpu")) for r in range(world)]
+    blocks = [inputs.make_inputs(dims, world, r, "bf16", torch.device("cpu")) for r in range(world)]
     q, lens = blocks[0][0], blocks[0][3]
     assert all(torch.equal(b[0], q) for b in blocks) and not torch.equal(blocks[0][1], blocks[1][1])
     want = attention_reference(q, [b[1] for b in blocks], [b[2] for b in blocks], lens, dims["G"])
@@ -204,13 +204,13 @@ def _nccl_path_on_gloo(heap, dims):
     the rendezvous group standing in for NCCL, against the whole op recomputed on the rank."""
     import torch.distributed as dist
 
-    from tilec import bench_baselines
-    from tilec.bench import _median_time
+    from tilec.perf import bench_baselines
+    from tilec.perf.measure import median_time
 
     bench_baselines._one_gpu_per_rank = lambda dev, world: True
     bench_baselines._groups["nccl"] = dist.group.WORLD
-    q, k, v, lens = bench_decode.make_inputs(dims, heap.world, heap.rank, "f32", heap.device)
-    res = bench_baselines.decode_baselines(heap, dims, heap.world, "f32", 2, _median_time, q, k, v, lens)
+    q, k, v, lens = inputs.make_inputs(dims, heap.world, heap.rank, "f32", heap.device)
+    res = bench_baselines.decode_baselines(heap, dims, heap.world, "f32", 2, median_time, q, k, v, lens)
     ref = bench_decode.reference_output(dims, heap.world, "f32", heap.device)
     return [(name, secs, bench_decode.rel_err(out, ref)) for name, secs, _note, out in res]
 
@@ -231,13 +231,13 @@ def _gemm_baselines_on_gloo(heap, dims):
     baselines need GPUs and must say so instead of failing the row."""
     import torch.distributed as dist
 
-    from tilec import bench_baselines
-    from tilec.bench import _median_time
+    from tilec.perf import bench_baselines
+    from tilec.perf.measure import median_time
 
     bench_baselines._one_gpu_per_rank = lambda dev, world: True
     bench_baselines._groups["nccl"] = dist.group.WORLD
     return {p: [(name, secs) for name, secs, _note in bench_baselines.baselines(heap, dims, heap.world, "f32", 2,
-                                                                               _median_time, pattern=p)]
+                                                                               median_time, pattern=p)]
             for p in ("ag", "rs", "ar")}
 
 
@@ -255,7 +255,7 @@ def test_gemm_baselines_on_gloo():
 
 
 def test_gemm_pattern_picks_the_baselines_of_each_example():
-    from tilec.bench_baselines import gemm_pattern
+    from tilec.perf.bench_baselines import gemm_pattern
 
     dims = {"M": 256, "N": 128, "K": 256}
     got = {e: gemm_pattern(f"examples/{e}.tile", 2, dims) for e in ("ag_gemm", "gemm_rs", "gemm_ar")}

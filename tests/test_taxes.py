@@ -11,11 +11,11 @@ import pytest
 
 import tilec
 from tests._util import ROOT
+from tilec.cli.taxes import add_parser, main
 from tilec.errors import TilecError
-from tilec.model import Machine, calibrate, predict, rank_schedules
 from tilec.passes.schedules import SCHEDULES
-from tilec.taxes import Skipped, gpu_count, static, taxes
-from tilec.taxes_cli import add_parser, main
+from tilec.perf.model import Machine, calibrate, predict, rank_schedules
+from tilec.perf.taxes import Skipped, gpu_count, static, taxes
 
 AG = str(ROOT / "examples" / "ag_gemm.tile")
 PROGRAMS = ROOT / "tests" / "programs"

@@ -1,11 +1,11 @@
-"""Timeline builds: every task records (stage, program, start, waited, end); tilec.timeline splits a call."""
+"""Timeline builds: every task records (stage, program, start, waited, end); tilec.perf.timeline splits a call."""
 
 import pytest
 
 import tilec
 from tilec.errors import ArgumentError
+from tilec.perf.timeline import KernelSpan, Timeline, _peak, rank_timelines, summarize
 from tilec.runtime import spawn
-from tilec.timeline import KernelSpan, Timeline, _peak, rank_timelines, summarize
 
 AG = "examples/ag_gemm.tile"
 
@@ -55,7 +55,7 @@ def test_every_task_recorded_once_on_two_ranks():
 
 def test_timeline_needs_a_timeline_build():
     with pytest.raises(ArgumentError, match="not a timeline build"):
-        tilec.compile(AG, world=1, schedule="bsp").timeline(object())
+        tilec.compile(AG, world=1, schedule="bsp").timeline_records(object())
 
 
 def test_render_names_each_kernel():

@@ -5,10 +5,10 @@ import json
 import pytest
 
 import tilec
-from tilec.auto import candidates
 from tilec.cli import main as cli_main
+from tilec.perf.auto import candidates
+from tilec.perf.trials import _spawned
 from tilec.runtime import spawn
-from tilec.trials import _spawned
 
 AG = "examples/ag_gemm.tile"
 DIMS = {"M": 64, "N": 64, "K": 32}

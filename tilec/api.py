@@ -19,7 +19,7 @@ from tilec.program import CompiledProgram
 def compile(  # noqa: A001 - the public name the docs promise
     program: str | os.PathLike,
     world: int = 1,
-    schedule: str = "auto",
+    schedule: str = "bsp",
     dims: dict[str, int] | None = None,
     *,
     granularity: str = "auto",
@@ -53,18 +53,14 @@ def compile(  # noqa: A001 - the public name the docs promise
         raise ArgumentError(f"num_stages={num_stages}: must be >= 1")
     if attend_block < 16 or attend_block & (attend_block - 1):
         raise ArgumentError(f"attend_block={attend_block}: must be a power of two >= 16 (tl.dot's smallest tile)")
-    if schedule not in (*SCHEDULES, "auto"):
-        raise ScheduleError(f"unknown schedule '{schedule}' (choose from auto, {', '.join(SCHEDULES)})")
+    if schedule == "auto":  # the compiler sits below the cost model: the pick is the perf layer's
+        raise ScheduleError("schedule 'auto' is chosen by the cost model: call tilec.perf.auto.compile_auto(...) "
+                            f"(or `tilec compile --schedule auto`), or name one of {', '.join(SCHEDULES)}")
+    if schedule not in SCHEDULES:
+        raise ScheduleError(f"unknown schedule '{schedule}' (choose from {', '.join(SCHEDULES)})")
     ast = parse(source, str(program)) if source is not None else parse_file(program)
     if retype:
         ast = _retype(ast, retype)
-    ranking = None
-    if schedule == "auto":  # the cost model (and measurements of this shape, if any) picks among legal schedules
-        from tilec.auto import candidates
-
-        base = compile(program, world, "bsp", dims, granularity=granularity, source=ast.source, retype=None)
-        ranking = candidates(base, ast.source, world, dims or {}, dict(base.program.dims), granularity)
-        schedule = ranking[0]["schedule"]
     bound = check(ast, world, dims)
     g = Lower()(bound)
     verify(g, "lower")
@@ -75,7 +71,6 @@ def compile(  # noqa: A001 - the public name the docs promise
                                       "noinline_tasks": noinline_tasks, "attend_block": attend_block})
     src = render(model)
     prog = CompiledProgram(bound, schedule, src, g, snaps, wait_timeout)
-    prog.candidates = ranking
     return prog
 
 

@@ -353,20 +353,17 @@ class CompiledProgram:
         st = self._state.get(id(heap))
         return max((n for (_k, graph), n in st["ctx"].per_sm.items() if not graph), default=1) if st else 1
 
-    def timeline(self, heap=None):
-        """Where this rank's last call went (tilec.timeline.Timeline); needs a build with timeline=True. Reads the
-        records of the last call, so call it after a synchronous call."""
-        from tilec.ir.graph import stages
-        from tilec.timeline import summarize
-
+    def timeline_records(self, heap=None):
+        """This rank's per-task records of its last call, a [tasks, 5] int64 CPU tensor of (stage number, program,
+        start, waited, end) in ns; needs a build with timeline=True. tilec.perf.timeline.summarize reads them.
+        Call it after a synchronous call."""
         if not getattr(self.module, "TIMELINE_SLOTS", 0):
             raise ArgumentError(f"{self.program.name}: not a timeline build (tilec.compile(..., timeline=True))")
         heap = _heap(heap)
         st = self._state.get(id(heap))
         if st is None or not st["epoch"]:
             raise ArgumentError(f"{self.program.name}: no call has run on rank {heap.rank}'s heap yet")
-        recs = st["bufs"]["TIMELINE"].view(-1, 5).cpu()
-        return summarize(recs, self.module, [x.name for x in stages(self.graph)])
+        return st["bufs"]["TIMELINE"].view(-1, 5).cpu()
 
     def _check_timeout(self, heap, st) -> None:
         err = st["bufs"]["ERR"]
@@ -375,7 +372,7 @@ class CompiledProgram:
             return
         err.zero_()
         fl = flags(self.graph)[vals[1] - 1]
-        from tilec.passes.replace_barriers import flag_dims
+        from tilec.ir.queries import flag_dims
 
         dims = flag_dims(self.graph, fl)
         coords, rest = [], vals[2]

@@ -13,9 +13,9 @@ import networkx as nx
 
 from tilec.errors import TilecError
 from tilec.ir.graph import Flag, Kernel, Pull, flags, stage, stages, tensor, waits
+from tilec.ir.queries import flag_dims
 from tilec.ir.tiling import DimInverse, invert, strides
 from tilec.ir.types import ME, Access, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var, logical_shape
-from tilec.passes.replace_barriers import flag_dims
 
 from .wait_plan import plan_wait
 

@@ -6,7 +6,7 @@ from functools import cache
 
 import jinja2
 
-from tilec import __version__
+from tilec._version import __version__
 from tilec.codegen.emit import ModuleModel
 
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.ir.graph import Flag
+from tilec.ir.queries import flag_dims
 from tilec.ir.tiling import DimInverse, strides
 from tilec.ir.types import ME, Access, Var
-from tilec.passes.replace_barriers import flag_dims
 
 MAX_BLOCK = 1024  # counters polled at once at most (a block wider than this is polled in chunks)
 

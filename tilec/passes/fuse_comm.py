@@ -22,17 +22,12 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.errors import ScheduleError
-from tilec.ir.graph import Pull, Stage, rebuild_edges, sid, stages, tid
+from tilec.ir.graph import Pull, rebuild_edges, sid, stages, tid
+from tilec.ir.queries import copy_stages
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Access, Load, Var, map_expr
 
 from .base import Pass
-
-
-def copy_stages(g: nx.DiGraph, single: bool = True) -> list[Stage]:
-    """Stages whose body stores plain tile loads (one store when `single`)."""
-    return [s for s in stages(g) if (len(s.body) == 1 or not single)
-            and all(isinstance(x.value, Load) and x.part is None for x in s.body)]
 
 
 def _swap_rank(a: Access, r: str) -> Access:

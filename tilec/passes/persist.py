@@ -23,6 +23,7 @@ import networkx as nx
 
 from tilec.errors import ScheduleError
 from tilec.ir.graph import Kernel, stage
+from tilec.ir.queries import copy_stages
 from tilec.ir.types import Sum, TupleCall, walk
 
 from .base import Pass
@@ -79,8 +80,6 @@ class Persist(Pass):
         return g
 
     def _shares(self, g: nx.DiGraph, names: list[str]) -> tuple[float, ...]:
-        from tilec.passes.fuse_comm import copy_stages
-
         copies = {s.name for s in copy_stages(g, single=False)}
         comm = {n for n in names if _moves_data(g, n, copies)}
         if len(names) < 2 or not (set(names) & comm) or not (set(names) - comm):

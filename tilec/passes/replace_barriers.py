@@ -33,14 +33,6 @@ from .base import Pass
 GRANULARITIES = ("auto", "tile", "rank", "tensor")
 
 
-def flag_dims(g: nx.DiGraph, f: Flag):
-    """The per-dim inverses that define flag `f`'s counters (shared by codegen and the verifier)."""
-    prog = g.graph["program"]
-    p = g.nodes[sid(f.producer)]["payload"]
-    loops = {v.name: v for v in p.loops} | {ME: Var(ME, "me", prog.world, 1, p.loc)}
-    return invert(f.write, loops, set(f.key), prog.world, f"flag {f.name}")
-
-
 @dataclass(frozen=True)
 class ReplaceBarriers(Pass):
     granularity: str = "auto"

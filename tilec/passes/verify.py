@@ -16,6 +16,7 @@ import numpy as np
 
 from tilec.errors import ScheduleError, VerifyError
 from tilec.ir.graph import Pull, flags, stages, waits
+from tilec.ir.queries import flag_dims
 from tilec.ir.tiling import strides
 from tilec.ir.types import ME, Var, reduction_vars
 
@@ -116,7 +117,6 @@ def _task_grid(loops: tuple[Var, ...]) -> dict[str, np.ndarray]:
 
 def _releases(g: nx.DiGraph) -> list[str]:
     """Every counter of every flag is bumped exactly `count` times per call, on the rank that owns it."""
-    from tilec.passes.replace_barriers import flag_dims  # replace_barriers is a pass module: import on use
 
     out = []
     prog = g.graph["program"]
@@ -162,7 +162,6 @@ def _releases(g: nx.DiGraph) -> list[str]:
 
 def _coverage(g: nx.DiGraph) -> list[str]:
     """Each wait's counter range [lin(lo), lin(hi)] per dim contains every producer tile the read touches."""
-    from tilec.passes.replace_barriers import flag_dims
 
     out = []
     prog = g.graph["program"]

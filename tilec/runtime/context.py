@@ -43,10 +43,3 @@ def _install(heap: Heap) -> None:
     """Make `heap` active for the rest of the process (from_env)."""
     global _active
     _active = heap
-
-
-def _forget(heap: Heap) -> None:
-    """Called by Heap.close so a closed heap is never handed out."""
-    global _active
-    if _active is heap:
-        _active = None

@@ -138,10 +138,7 @@ class Heap(abc.ABC):
         if self.closed:
             return
         self.closed = True
-        self._arena = None
-        from .context import _forget
-
-        _forget(self)
+        self._arena = None  # active_heap() refuses a closed heap, so the context needs no notice
 
     def _check_open(self) -> None:
         if self.closed:

@@ -15,7 +15,7 @@ Static accounting, exact and CPU only, read off each schedule's compiled graph, 
                 that the counters of one flag dim are polled as one block, and a wait that another of the task
                 covers (same producer tiles, same range) is not emitted, so not counted
 Element counts are exact for masked (ragged) tiles; a loop variable that indexes two dims of one access is counted
-as if independent. Where ranks differ, each number is the largest over ranks. `tilec.model` turns it into time.
+as if independent. Where ranks differ, each number is the largest over ranks. `tilec.perf.model` turns it into time.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from tilec.errors import ArgumentError, CompileError, ScheduleError, TilecError,
 from tilec.ir.graph import Pull, sid, stages, tensor, waits
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Dot, Load, Sum, Var
-from tilec.model import Machine, Prediction, predict
 from tilec.passes.schedules import SCHEDULES
+from tilec.perf.model import Machine, Prediction, predict
 
 ESIZE = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
 
@@ -444,7 +444,7 @@ def taxes(program, world: int | None = None, dims: dict[str, int] | None = None,
     applies, a Skipped (with the reason) per one that does not.
 
     program: a .tile path or a CompiledProgram (its schedule is reused, the others recompiled from its source at
-    the same world, dims and tiles). machine: tilec.model.Machine (default: H200 from GPU.md).
+    the same world, dims and tiles). machine: tilec.perf.model.Machine (default: H200 from GPU.md).
     measure: also time each schedule on the GPUs (CUDA events); raises TilecError without a GPU.
     entry_barrier=False predicts a call made with entry_barrier=False (no entry and exit barriers), as
     `tilec bench` times them. launch: tilec.compile options of the measured kernels (num_warps, num_stages,
@@ -493,24 +493,25 @@ def measure_times(progs: list, iters: int = 20, warmup: int = 3) -> dict[str, tu
         raise TilecError("measuring needs a CUDA GPU (none is visible); the predicted columns need none")
     if not progs:
         return {}
-    from tilec.run import heap_bytes_for
+    from tilec.run_vs_reference import heap_bytes_for
     from tilec.runtime import spawn
 
     world = progs[0].world
     note = SHARED_GPU_NOTE.format(gpus=gpus, world=world) if world > gpus else ""
-    per_rank = spawn("tilec.taxes:_measure_rank", world, backend="iris",
+    per_rank = spawn("tilec.perf.taxes:_measure_rank", world, backend="iris",
                      heap_bytes=sum(heap_bytes_for(p) for p in progs), timeout=1800, args=(progs, iters, warmup))
     return {p.schedule: (max(r[p.schedule] for r in per_rank), note) for p in progs}
 
 
 def _measure_rank(heap, progs, iters: int, warmup: int) -> dict[str, float]:
-    """In each rank process: median call time per schedule (tilec.bench's timing: barrier outside the timer)."""
-    from tilec.bench import _inputs, _median_time
+    """In each rank process: median call time per schedule (tilec.perf.bench's timing: barrier outside the timer)."""
+    from tilec.perf.inputs import bench_inputs
+    from tilec.perf.measure import median_time
 
     out = {}
     for p in progs:
         mark = heap.mark()
-        args = _inputs(p, heap, 0)
-        out[p.schedule] = _median_time(lambda p=p, a=args: p(heap, sync=False, **a), heap, iters, warmup) * 1e6
+        args = bench_inputs(p, heap, 0)
+        out[p.schedule] = median_time(lambda p=p, a=args: p(heap, sync=False, **a), heap, iters, warmup) * 1e6
         heap.release(mark)
     return out

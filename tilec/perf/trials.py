@@ -1,12 +1,12 @@
 """Short timed trials of every legal schedule: the measured half of `--schedule auto` (`tilec tune`).
 
-The cost model ranks the schedules first (tilec.auto.candidates); trials then time each one for a few calls on
+The cost model ranks the schedules first (tilec.perf.auto.candidates); trials then time each one for a few calls on
 the ranks at hand and record the times in the auto cache under this program, shape, world and GPU, so later
 `--schedule auto` compiles pick the fastest measured schedule (and `tilec show --schedules` prints both).
 
 Trials are collective: every rank compiles and calls the same schedules in the same order, and the time kept
 for a schedule is the slowest rank's median (all-reduced), so every rank records and picks the same one.
-Timing follows tilec.bench: a barrier before each call, outside the timer; CUDA events on a GPU.
+Timing follows tilec.perf.bench: a barrier before each call, outside the timer; CUDA events on a GPU.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ def trial_rank(heap, path: str, dims: dict[str, int], iters: int = 5, warmup: in
     """In every rank: time each legal schedule (model order) for `iters` calls; returns the trials, fastest
     measured first (the same list on every rank)."""
     import tilec
-    from tilec.auto import candidates, key, record_measured
-    from tilec.bench import _inputs, time_checked
+    from tilec.perf.auto import candidates, key, record_measured
+    from tilec.perf.inputs import bench_inputs
+    from tilec.perf.measure import time_checked
 
     base = tilec.compile(path, heap.world, "bsp", dims, granularity=granularity, retype=retype)
     source = base.program.source  # the auto cache is keyed by the program text, as `tilec bench` records it
@@ -53,7 +54,7 @@ def trial_rank(heap, path: str, dims: dict[str, int], iters: int = 5, warmup: in
         prog = tilec.compile(path, heap.world, s, dims, granularity=granularity, retype=retype)
         mark = heap.mark()
         try:
-            us = time_checked(prog, heap, _inputs(prog, heap, 0), iters, warmup) * 1e6
+            us = time_checked(prog, heap, bench_inputs(prog, heap, 0), iters, warmup) * 1e6
             note = ""
         except TilecError as e:  # reported, not fatal: the other schedules still get their trial
             us, note = float("inf"), f"{type(e).__name__}: {e}"
@@ -79,7 +80,7 @@ def run_trials(path: str, world: int, dims: dict[str, int], *, backend: str = "c
                heap_bytes: int | None = None, timeout: float = 1800.0) -> list[Trial]:
     """Spawns `world` ranks on `backend` and runs trial_rank in each; returns rank 0's trials."""
     import tilec
-    from tilec.run import heap_bytes_for
+    from tilec.run_vs_reference import heap_bytes_for
     from tilec.runtime import spawn
 
     if heap_bytes is None:  # the largest schedule's tensors, inputs included, twice over

@@ -3,25 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
+from tilec.cli.args import _dims, _world
 from tilec.errors import TilecError
 from tilec.passes.schedules import DESCRIPTIONS, PASS_NAMES, SCHEDULES
-
-
-def _dims(items: list[str]) -> dict[str, int]:
-    out = {}
-    for it in items or []:
-        name, eq, val = it.partition("=")
-        if not eq or not name.isidentifier():
-            raise TilecError(f"-D {it}: expected NAME=INT, e.g. -D M=256")
-        try:
-            out[name] = int(val)
-        except ValueError:
-            raise TilecError(f"-D {it}: '{val}' is not an integer") from None
-    return out
 
 
 def _common(p: argparse.ArgumentParser, schedule: bool = True) -> None:
@@ -36,19 +23,15 @@ def _common(p: argparse.ArgumentParser, schedule: bool = True) -> None:
                    help="flag granularity (auto: per tile, whole along dims readers reduce over)")
 
 
-def _world(args) -> int:
-    if args.world is not None:
-        if args.world < 1:
-            raise TilecError(f"--world {args.world}: must be >= 1")
-        return args.world
-    return int(os.environ.get("WORLD_SIZE", "1"))
-
-
 def _compile(args, schedule: str | None = None):
     import tilec
+    from tilec.perf.auto import compile_auto
 
-    return tilec.compile(args.program, world=_world(args), schedule=schedule or args.schedule,
-                         dims=_dims(args.dims), granularity=args.granularity)
+    schedule = schedule or args.schedule
+    if schedule == "auto":
+        return compile_auto(args.program, _world(args), _dims(args.dims), granularity=args.granularity)
+    return tilec.compile(args.program, world=_world(args), schedule=schedule, dims=_dims(args.dims),
+                         granularity=args.granularity)
 
 
 def cmd_compile(args) -> int:
@@ -75,9 +58,9 @@ def cmd_show(args) -> int:
 
 def _ranked(args, world: int):
     """The program bound to its dims, and its legal schedules ranked by the model (measured times beside)."""
-    from tilec.auto import candidates
     from tilec.frontend.parser import parse_file
     from tilec.frontend.sema import check
+    from tilec.perf.auto import candidates
 
     ast = parse_file(args.program)
     bound = check(ast, world, _dims(args.dims))
@@ -136,7 +119,7 @@ def cmd_check(args) -> int:
 def _auto_pick(args, backend: str, world: int, torchrun: bool) -> str:
     """`run --schedule auto`: the model's pick, refined by short trials on a GPU (or with --trials) unless every
     legal schedule of this program, shape and world already has a measured time here."""
-    from tilec.trials import run_trials
+    from tilec.perf.trials import run_trials
 
     _bound, rows = _ranked(args, world)
     measured = all(r["measured_us"] is not None for r in rows)
@@ -155,7 +138,7 @@ def _auto_pick(args, backend: str, world: int, torchrun: bool) -> str:
 
 def cmd_run(args) -> int:
     from tilec.errors import ScheduleError
-    from tilec.run import heap_bytes_for, run_program, run_program_torchrun
+    from tilec.run_vs_reference import heap_bytes_for, run_program, run_program_torchrun
     from tilec.runtime import default_backend, under_torchrun
 
     backend = args.backend or default_backend()
@@ -212,7 +195,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from tilec.bench import run_bench
+    from tilec.perf.bench import run_bench
 
     schedules = args.schedules.split(",") if args.schedules else None
     for s in schedules or ():
@@ -226,9 +209,9 @@ def cmd_bench(args) -> int:
 
 def cmd_tune(args) -> int:
     """Short timed trials of every legal schedule; `--schedule auto` then picks the fastest measured one."""
-    from tilec.run import heap_bytes_for
+    from tilec.perf.trials import run_trials, trial_rank
+    from tilec.run_vs_reference import heap_bytes_for
     from tilec.runtime import default_backend, under_torchrun
-    from tilec.trials import run_trials, trial_rank
 
     if args.iters < 1:
         raise TilecError(f"--iters {args.iters}: must be >= 1")
@@ -316,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", choices=("cpu", "iris"), default=None)
     p.add_argument("--out", default=None, help="results folder (default: benchmarks/results/<machine>)")
     p.set_defaults(fn=cmd_bench)
-    from tilec.taxes_cli import add_parser as add_taxes
+    from tilec.cli.taxes import add_parser as add_taxes
 
     add_taxes(sub)
     args = ap.parse_args(argv)

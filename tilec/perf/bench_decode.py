@@ -1,7 +1,7 @@
 """`tilec bench` for flash-decode programs (dims B, HKV, G, D, S; tile BS), e.g. examples/flash_decode.tile.
 
-Same discipline as the GEMM path (tilec.bench): every tilec schedule that applies and the external baselines
-(tilec.bench_baselines.decode_baselines) run on the same Q/K/V/lens, each timed with CUDA events around the call
+Same discipline as the GEMM path (tilec.perf.bench): every tilec schedule that applies and the external baselines
+(tilec.perf.bench_baselines.decode_baselines) run on the same Q/K/V/lens, each timed with CUDA events around the call
 only, with a cross-rank barrier before every call outside the timed region; tilec is called with
 entry_barrier=False, sync=False. Reported per row: median time, the KV bytes each rank streams
 (2 * B * S * HKV * D * element size) and the GB/s that makes, its fraction of the H200 copy bandwidth
@@ -33,8 +33,9 @@ from pathlib import Path
 import torch
 
 from tilec.errors import ScheduleError, TilecError
+from tilec.perf.inputs import DECODE_DIMS, kv_layout, make_inputs
+from tilec.perf.measure import gpu_name, median_time, time_checked, tune_cache
 
-DECODE_DIMS = ("B", "HKV", "G", "D", "S")
 COPY_GBPS = 4200.0  # measured H200 device-to-device copy bandwidth (docs/GPU.md)
 # A split task's fixed cost in keys streamed (default_bs): ~one attend block. Fitted to bsp's local phase at 32K,
 # 128 heads on an H200 (benchmarks/decode_local_probe.py): BS 512 / 1024 / 2048 took 88.4 / 83.9 / 80.3 us.
@@ -179,45 +180,13 @@ def _too_many_splits(s: int, bs: int) -> str | None:
     return None
 
 
-def make_inputs(dims: dict, world: int, rank: int, dtype: str, device, seed: int = 0, layout: str = "bshd"):
-    """Q and lens are the same on every rank; K and V are this rank's block of the cache, [B, S, HKV, D]
-    (layout "bshd") or [B, HKV, S, D] ("bhsd": the same values, stored head-major). Generated on the device (GiBs
-    of KV: a CPU generator would take minutes)."""
-    from tilec.reference import TORCH_DTYPE
-
-    dt = TORCH_DTYPE[dtype]
-    b, hkv, g, d, s = (dims[k] for k in DECODE_DIMS)
-    shared = torch.Generator(device=device).manual_seed(seed)
-    mine = torch.Generator(device=device).manual_seed(seed + 1000 + rank)
-    q = torch.randn((b, hkv * g, d), generator=shared, device=device, dtype=dt)
-    k = torch.randn((b, s, hkv, d), generator=mine, device=device, dtype=dt)
-    v = torch.randn((b, s, hkv, d), generator=mine, device=device, dtype=dt)
-    lens = torch.full((b,), world * s, dtype=torch.int32, device=device)
-    if layout == "bhsd":  # one at a time: at 1M positions each is GiBs
-        k = k.transpose(1, 2).contiguous()
-        v = v.transpose(1, 2).contiguous()
-    return q, k, v, lens
-
-
-def kv_layout(k_shape, dims: dict) -> str:
-    """"bshd" for K [B, S, HKV, D] (position-major), "bhsd" for K [B, HKV, S, D] (head-major)."""
-    b, hkv, d, s = dims["B"], dims["HKV"], dims["D"], dims["S"]
-    if hkv == s:
-        raise TilecError(f"HKV = S = {s}: the decode bench cannot tell K's layout from its shape; use another S")
-    if tuple(k_shape) == (b, s, hkv, d):
-        return "bshd"
-    if tuple(k_shape) == (b, hkv, s, d):
-        return "bhsd"
-    raise TilecError(f"K {list(k_shape)}: the decode bench takes K and V as [B, S, HKV, D] or [B, HKV, S, D]")
-
-
 REF_LIMIT = 1 << 30  # bytes of KV over all ranks up to which a rank recomputes the whole op as a reference
 
 
 def reference_output(dims: dict, world: int, dtype: str, device, seed: int = 0) -> torch.Tensor | None:
     """O of the whole op computed on this rank from every rank's block (regenerated from their seeds), in f32:
     the reference where no distributed baseline runs (ranks sharing a device); None when the cache is too big."""
-    from tilec.bench_baselines import local_attention_lse, lse_combine
+    from tilec.perf.bench_baselines import local_attention_lse, lse_combine
 
     if world * kv_bytes(dims, dtype) > REF_LIMIT:
         return None
@@ -290,12 +259,11 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
                iters: int, tune: bool, log) -> dict:
     """Runs on every rank; returns {"rows": [...], "skipped": [...]} (rank 0's are the ones reported)."""
     import tilec
-    from tilec.bench import _gpu_name, _median_time, _tune_cache, time_checked
-    from tilec.bench_baselines import decode_baselines
+    from tilec.perf.bench_baselines import decode_baselines
 
     rows: list[DecodeRow] = []
     skipped: list[dict] = []
-    cache = json.loads(_tune_cache().read_text()) if _tune_cache().exists() else {}
+    cache = json.loads(tune_cache().read_text()) if tune_cache().exists() else {}
     src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
     retype = {"f16": dtype} if dtype != "f16" else None
     stem = Path(path).stem
@@ -320,12 +288,12 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
             out = args["O"].clone()
             local = replayed = None
             try:  # the extra measurements: a failure is logged, the call's own row stands
-                local = local_phase_time(prog, heap, args, n, _median_time) if extras else None
+                local = local_phase_time(prog, heap, args, n, median_time) if extras else None
                 if local is not None:
                     prog(heap, **args)  # synchronous: reports a wait that timed out
                 if extras and capturable(prog, heap):
                     call = prog.capture(heap, **args)
-                    replay_secs = _median_time(lambda: call.replay(entry_barrier=False, sync=False), heap, n, 1)
+                    replay_secs = median_time(lambda: call.replay(entry_barrier=False, sync=False), heap, n, 1)
                     call.replay()  # synchronous: reports a wait that timed out
                     replayed = (replay_secs, args["O"].clone())
             except Exception as e:  # noqa: BLE001 - e.g. out of memory for the graph: reported, not fatal
@@ -357,7 +325,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
                              _sig(gbps / COPY_GBPS), _sig(flops / secs / 1e12), nbytes, lab, config or {},
                              rel_err=err, note=note, run_copy_gbps=_sig(copy) if copy else None)
         ref = None
-        for name, secs, note, out in decode_baselines(heap, dims, world, dtype, iters, _median_time, q, k, v, lens,
+        for name, secs, note, out in decode_baselines(heap, dims, world, dtype, iters, median_time, q, k, v, lens,
                                                       log, layout=layout):
             if ref is None and out is not None:
                 ref = out
@@ -370,7 +338,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
             + (f"; a copy of K {copy:.0f} GB/s" if copy else ""))
         for s in schedules:
             step += 1
-            key = f"decode|{src_hash}|{s}|{'x'.join(str(x) for x in shape)}|w{world}|{dtype}|{_gpu_name()}"
+            key = f"decode|{src_hash}|{s}|{'x'.join(str(x) for x in shape)}|w{world}|{dtype}|{gpu_name()}"
             cached = cache.get(key, {}).get("BS")
             cands = [cached] if cached and not _too_many_splits(dims["S"], cached) else candidates(
                 dims, heap.interpret, tune)
@@ -442,11 +410,11 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
         if not heap.interpret:
             torch.cuda.empty_cache()  # the next shape's KV must not wait behind this one's cached blocks
     if heap.rank == 0:
-        fresh = json.loads(_tune_cache().read_text()) if _tune_cache().exists() else {}
+        fresh = json.loads(tune_cache().read_text()) if tune_cache().exists() else {}
         fresh.update(cache)
-        tmp = _tune_cache().with_suffix(f".{os.getpid()}.tmp")
+        tmp = tune_cache().with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(fresh, indent=1, sort_keys=True))
-        os.replace(tmp, _tune_cache())
+        os.replace(tmp, tune_cache())
     return {"rows": [asdict(r) for r in rows], "skipped": skipped}
 
 
@@ -477,12 +445,12 @@ def prepare(path: str, shapes: list[tuple[int, ...]], world: int, dtype: str, in
 
 
 def kernel_time(fn, heap, iters: int, timer) -> float:
-    """Seconds of the kernels `fn` queues, as `tilec calibrate` times its copy: tilec.gpu_time.cold_time (each
+    """Seconds of the kernels `fn` queues, as `tilec calibrate` times its copy: tilec.perf.gpu_time.cold_time (each
     launch after a clean L2 flush, median; the host's launch path hidden behind the flush); the CPU emulation has
     no such thing and takes the bench's per-call timer."""
     if heap.interpret:
         return timer(fn, heap, iters, 1)
-    from tilec.gpu_time import cold_time
+    from tilec.perf.gpu_time import cold_time
 
     return cold_time(fn, reps=max(20, iters * 2))
 

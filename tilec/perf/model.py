@@ -94,7 +94,7 @@ class Prediction:
 
 
 def predict(st, m: Machine = H200, entry_barrier: bool = True) -> Prediction:
-    """Time of one call of the schedule described by `st` (tilec.taxes.Static) on machine `m`.
+    """Time of one call of the schedule described by `st` (tilec.perf.taxes.Static) on machine `m`.
     entry_barrier=False: a call that skips the entry and exit barriers (the caller orders calls, as benchmarks do)."""
     by_stage = {c.name: c for c in st.stage_costs}
     phases: list[list] = []  # kernels that run at the same time: concurrent ones together, others alone
@@ -137,15 +137,6 @@ def _compute_us(c, m: Machine, share: float) -> float:
     waves = -(-c.tasks // progs) * progs / max(1, c.tasks)  # the last wave of tasks leaves programs idle
     math = (c.flops / (m.gemm_tflops * 1e6) + c.flops_f32 / (m.f32_tflops * 1e6)) / share * waves
     return max(math, c.hbm_bytes / (m.hbm_GBps * 1e3))
-
-
-def rank_schedules(program, world: int, dims: dict[str, int] | None = None, machine: Machine | None = None,
-                   **kw) -> list[tuple[str, float]]:
-    """(schedule, predicted us) for every schedule that applies, fastest first (for `--schedule auto`)."""
-    from tilec.taxes import TaxRow, taxes
-
-    rows = taxes(program, world, dims, machine, **kw)
-    return sorted(((r.schedule, r.predicted_us) for r in rows if isinstance(r, TaxRow)), key=lambda x: x[1])
 
 
 # -- calibration (GPU only) ------------------------------------------------------------------------------
@@ -193,7 +184,7 @@ def _gemm_tflops(torch, dev, do_bench, n: int = 8192) -> float:
 
 
 def _copy_GBps(torch, dev) -> float:
-    from tilec.gpu_time import cold_time
+    from tilec.perf.gpu_time import cold_time
 
     x = torch.empty(1 << 29, device=dev, dtype=torch.uint8)
     y = torch.empty_like(x)
@@ -234,7 +225,7 @@ def _barrier_us(gpus: int) -> float:
     """The barrier generated code uses (heap.barrier: device sync + gloo), one rank per GPU."""
     from tilec.runtime import spawn
 
-    return max(spawn("tilec.model:_barrier_rank", max(1, gpus), backend="iris", heap_bytes=1 << 24, timeout=300))
+    return max(spawn("tilec.perf.model:_barrier_rank", max(1, gpus), backend="iris", heap_bytes=1 << 24, timeout=300))
 
 
 def _barrier_rank(heap, n: int = 200) -> float:

@@ -1,6 +1,6 @@
 """`tilec taxes` (what each schedule pays in the three taxes) and `tilec calibrate` (measure a machine file).
 
-tilec.cli wires them in with `add_parser(subparsers)`; `python -m tilec.taxes_cli ...` runs them on their own.
+tilec.cli.commands wires them in with `add_parser(subparsers)`; `python -m tilec.cli.taxes ...` runs them on their own.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ def add_parser(subparsers) -> None:
 
 
 def cmd_taxes(args) -> int:
-    from tilec.cli import _dims, _world
-    from tilec.model import Machine
-    from tilec.taxes import SHARED_GPU_NOTE, gpu_count, taxes
+    from tilec.cli.args import _dims, _world
+    from tilec.perf.model import Machine
+    from tilec.perf.taxes import SHARED_GPU_NOTE, gpu_count, taxes
 
     machine = Machine.load(args.machine) if args.machine else Machine()
     world = _world(args)
@@ -57,11 +57,11 @@ def cmd_taxes(args) -> int:
 
 def measure_timelines(args, world: int) -> dict:
     """schedule -> the slowest rank's Timeline of one call of a timeline build (after a warm-up call)."""
-    from tilec.cli import _dims
-    from tilec.run import heap_bytes_for
+    from tilec.cli.args import _dims
+    from tilec.perf.taxes import Skipped, compile_all
+    from tilec.perf.timeline import rank_timelines
+    from tilec.run_vs_reference import heap_bytes_for
     from tilec.runtime import default_backend, spawn
-    from tilec.taxes import Skipped, compile_all
-    from tilec.timeline import rank_timelines
 
     launch = {"num_warps": args.num_warps, "num_stages": args.num_stages, "timeline": True}
     builds = [p for p in compile_all(args.program, world, _dims(args.dims), granularity=args.granularity,
@@ -91,7 +91,7 @@ def render_timelines(timelines: dict) -> str:
 
 
 def cmd_calibrate(args) -> int:
-    from tilec.model import calibrate
+    from tilec.perf.model import calibrate
 
     print("tilec calibrate: measuring this machine")
     m = calibrate()
@@ -120,7 +120,7 @@ def _pct(x: float) -> str:
 
 def render(program: str, rows: list, machine, shared_gpu: bool = False) -> str:
     """The two tables of `tilec taxes`: exact static accounting, then the model's times (and measured ones)."""
-    from tilec.taxes import Skipped
+    from tilec.perf.taxes import Skipped
 
     done = [r for r in rows if not isinstance(r, Skipped)]
     skipped = [r for r in rows if isinstance(r, Skipped)]
@@ -149,7 +149,7 @@ def render(program: str, rows: list, machine, shared_gpu: bool = False) -> str:
     if any(r.intra_roundtrip_tensors for r in done):
         out.append("(intra): written and read inside one kernel; it still goes through memory, and the model charges"
                    " it once it exceeds L2")
-    out += ["", "predicted (tilec.model: compute and link traffic overlap, except across kernels run one after"
+    out += ["", "predicted (tilec.perf.model: compute and link traffic overlap, except across kernels run one after"
             " another; read back counts re-reads, the model only distinct bytes)"]
     out.append(f"{'schedule':<12}{'compute':>10}{'comm':>10}  {'launch tax':<17}{'BSP tax = barriers + idle':<34}"
                f"{'locality tax':<19}{'flag waits':>11}{'predicted':>12}{'measured':>11}")
@@ -189,7 +189,7 @@ def _dominant(r) -> str:
 def plot(rows: list, path: str, title: str) -> None:
     """Stacked bars per schedule: work (max of compute and comm), then each tax and the flag waits; measured as a
     marker where there is one."""
-    from tilec.taxes import Skipped
+    from tilec.perf.taxes import Skipped
 
     try:
         import matplotlib

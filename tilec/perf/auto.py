@@ -1,4 +1,4 @@
-"""`--schedule auto`: pick the schedule with the cost model (tilec.model, the same one `tilec taxes` uses),
+"""`--schedule auto`: pick the schedule with the cost model (tilec.perf.model, the same one `tilec taxes` uses),
 preferring times measured by `tilec bench` on this GPU for the same program, shape and world when there are some.
 
 Choices and measurements are cached in <cache>/auto.json keyed by (program source, world, dims, GPU).
@@ -11,6 +11,7 @@ import json
 import os
 from pathlib import Path
 
+from tilec.perf.taxes import TaxRow, taxes
 from tilec.program import cache_dir
 
 
@@ -56,8 +57,6 @@ def candidates(program, source: str, world: int, dims: dict[str, int], bound_dim
                granularity: str = "auto") -> list[dict]:
     """Every schedule that applies, with its predicted (and, when benchmarked here, measured) time, best first.
     `program`: a path or a CompiledProgram of the same source (the model compiles every schedule from it)."""
-    from tilec.model import rank_schedules
-
     k = key(source, world, {d: bound_dims[d] for d in bound_dims})
     data = _load()
     entry = data.get(k, {})
@@ -70,3 +69,25 @@ def candidates(program, source: str, world: int, dims: dict[str, int], bound_dim
     full = all(r["measured_us"] is not None for r in rows)
     rows.sort(key=lambda r: r["measured_us"] if full else r["predicted_us"])
     return rows
+
+
+def compile_auto(program, world: int = 1, dims: dict[str, int] | None = None, *, granularity: str = "auto",
+                 source: str | None = None, **options):
+    """`tilec.compile` with the schedule the cost model ranks first (measured times of this shape on this device
+    win when every legal schedule has one); the ranking is kept on the result as `prog.candidates`."""
+    from tilec.api import compile as compile_program
+
+    base = compile_program(program, world, "bsp", dims, granularity=granularity, source=source,
+                           retype=options.get("retype"))
+    ranking = candidates(base, base.program.source, world, dims or {}, dict(base.program.dims), granularity)
+    prog = compile_program(program, world, ranking[0]["schedule"], dims, granularity=granularity,
+                           source=base.program.source, **options)
+    prog.candidates = ranking
+    return prog
+
+
+def rank_schedules(program, world: int, dims: dict[str, int] | None = None, machine=None,
+                   **kw) -> list[tuple[str, float]]:
+    """(schedule, predicted us) for every schedule that applies, fastest first (for `--schedule auto`)."""
+    rows = taxes(program, world, dims, machine, **kw)
+    return sorted(((r.schedule, r.predicted_us) for r in rows if isinstance(r, TaxRow)), key=lambda x: x[1])

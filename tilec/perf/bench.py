@@ -6,7 +6,7 @@ ratio to the best baseline of the row. Tile configs are tuned per (program, sche
 timed trials and cached. Results: JSON + a plot under benchmarks/results/<machine>/.
 
 The benchmark family comes from the program's dims: M, N, K -> All-Gather + GEMM (this module, shape sets SHAPES);
-B, HKV, G, D, S -> distributed flash decode (tilec.bench_decode, shape sets DECODE_SHAPES, GB/s of KV streamed).
+B, HKV, G, D, S -> distributed flash decode (tilec.perf.bench_decode, shape sets DECODE_SHAPES, GB/s of KV streamed).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -24,6 +23,8 @@ import torch
 
 from tilec.errors import ScheduleError, TilecError
 from tilec.passes.schedules import SCHEDULES
+from tilec.perf.inputs import bench_inputs
+from tilec.perf.measure import gpu_name, median_time, tune_cache
 from tilec.runtime import under_torchrun
 
 SHAPES = {
@@ -58,90 +59,20 @@ class Row:
     note: str = ""
 
 
-def _tune_cache() -> Path:
-    from tilec.program import cache_dir
-
-    return cache_dir() / "tune.json"
-
-
-def _gpu_name() -> str:
-    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-
-
-def _median_time(fn, heap, iters: int, warmup: int) -> float:
-    """Median of per-call times (seconds); a barrier before each call, outside the timed region."""
-    for _ in range(warmup):
-        heap.barrier()
-        fn()
-    times = []
-    for _ in range(iters):
-        heap.barrier()
-        if heap.interpret:
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        else:
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) / 1e3)
-    return statistics.median(times)
-
-
-def time_checked(prog, heap, args: dict, iters: int, warmup: int) -> float:
-    """Median seconds of `prog` on `args` (tilec's timing discipline, _median_time), bracketed by synchronous
-    calls: the first compiles and fails fast on a wait that never completes (WaitTimeout), the last raises one
-    that timed out during the unsynchronized timed calls instead of letting it go unseen."""
-    prog(heap, **args)
-    secs = _median_time(lambda: prog(heap, entry_barrier=False, sync=False, **args), heap, iters, warmup)
-    prog(heap, **args)
-    return secs
-
-
 def _flops(prog_dims: dict, flops_expr: str | None) -> float:
     if flops_expr:
         return float(eval(flops_expr, {}, dict(prog_dims)))  # noqa: S307 - a formula of the user's dims
     return 2.0 * prog_dims["M"] * prog_dims["N"] * prog_dims["K"]
 
 
-def _inputs(prog, heap, seed: int):
-    """Every tensor of a call, on the heap: random inputs (a flash-decode program gets the decode bench's Q, K,
-    V and full lengths: random integers would be meaningless lengths), zeroed outputs."""
-    from tilec.bench_decode import DECODE_DIMS, kv_layout, make_inputs
-    from tilec.reference import TORCH_DTYPE
-
-    sig = prog.signature()
-    decode = {}
-    if all(d in prog.dims for d in DECODE_DIMS) and {"Q", "K", "V", "lens"} <= set(sig):
-        try:
-            layout = kv_layout(sig["K"][2], prog.dims)
-        except TilecError:  # not the decode bench's tensors after all: random inputs like any program
-            layout = None
-        if layout:
-            q, k, v, lens = make_inputs(prog.dims, prog.world, heap.rank, sig["Q"][1], heap.device, seed, layout)
-            decode = {"Q": q, "K": k, "V": v, "lens": lens}
-    args = {}
-    g = torch.Generator(device="cpu").manual_seed(seed + heap.rank)
-    for name, (kind, dtype, shape, _sym) in sig.items():
-        t = heap.alloc(shape, TORCH_DTYPE[dtype], zero=kind != "in")
-        if name in decode:
-            t.copy_(decode[name])
-        elif kind == "in":
-            t.copy_((torch.randn(shape, generator=g) / 8).to(t.dtype))
-        args[name] = t
-    return args
-
-
 def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, schedules: list[str],
                dtype: str, iters: int, tune: bool, log) -> list[dict]:
     """Runs on every rank; returns rows (rank 0's are the ones reported)."""
     import tilec
-    from tilec.bench_baselines import baselines, gemm_pattern
+    from tilec.perf.bench_baselines import baselines, gemm_pattern
 
     rows: list[Row] = []
-    cache = json.loads(_tune_cache().read_text()) if _tune_cache().exists() else {}
+    cache = json.loads(tune_cache().read_text()) if tune_cache().exists() else {}
     src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
     all_configs = CPU_CONFIGS if heap.interpret else CONFIGS
     retype = {"f16": dtype} if dtype != "f16" else None
@@ -153,7 +84,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
         flops = _flops(dims, None) / (world if pattern != "ag" else 1)  # rs/ar: each rank multiplies a K-shard
         shape_rows: list[Row] = []
         mark = heap.mark()
-        base = baselines(heap, dims, world, dtype, iters, _median_time, pattern)
+        base = baselines(heap, dims, world, dtype, iters, median_time, pattern)
         for name, secs, note in base:
             shape_rows.append(Row(Path(path).stem, dims, world, dtype, name, "baseline", secs * 1e6,
                                   flops / secs / 1e12, note=note))
@@ -161,7 +92,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
         log(f"[{step}/{total}] {dims} baselines: " + ", ".join(f"{r.name} {r.median_us:.0f}us" for r in shape_rows))
         for s in schedules:
             step += 1
-            key = f"{src_hash}|{s}|{m}x{n}x{k}|w{world}|{dtype}|{_gpu_name()}"
+            key = f"{src_hash}|{s}|{m}x{n}x{k}|w{world}|{dtype}|{gpu_name()}"
             configs = all_configs if heap.interpret or m > 64 else SMALL_M_CONFIGS
             cands = [tuple(cache[key])] if key in cache else (configs if tune else configs[:1])
             best = None
@@ -174,9 +105,9 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
                     best = ("skip", str(e))
                     break
                 inner = heap.mark()
-                args = _inputs(prog, heap, 0)
+                args = bench_inputs(prog, heap, 0)
                 try:
-                    secs = _median_time(lambda p=prog, a=args: p(heap, entry_barrier=False, sync=False, **a), heap,
+                    secs = median_time(lambda p=prog, a=args: p(heap, entry_barrier=False, sync=False, **a), heap,
                                         iters if len(cands) == 1 else max(3, iters // 3), 2)
                 except Exception as e:  # a config that does not compile (shared memory) is skipped
                     log(f"    {s} {cfg}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
@@ -198,15 +129,15 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
                                      num_warps=cfg[3], num_stages=cfg[4],
                                      dims={**dims, "BM": cfg[0], "BN": cfg[1], "BK": cfg[2]})
                 inner = heap.mark()
-                args = _inputs(prog, heap, 0)
-                secs = _median_time(lambda p=prog, a=args: p(heap, entry_barrier=False, sync=False, **a), heap,
+                args = bench_inputs(prog, heap, 0)
+                secs = median_time(lambda p=prog, a=args: p(heap, entry_barrier=False, sync=False, **a), heap,
                                     iters, 2)
                 heap.release(inner)
             conf = dict(zip(("BM", "BN", "BK", "num_warps", "num_stages", "group_m"), cfg, strict=True))
             conf["programs_per_sm"] = per_sm  # of the persistent kernels (occupancy, LaunchContext.fit)
             if heap.rank == 0:  # `--schedule auto` prefers measured times of this program, shape, world and GPU
-                from tilec.auto import key as auto_key
-                from tilec.auto import record_measured
+                from tilec.perf.auto import key as auto_key
+                from tilec.perf.auto import record_measured
 
                 record_measured(auto_key(Path(path).read_text(), world, dims), s, secs * 1e6)
             shape_rows.append(Row(Path(path).stem, dims, world, dtype, s, "tilec", secs * 1e6, flops / secs / 1e12,
@@ -219,9 +150,9 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
                 r.ratio_to_best_baseline = round(best_base / r.median_us, 4)
         rows += shape_rows
     if heap.rank == 0:
-        tmp = _tune_cache().with_suffix(".tmp")
+        tmp = tune_cache().with_suffix(".tmp")
         tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
-        os.replace(tmp, _tune_cache())
+        os.replace(tmp, tune_cache())
     return [asdict(r) for r in rows]
 
 
@@ -291,7 +222,7 @@ def program_family(path: str) -> str:
 
 def shape_sets(family: str) -> dict[str, list[tuple[int, ...]]]:
     if family == "decode":
-        from tilec.bench_decode import DECODE_SHAPES
+        from tilec.perf.bench_decode import DECODE_SHAPES
 
         return DECODE_SHAPES
     return SHAPES
@@ -326,7 +257,7 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
     if tune is None:
         tune = family == "gemm"
     if family == "decode":
-        from tilec.bench_decode import prepare
+        from tilec.perf.bench_decode import prepare
 
         heap_bytes = prepare(path, shape_list, world, dtype, backend == "cpu")
     else:
@@ -346,12 +277,12 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
                         args=(path, shape_list, world, schedules, dtype, iters, tune, family))
         result = results[0]
     rows, skipped = (result["rows"], result["skipped"]) if family == "decode" else (result, None)
-    meta = {"program": path, "world": world, "gpu": _gpu_name(), "dtype": dtype, "shapes": shapes,
+    meta = {"program": path, "world": world, "gpu": gpu_name(), "dtype": dtype, "shapes": shapes,
             "torch": torch.__version__, "backend": backend, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
             "ranks_share_gpu": bool(torch.cuda.is_available() and world > torch.cuda.device_count()),
             "timing": "median of CUDA-event times per call; cross-rank barrier before each call, outside the timer"}
     if family == "decode":
-        from tilec.bench_decode import COPY_GBPS, MAX_SPLITS
+        from tilec.perf.bench_decode import COPY_GBPS, MAX_SPLITS
 
         meta.update({"family": "decode", "metric": "gbps", "copy_gbps": COPY_GBPS, "max_splits": MAX_SPLITS,
                      "run_copy_gbps": "per row: a device copy of the shape's K timed in the same run (read + write"
@@ -359,7 +290,7 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
                                       " local_us); None on the CPU",
                      "local_us": "per bsp row: its local phase alone (split + merge kernels), a kernel time:"
                                  " median of CUDA-event times of launches each after an L2 flush that reads a buffer"
-                                 " of several L2s (tilec.gpu_time.cold_time), as the run copy is timed",
+                                 " of several L2s (tilec.perf.gpu_time.cold_time), as the run copy is timed",
                      "lens": "full: lens[b] = W * S", "tune": tune, "skipped": skipped,
                      "kv_bytes": "2 * B * S * HKV * D * element size, per rank per call",
                      "rel_err": "max |O - O_ref| / max |O_ref|; O_ref: the first baseline's output, else the whole"
@@ -369,7 +300,7 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
     js, png = save_results(rows, out, tag, meta)
     _log(f"wrote {js}" + (f" and {png}" if png else ""))
     if family == "decode":
-        from tilec.bench_decode import table
+        from tilec.perf.bench_decode import table
 
         table(rows, skipped)
     else:
@@ -379,7 +310,7 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
 
 def _bench_family(family, heap, path, shape_list, world, schedules, dtype, iters, tune, log):
     if family == "decode":
-        from tilec.bench_decode import bench_rank as decode_bench_rank
+        from tilec.perf.bench_decode import bench_rank as decode_bench_rank
 
         return decode_bench_rank(heap, path, shape_list, world, schedules, dtype, iters, tune, log)
     return bench_rank(heap, path, shape_list, world, schedules, dtype, iters, tune, log)

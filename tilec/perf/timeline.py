@@ -94,6 +94,13 @@ def summarize(records, module, stage_names: list[str]) -> Timeline:
     return Timeline(tuple(spans))
 
 
+def timeline(prog, heap=None) -> Timeline:
+    """Where this rank's last call of `prog` (a timeline build) went."""
+    from tilec.ir.graph import stages
+
+    return summarize(prog.timeline_records(heap), prog.module, [x.name for x in stages(prog.graph)])
+
+
 def _per_stage(rows, stage_names: list[str]) -> tuple[tuple[str, int, int, int, int, int], ...]:
     """Per stage (in program order): tasks, work and wait time summed over them (a task's work includes its flag
     releases: a slow release shows as work per task of the producing stage), first start and last end."""
@@ -117,16 +124,16 @@ def _peak(intervals: list[tuple[int, int]]) -> int:
 def rank_timelines(heap, progs, calls: int = 2) -> dict[str, Timeline]:
     """In each rank process: run each timeline build `calls` times (the first compiles and warms up) on bench
     inputs and return the last call's timeline per schedule."""
-    from tilec.bench import _inputs
+    from tilec.perf.inputs import bench_inputs
 
     out = {}
     for p in progs:
         mark = heap.mark()
         try:
-            args = _inputs(p, heap, 0)
+            args = bench_inputs(p, heap, 0)
             for _ in range(calls):
                 p(heap, **args)
-            out[p.schedule] = p.timeline(heap)
+            out[p.schedule] = timeline(p, heap)
         finally:
             heap.release(mark)
     return out

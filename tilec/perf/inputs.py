@@ -1,0 +1,67 @@
+"""Inputs for timed calls: random tensors on the heap, and a flash-decode program's Q, K, V and lengths."""
+
+from __future__ import annotations
+
+import torch
+
+from tilec.errors import TilecError
+from tilec.reference import TORCH_DTYPE
+
+DECODE_DIMS = ("B", "HKV", "G", "D", "S")
+
+
+def make_inputs(dims: dict, world: int, rank: int, dtype: str, device, seed: int = 0, layout: str = "bshd"):
+    """Q and lens are the same on every rank; K and V are this rank's block of the cache, [B, S, HKV, D]
+    (layout "bshd") or [B, HKV, S, D] ("bhsd": the same values, stored head-major). Generated on the device (GiBs
+    of KV: a CPU generator would take minutes)."""
+
+    dt = TORCH_DTYPE[dtype]
+    b, hkv, g, d, s = (dims[k] for k in DECODE_DIMS)
+    shared = torch.Generator(device=device).manual_seed(seed)
+    mine = torch.Generator(device=device).manual_seed(seed + 1000 + rank)
+    q = torch.randn((b, hkv * g, d), generator=shared, device=device, dtype=dt)
+    k = torch.randn((b, s, hkv, d), generator=mine, device=device, dtype=dt)
+    v = torch.randn((b, s, hkv, d), generator=mine, device=device, dtype=dt)
+    lens = torch.full((b,), world * s, dtype=torch.int32, device=device)
+    if layout == "bhsd":  # one at a time: at 1M positions each is GiBs
+        k = k.transpose(1, 2).contiguous()
+        v = v.transpose(1, 2).contiguous()
+    return q, k, v, lens
+
+
+def kv_layout(k_shape, dims: dict) -> str:
+    """"bshd" for K [B, S, HKV, D] (position-major), "bhsd" for K [B, HKV, S, D] (head-major)."""
+    b, hkv, d, s = dims["B"], dims["HKV"], dims["D"], dims["S"]
+    if hkv == s:
+        raise TilecError(f"HKV = S = {s}: the decode bench cannot tell K's layout from its shape; use another S")
+    if tuple(k_shape) == (b, s, hkv, d):
+        return "bshd"
+    if tuple(k_shape) == (b, hkv, s, d):
+        return "bhsd"
+    raise TilecError(f"K {list(k_shape)}: the decode bench takes K and V as [B, S, HKV, D] or [B, HKV, S, D]")
+
+
+def bench_inputs(prog, heap, seed: int):
+    """Every tensor of a call, on the heap: random inputs (a flash-decode program gets the decode bench's Q, K,
+    V and full lengths: random integers would be meaningless lengths), zeroed outputs."""
+
+    sig = prog.signature()
+    decode = {}
+    if all(d in prog.dims for d in DECODE_DIMS) and {"Q", "K", "V", "lens"} <= set(sig):
+        try:
+            layout = kv_layout(sig["K"][2], prog.dims)
+        except TilecError:  # not the decode bench's tensors after all: random inputs like any program
+            layout = None
+        if layout:
+            q, k, v, lens = make_inputs(prog.dims, prog.world, heap.rank, sig["Q"][1], heap.device, seed, layout)
+            decode = {"Q": q, "K": k, "V": v, "lens": lens}
+    args = {}
+    g = torch.Generator(device="cpu").manual_seed(seed + heap.rank)
+    for name, (kind, dtype, shape, _sym) in sig.items():
+        t = heap.alloc(shape, TORCH_DTYPE[dtype], zero=kind != "in")
+        if name in decode:
+            t.copy_(decode[name])
+        elif kind == "in":
+            t.copy_((torch.randn(shape, generator=g) / 8).to(t.dtype))
+        args[name] = t
+    return args
