@@ -17,7 +17,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--world", "-w", type=int, default=None, help="number of ranks (default: WORLD_SIZE or 1)")
     p.add_argument("-D", dest="dims", action="append", metavar="NAME=INT", help="set a dim or tile size")
     p.add_argument("--granularity", default="auto", choices=("auto", "tile", "rank", "tensor"), help="flag granularity")
-    p.add_argument("--machine", metavar="JSON", help="machine file from `tilec calibrate` (default: H200, GPU.md)")
+    p.add_argument("--machine", metavar="JSON", help="machine file from `tilec calibrate` (default: H200, docs/GPU.md)")
     p.add_argument("--plot", metavar="PNG", help="write stacked bars of each schedule's time (needs matplotlib)")
     p.add_argument("--measure", action="store_true", help="also time every schedule on the GPUs (CUDA events)")
     p.add_argument("--timeline", action="store_true",

@@ -2,7 +2,7 @@
 
 triton.testing.do_bench flushes L2 between launches by *zeroing* a 256 MB buffer. That leaves L2 full of dirty
 lines, and the timed kernel's first reads evict them: it pays the write-back of up to an L2 of the flush's data.
-A memory-bound kernel of tens of microseconds cannot hide that (benchmarks/flush_probe.py on an H200, 60 MB L2:
+A memory-bound kernel of tens of microseconds cannot hide that (benchmarks/runs/flush_probe.py on an H200, 60 MB L2:
 bsp's decode local phase at 96 heads, 32K keys, 66.1 us after a zeroing flush, 58.0 us after a reading one; a
 copy of 100 MB 51.4 vs 48.8 us). cold_time flushes by *reading* a buffer of several L2s instead, so the kernel
 starts with nothing of its own in L2 and nothing dirty to write back.

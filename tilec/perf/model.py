@@ -38,7 +38,7 @@ class Machine:
     world-1 H200 bench (benchmarks/results/h200-1gpu): bsp minus fused-pull leaves ~100 us per host barrier beyond
     the copies, and the flags schedule's 663k satisfied waits on 66 programs cost ~2 ms (~0.2 us each)."""
 
-    name: str = "H200 (GPU.md defaults)"
+    name: str = "H200 (docs/GPU.md defaults)"
     gemm_tflops: float = 750.0  # bf16/f16 dense GEMM (cuBLAS 8192^3: 745)
     f32_tflops: float = 50.0  # f32 tl.dot in ieee precision (CUDA cores, 67 peak)
     hbm_GBps: float = 4200.0  # device copy, read + write counted

@@ -444,7 +444,7 @@ def taxes(program, world: int | None = None, dims: dict[str, int] | None = None,
     applies, a Skipped (with the reason) per one that does not.
 
     program: a .tile path or a CompiledProgram (its schedule is reused, the others recompiled from its source at
-    the same world, dims and tiles). machine: tilec.perf.model.Machine (default: H200 from GPU.md).
+    the same world, dims and tiles). machine: tilec.perf.model.Machine (default: H200 from docs/GPU.md).
     measure: also time each schedule on the GPUs (CUDA events); raises TilecError without a GPU.
     entry_barrier=False predicts a call made with entry_barrier=False (no entry and exit barriers), as
     `tilec bench` times them. launch: tilec.compile options of the measured kernels (num_warps, num_stages,

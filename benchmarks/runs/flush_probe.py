@@ -19,7 +19,8 @@ import sys
 import torch
 
 import tilec
-from tilec.perf.bench_decode import COPY_GBPS, default_bs, kv_bytes, make_inputs
+from tilec.perf.bench_decode import COPY_GBPS, default_bs, kv_bytes
+from tilec.perf.inputs import make_inputs
 from tilec.perf.gpu_time import event_time
 from tilec.runtime import spawn
 

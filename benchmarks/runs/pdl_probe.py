@@ -17,8 +17,9 @@ import sys
 import torch
 
 import tilec
-from tilec.perf.bench import _median_time
-from tilec.perf.bench_decode import default_bs, kv_bytes, local_phase_time, make_inputs
+from tilec.perf.measure import median_time
+from tilec.perf.bench_decode import default_bs, kv_bytes, local_phase_time
+from tilec.perf.inputs import make_inputs
 from tilec.runtime import spawn
 
 EX = "examples/flash_decode.tile"
@@ -50,11 +51,11 @@ def probe(heap):
                 if sched == "bsp":
                     us = local_phase_time(prog, heap, args, 20) * 1e6
                     print(f"{tag} local phase  {us:7.1f} us {gbps / us:5.0f} GB/s", flush=True)
-                us = _median_time(call, heap, 30, 5) * 1e6
+                us = median_time(call, heap, 30, 5) * 1e6
                 print(f"{tag} whole call   {us:7.1f} us; max diff to the first {err:.1e}", flush=True)
                 if sched != "bsp":
                     graph = prog.capture(heap, **args)
-                    us = _median_time(lambda g=graph: g.replay(entry_barrier=False, sync=False), heap, 30, 5) * 1e6
+                    us = median_time(lambda g=graph: g.replay(entry_barrier=False, sync=False), heap, 30, 5) * 1e6
                     print(f"{tag} graph replay {us:7.1f} us", flush=True)
         del q, k, v
         torch.cuda.empty_cache()
