@@ -20,8 +20,8 @@ import torch
 
 import tilec
 from tilec.perf.bench_decode import COPY_GBPS, default_bs, kv_bytes
-from tilec.perf.inputs import make_inputs
 from tilec.perf.gpu_time import event_time
+from tilec.perf.inputs import make_inputs
 from tilec.runtime import spawn
 
 EX = "examples/flash_decode.tile"

@@ -17,9 +17,9 @@ import sys
 import torch
 
 import tilec
-from tilec.perf.measure import median_time
 from tilec.perf.bench_decode import default_bs, kv_bytes, local_phase_time
 from tilec.perf.inputs import make_inputs
+from tilec.perf.measure import median_time
 from tilec.runtime import spawn
 
 EX = "examples/flash_decode.tile"
