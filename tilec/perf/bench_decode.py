@@ -38,7 +38,8 @@ from tilec.perf.measure import gpu_name, median_time, time_checked, tune_cache
 
 COPY_GBPS = 4200.0  # measured H200 device-to-device copy bandwidth (docs/GPU.md)
 # A split task's fixed cost in keys streamed (default_bs): ~one attend block. Fitted to bsp's local phase at 32K,
-# 128 heads on an H200 (decode_local_probe.log in benchmarks/results/h200-1gpu/): BS 512 / 1024 / 2048 took 88.4 / 83.9 / 80.3 us.
+# 128 heads on an H200 (benchmarks/results/h200-1gpu/decode_local_probe.log): BS 512 / 1024 / 2048 took
+# 88.4 / 83.9 / 80.3 us.
 TASK_OVERHEAD = 64
 # The share of the resident programs that saturates HBM on their own (default_bs): 192 split programs of 2048 keys
 # (96 heads at 32K, 0.73 of 264) streamed faster than 264 programs of 512 or 1024 keys, and with 0.75 the model
