@@ -14,7 +14,8 @@ from tests._util import ROOT
 from tilec.cli.taxes import add_parser, main
 from tilec.errors import TilecError
 from tilec.passes.schedules import SCHEDULES
-from tilec.perf.model import Machine, calibrate, predict, rank_schedules
+from tilec.perf.auto import rank_schedules
+from tilec.perf.model import Machine, calibrate, predict
 from tilec.perf.taxes import Skipped, gpu_count, static, taxes
 
 AG = str(ROOT / "examples" / "ag_gemm.tile")

@@ -20,7 +20,7 @@ flag waits    not one of the three taxes but the price of removing them: each wa
               its program, of one counter or of a block polled at once (flag_us; a peer's counter:
               link_latency_us), spread over the kernel's programs.
 Deliberately simple: ranks are balanced, taxes add (they are not hidden under compute), and no pipeline fill is
-charged. `rank_schedules` is the entry point for choosing a schedule automatically.
+charged. `tilec.perf.auto.rank_schedules` ranks schedules with it.
 """
 
 from __future__ import annotations
