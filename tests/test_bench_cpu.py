@@ -34,7 +34,8 @@ def _applies(path: str, dims: dict) -> list[str]:
 
 
 def _finite_positive(rows: list[dict]) -> bool:
-    return all(math.isfinite(r["median_us"]) and r["median_us"] > 0 for r in rows)
+    return all(math.isfinite(r["device_us"]) and r["device_us"] > 0 and r["p10_us"] <= r["device_us"] <= r["p90_us"]
+               and r["min_us"] <= r["p10_us"] and r["p90_us"] <= r["max_us"] for r in rows)
 
 
 def test_family_comes_from_the_dims():
@@ -53,19 +54,30 @@ def test_shape_set_of_the_other_family_is_refused(tmp_path):
 
 
 def test_gemm_bench_cpu(tmp_path, monkeypatch):
-    # the GEMM path as before, on one tiny shape (the interpreter needs ~1 s per 64x64 tile task)
+    # the GEMM path on one tiny shape (the interpreter needs ~1 s per 64x64 tile task): the floor, the world-1
+    # baseline and every schedule on the same inputs, each output checked against torch
     monkeypatch.setitem(bench.SHAPES, "small", [(128, 128, 64)])
-    rows = bench.run_bench(GEMM, 1, "small", None, "bf16", 1, False, str(tmp_path), "cpu")
+    rows = bench.run_bench(GEMM, 1, "small", None, "bf16", 2, False, str(tmp_path), "cpu")
     js = json.loads((tmp_path / "ag_gemm_small_bf16.json").read_text())
     assert js["rows"] == rows and js["meta"]["world"] == 1 and "metric" not in js["meta"]
+    assert "floor" in js["meta"] and "timing" in js["meta"] and js["meta"]["iters"] == 2
     names = [r["name"] for r in rows]
-    assert names == ["torch.matmul", *_applies(GEMM, {"M": 128, "N": 128, "K": 64})]
-    assert _finite_positive(rows) and all(r["tflops"] > 0 for r in rows)
-    assert all(set(r) >= {"shape", "name", "kind", "median_us", "tflops", "ratio_to_best_baseline"} for r in rows)
+    assert names == ["cublas floor", "cublas", *_applies(GEMM, {"M": 128, "N": 128, "K": 64})]
+    assert [r["kind"] for r in rows[:2]] == ["floor", "baseline"] and all(r["kind"] == "tilec" for r in rows[2:])
+    assert _finite_positive(rows) and all(r["tflops"] > 0 and r["iters"] == 2 for r in rows)
+    assert all(r["timing"].startswith("wall clock") and r["host_us"] > 0 for r in rows)  # the CPU has no events
+    floor = rows[0]["device_us"]
+    for r in rows:
+        assert r["best_baseline"] == "cublas" and r["floor_us"] == pytest.approx(floor, rel=1e-3)
+        assert r["ratio_to_best_baseline"] == pytest.approx(rows[1]["device_us"] / r["device_us"], rel=1e-3)
+        assert r["frac_of_floor"] == pytest.approx(floor / r["device_us"], rel=1e-3)
+        if r["kind"] != "floor":  # every row's C against torch (f32 matmul of the same inputs)
+            assert r["rel_err"] is not None and r["rel_err"] < 5e-2, r
+    assert all(r["heap_bytes"] > 0 for r in rows if r["kind"] == "tilec")
 
 
 def test_decode_bench_cpu(tmp_path):
-    rows = bench.run_bench(DECODE, 1, "decode-small", None, "bf16", 1, False, str(tmp_path), "cpu")
+    rows = bench.run_bench(DECODE, 1, "decode-small", None, "bf16", 2, False, str(tmp_path), "cpu")
     js = json.loads((tmp_path / "flash_decode_decode-small_bf16.json").read_text())
     meta = js["meta"]
     assert js["rows"] == rows and meta["family"] == "decode" and meta["metric"] == "gbps"
@@ -81,19 +93,20 @@ def test_decode_bench_cpu(tmp_path):
     for shape in shapes:
         dims = bench_decode.shape_dims(shape)
         mine = [r for r in rows if r["shape"] == dims]
-        assert [r["name"] for r in mine] == ["torch sdpa", *applies]
+        assert [r["name"] for r in mine] == ["torch sdpa", *applies]  # SDPA with lse: GPU kernels only
         kv = 2 * dims["B"] * dims["S"] * dims["HKV"] * dims["D"] * 2
         bsp = next(r for r in mine if r["name"] == "bsp")
         for r in mine:
             assert r["kv_bytes"] == kv
-            assert math.isclose(r["gbps"], kv / r["median_us"] / 1e3, rel_tol=1e-3)
+            assert math.isclose(r["gbps"], kv / r["device_us"] / 1e3, rel_tol=1e-3)
+            assert r["floor_us"] == pytest.approx(kv / 4200 / 1e3, rel=1e-3)  # no copy timed on the CPU
             assert r["run_copy_gbps"] is None and math.isclose(r["frac_of_copy_bw"], r["gbps"] / 4200, rel_tol=1e-3)
             # only bsp times its local phase (split + local merge) alone: faster than its whole call
             assert (r["local_us"] is not None) == (r["name"] == "bsp")
             if r["local_us"] is not None:
-                assert 0 < r["local_us"] < r["median_us"]
+                assert 0 < r["local_us"] < r["device_us"]
                 assert math.isclose(r["local_frac_of_copy_bw"], kv / r["local_us"] / 1e3 / 4200, rel_tol=1e-3)
-            assert math.isclose(r["ratio_to_bsp"], bsp["median_us"] / r["median_us"], rel_tol=1e-3)
+            assert math.isclose(r["ratio_to_bsp"], bsp["device_us"] / r["device_us"], rel_tol=1e-3)
             assert r["ratio_to_best_baseline"] > 0 and r["rel_err"] is not None and r["rel_err"] < 2e-2
         assert all(r["config"]["BS"] == 32 for r in mine if r["kind"] == "tilec")
     assert _finite_positive(rows)
@@ -200,19 +213,19 @@ def test_reference_output_matches_torch():
 
 
 def _nccl_path_on_gloo(heap, dims):
-    """Rank side: the world > 1 baseline (torch attention with lse, one all_gather_into_tensor, lse combine) with
-    the rendezvous group standing in for NCCL, against the whole op recomputed on the rank."""
+    """Rank side: the world > 1 decode ops with the rendezvous group standing in for NCCL (SDPA with lse needs a
+    GPU kernel, so on the CPU only the naive torch step runs, labelled a reference), against the whole op
+    recomputed on the rank."""
     import torch.distributed as dist
 
     from tilec.perf import bench_baselines
-    from tilec.perf.measure import median_time
 
     bench_baselines._one_gpu_per_rank = lambda dev, world: True
     bench_baselines._groups["nccl"] = dist.group.WORLD
     q, k, v, lens = inputs.make_inputs(dims, heap.world, heap.rank, "f32", heap.device)
-    res = bench_baselines.decode_baselines(heap, dims, heap.world, "f32", 2, median_time, q, k, v, lens)
+    ops = bench_baselines.decode_ops(heap, dims, heap.world, q, k, v, lens, "bshd", 2, lambda *_: None)
     ref = bench_decode.reference_output(dims, heap.world, "f32", heap.device)
-    return [(name, secs, bench_decode.rel_err(out, ref)) for name, secs, _note, out in res]
+    return [(op.name, op.kind, bench_decode.rel_err(op.fn(), ref)) for op in ops]
 
 
 def test_distributed_baseline_on_gloo():
@@ -221,24 +234,27 @@ def test_distributed_baseline_on_gloo():
     dims = dict(B=2, HKV=2, G=4, D=32, S=48)
     results = spawn("tests.test_bench_cpu:_nccl_path_on_gloo", 2, args=(dims,), heap_bytes=1 << 20, timeout=120)
     for rows in results:
-        assert [r[0] for r in rows] == ["nccl+torch (bsp)"]
-        assert rows[0][1] > 0 and rows[0][2] < 1e-5
+        assert [(r[0], r[1]) for r in rows] == [("torch attention+nccl", "reference")]
+        assert rows[0][2] < 1e-5
 
 
 def _gemm_baselines_on_gloo(heap, dims):
     """Rank side: the NCCL baselines of the three GEMM patterns (all_gather_into_tensor + matmul, matmul +
-    reduce_scatter_tensor, matmul + all_reduce) with the rendezvous group standing in for NCCL; the symmetric-memory
-    baselines need GPUs and must say so instead of failing the row."""
+    reduce_scatter_tensor, matmul + all_reduce) with the rendezvous group standing in for NCCL, each output against
+    torch on every rank's inputs; the symmetric-memory baselines need GPUs and are left out."""
     import torch.distributed as dist
 
     from tilec.perf import bench_baselines
-    from tilec.perf.measure import median_time
 
     bench_baselines._one_gpu_per_rank = lambda dev, world: True
     bench_baselines._groups["nccl"] = dist.group.WORLD
-    return {p: [(name, secs) for name, secs, _note in bench_baselines.baselines(heap, dims, heap.world, "f32", 2,
-                                                                               median_time, pattern=p)]
-            for p in ("ag", "rs", "ar")}
+    out = {}
+    for p in ("ag", "rs", "ar"):
+        a, b = inputs.gemm_inputs(p, dims, heap.world, heap.rank, "f32", heap.device)
+        ref = inputs.gemm_reference(p, dims, heap.world, heap.rank, "f32", heap.device)
+        out[p] = [(op.name, op.kind, bench.rel_err(op.fn(), ref))
+                  for op in bench_baselines.gemm_ops(heap, heap.world, p, a, b, lambda *_: None)]
+    return out
 
 
 def test_gemm_baselines_on_gloo():
@@ -248,10 +264,9 @@ def test_gemm_baselines_on_gloo():
     results = spawn("tests.test_bench_cpu:_gemm_baselines_on_gloo", 2, args=({"M": 64, "N": 32, "K": 48},),
                     heap_bytes=1 << 20, timeout=120)
     for rows in results:
-        assert [n for n, _ in rows["ag"]] == ["nccl+cublas (bsp)"]  # async-TP: no symmetric memory on the CPU
-        assert [n for n, _ in rows["rs"]] == ["nccl+cublas (bsp)"]
-        assert [n for n, _ in rows["ar"]] == ["nccl+cublas (bsp)"]
-        assert all(secs > 0 for r in rows.values() for _, secs in r)
+        for p in ("ag", "rs", "ar"):
+            assert [(n, k) for n, k, _ in rows[p]] == [("nccl+cublas", "baseline")]
+            assert rows[p][0][2] < 1e-5, (p, rows[p])
 
 
 def test_gemm_pattern_picks_the_baselines_of_each_example():

@@ -23,8 +23,9 @@ import torch
 
 from tilec.errors import ScheduleError, TilecError
 from tilec.passes.schedules import SCHEDULES
-from tilec.perf.inputs import bench_inputs
-from tilec.perf.measure import gpu_name, median_time, tune_cache
+from tilec.perf.inputs import bench_inputs, gemm_inputs, gemm_reference
+from tilec.perf.measure import Timing, gpu_name, progress, time_checked, time_op, tune_cache
+from tilec.perf.rows import finish_shape
 from tilec.runtime import under_torchrun
 
 SHAPES = {
@@ -51,12 +52,44 @@ class Row:
     world: int
     dtype: str
     name: str  # schedule or baseline
-    kind: str  # tilec | baseline
-    median_us: float
-    tflops: float
+    kind: str  # tilec | baseline | reference | floor (tilec.perf.rows)
+    device_us: float  # median device time (how: `timing`)
+    p10_us: float
+    p90_us: float
+    min_us: float
+    max_us: float
+    iters: int
+    timing: str
+    host_us: float | None  # one eager Python call until its device work is done (median of a few)
+    tflops: float  # of the device time
+    peak_mem_bytes: int | None = None  # allocator peak of one call beyond what was allocated before it
+    heap_bytes: int | None = None  # symmetric heap bytes the tilec program uses (its tensors and buffers)
     config: dict = field(default_factory=dict)
-    ratio_to_best_baseline: float | None = None
+    rel_err: float | None = None  # max |C - C_ref| / max |C_ref|; C_ref: torch in f32, else the first baseline
+    best_baseline: str | None = None
+    ratio_to_best_baseline: float | None = None  # best baseline's device time / this row's (> 1: faster)
+    floor_us: float | None = None  # cuBLAS alone on the whole problem, on one GPU
+    frac_of_floor: float | None = None  # floor / this row's device time
     note: str = ""
+
+
+def timed_row(program: str, dims: dict, world: int, dtype: str, name: str, kind: str, t: Timing, flops: float,
+              **kw) -> Row:
+    return Row(program, dims, world, dtype, name, kind, round(t.device_us, 3), round(t.p10_us, 3),
+               round(t.p90_us, 3), round(t.min_us, 3), round(t.max_us, 3), t.iters, t.how,
+               round(t.host_us, 3) if t.host_us is not None else None, float(f"{flops / t.device_us / 1e6:.4g}"),
+               peak_mem_bytes=t.peak_bytes, **kw)
+
+
+def rel_err(out: torch.Tensor | None, ref: torch.Tensor | None) -> float | None:
+    if out is None or ref is None:
+        return None
+    out, ref = out.float(), ref.float().to(out.device)
+    if out.shape != ref.shape:
+        return float("inf")
+    scale = float(ref.abs().max()) if ref.numel() else 0.0
+    diff = float((out - ref).abs().max()) if ref.numel() else 0.0
+    return round(diff / scale, 6) if scale > 0 else diff
 
 
 def _flops(prog_dims: dict, flops_expr: str | None) -> float:
@@ -67,93 +100,139 @@ def _flops(prog_dims: dict, flops_expr: str | None) -> float:
 
 def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, schedules: list[str],
                dtype: str, iters: int, tune: bool, log) -> list[dict]:
-    """Runs on every rank; returns rows (rank 0's are the ones reported)."""
+    """Runs on every rank; returns rows (rank 0's are the ones reported). Per shape: the floor, the baselines and
+    every schedule, all on the same inputs, each timed by measure.time_op (device time of CUDA graph replays where
+    the op can be captured, host time of one eager call) and its output checked."""
     import tilec
-    from tilec.perf.bench_baselines import baselines, gemm_pattern
+    from tilec.perf.bench_baselines import gemm_floor, gemm_ops, gemm_pattern
 
     rows: list[Row] = []
     cache = json.loads(tune_cache().read_text()) if tune_cache().exists() else {}
     src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
     all_configs = CPU_CONFIGS if heap.interpret else CONFIGS
     retype = {"f16": dtype} if dtype != "f16" else None
-    total = len(shapes) * (len(schedules) + 1)
-    step = 0
+    stem = Path(path).stem
+    bar = progress(len(shapes) * (len(schedules) + 1), "bench", log if heap.rank == 0 else None)
     for (m, n, k) in shapes:
         dims = {"M": m, "N": n, "K": k}
         pattern = gemm_pattern(path, world, dims)
         flops = _flops(dims, None) / (world if pattern != "ag" else 1)  # rs/ar: each rank multiplies a K-shard
         shape_rows: list[Row] = []
         mark = heap.mark()
-        base = baselines(heap, dims, world, dtype, iters, median_time, pattern)
-        for name, secs, note in base:
-            shape_rows.append(Row(Path(path).stem, dims, world, dtype, name, "baseline", secs * 1e6,
-                                  flops / secs / 1e12, note=note))
-        step += 1
-        log(f"[{step}/{total}] {dims} baselines: " + ", ".join(f"{r.name} {r.median_us:.0f}us" for r in shape_rows))
+        a, b = gemm_inputs(pattern, dims, world, heap.rank, dtype, heap.device)
+        ref = gemm_reference(pattern, dims, world, heap.rank, dtype, heap.device)
+        floor_in = (torch.randn(m, k, device=heap.device).to(a.dtype),
+                    torch.randn(k, n, device=heap.device).to(b.dtype))
+        fl = gemm_floor(*floor_in)
+        t = time_op(fl.fn, heap, iters, 3)
+        shape_rows.append(timed_row(stem, dims, world, dtype, fl.name, fl.kind, t, _flops(dims, None), note=fl.note))
+        del floor_in, fl
+        first = None
+        for op in gemm_ops(heap, world, pattern, a, b, log):
+            try:
+                out = op.fn()
+                t = time_op(op.fn, heap, iters, 3)
+            except Exception as e:  # noqa: BLE001 - e.g. out of memory: said, the other rows still run
+                log(f"  baselines: {op.name} failed: {type(e).__name__}: {str(e)[:160]}")
+                continue
+            if first is None and op.kind == "baseline":
+                first = out
+            shape_rows.append(timed_row(stem, dims, world, dtype, op.name, op.kind, t, flops,
+                                        rel_err=rel_err(out, ref if ref is not None else first), note=op.note))
+        ref = ref if ref is not None else first
+        bar.step(f"{dims} baselines: " + ", ".join(f"{r.name} {r.device_us:.0f}us" for r in shape_rows))
         for s in schedules:
-            step += 1
             key = f"{src_hash}|{s}|{m}x{n}x{k}|w{world}|{dtype}|{gpu_name()}"
             configs = all_configs if heap.interpret or m > 64 else SMALL_M_CONFIGS
             cands = [tuple(cache[key])] if key in cache else (configs if tune else configs[:1])
-            best = None
+            best, why = None, "no config ran"
             for cfg in cands:
                 bm, bn, bk, nw, ns, gm = cfg
                 try:
                     prog = tilec.compile(path, world=world, schedule=s, retype=retype, group_m=gm, num_warps=nw,
                                          num_stages=ns, dims={**dims, "BM": bm, "BN": bn, "BK": bk})
                 except ScheduleError as e:
-                    best = ("skip", str(e))
+                    why = str(e)
+                    break
+                if len(cands) == 1:
+                    best = (cfg, prog)
                     break
                 inner = heap.mark()
                 args = bench_inputs(prog, heap, 0)
                 try:
-                    secs = median_time(lambda p=prog, a=args: p(heap, entry_barrier=False, sync=False, **a), heap,
-                                        iters if len(cands) == 1 else max(3, iters // 3), 2)
+                    secs = time_checked(prog, heap, args, max(3, iters // 3), 2)
                 except Exception as e:  # a config that does not compile (shared memory) is skipped
                     log(f"    {s} {cfg}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
-                    heap.release(inner)
                     continue
-                if len(cands) > 1:
-                    log(f"    tune {s} {cfg}: {secs * 1e6:.0f}us")
-                if best is None or best[0] == "skip" or secs < best[1]:
-                    best = (cfg, secs, prog, args)
-                heap.release(inner)
-            if best is None or best[0] == "skip":
-                log(f"[{step}/{total}] {dims} {s}: skipped ({best[1] if best else 'no config ran'})")
+                finally:
+                    heap.release(inner)
+                log(f"    tune {s} {cfg}: {secs * 1e6:.0f}us")
+                if best is None or secs < best[2]:
+                    best = (cfg, prog, secs)
+            if best is None:
+                bar.step(f"{dims} {s}: skipped ({why})")
                 continue
-            cfg, secs = best[0], best[1]
-            per_sm = best[2].programs_per_sm(heap)
+            cfg, prog = best[0], best[1]
+            try:
+                r = _time_tilec(prog, heap, iters, {"A": a, "B": b}, ref, flops, stem, dims, world, dtype, s)
+            except Exception as e:  # noqa: BLE001 - e.g. a wait that timed out: said, the other rows still run
+                bar.step(f"{dims} {s}: failed ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
+                continue
             cache[key] = list(cfg)
-            if len(cands) > 1:  # re-time the winner with the full iteration count
-                prog = tilec.compile(path, world=world, schedule=s, retype=retype, group_m=cfg[5],
-                                     num_warps=cfg[3], num_stages=cfg[4],
-                                     dims={**dims, "BM": cfg[0], "BN": cfg[1], "BK": cfg[2]})
-                inner = heap.mark()
-                args = bench_inputs(prog, heap, 0)
-                secs = median_time(lambda p=prog, a=args: p(heap, entry_barrier=False, sync=False, **a), heap,
-                                    iters, 2)
-                heap.release(inner)
-            conf = dict(zip(("BM", "BN", "BK", "num_warps", "num_stages", "group_m"), cfg, strict=True))
-            conf["programs_per_sm"] = per_sm  # of the persistent kernels (occupancy, LaunchContext.fit)
-            if heap.rank == 0:  # `--schedule auto` prefers measured times of this program, shape, world and GPU
+            r.config = dict(zip(("BM", "BN", "BK", "num_warps", "num_stages", "group_m"), cfg, strict=True))
+            r.config["programs_per_sm"] = prog.programs_per_sm(heap)  # of the persistent kernels (occupancy)
+            if heap.rank == 0:  # `--schedule auto` prefers device times of this program, shape, world and device
                 from tilec.perf.auto import key as auto_key
                 from tilec.perf.auto import record_measured
 
-                record_measured(auto_key(Path(path).read_text(), world, dims), s, secs * 1e6)
-            shape_rows.append(Row(Path(path).stem, dims, world, dtype, s, "tilec", secs * 1e6, flops / secs / 1e12,
-                                  conf))
-            log(f"[{step}/{total}] {dims} {s}: {secs * 1e6:.0f}us {flops / secs / 1e12:.0f} TFLOP/s {conf}")
+                record_measured(auto_key(Path(path).read_text(), world, dims), s, r.device_us)
+            shape_rows.append(r)
+            bar.step(f"{dims} {s}: {r.device_us:.0f}us device, {r.host_us:.0f}us host, {r.tflops:.0f} TFLOP/s"
+                     f"{_wrong(r, dtype)}")
         heap.release(mark)
-        best_base = min((r.median_us for r in shape_rows if r.kind == "baseline"), default=None)
-        for r in shape_rows:
-            if best_base:
-                r.ratio_to_best_baseline = round(best_base / r.median_us, 4)
+        finish_shape(shape_rows)
         rows += shape_rows
+        if not heap.interpret:
+            torch.cuda.empty_cache()
+    bar.close()
     if heap.rank == 0:
-        tmp = tune_cache().with_suffix(".tmp")
+        tmp = tune_cache().with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
         os.replace(tmp, tune_cache())
     return [asdict(r) for r in rows]
+
+
+TOLERANCE = {"f16": 2e-2, "bf16": 5e-2, "f32": 1e-4}
+
+
+def _wrong(r, dtype: str) -> str:
+    return f"  WRONG RESULT: relative error {r.rel_err:.2e}" if r.rel_err is not None and \
+        r.rel_err > TOLERANCE.get(dtype, 5e-2) else ""
+
+
+def _time_tilec(prog, heap, iters: int, inputs: dict, ref, flops: float, stem, dims, world, dtype, name) -> Row:
+    """One schedule's row: its tensors on the heap (inputs copied in), device time of CUDA graph replays where
+    the schedule can be captured (else events around the call), host time of one eager call, output checked."""
+    inner = heap.mark()
+    used = heap.used
+    try:
+        args = bench_inputs(prog, heap, 0)
+        for nm, x in inputs.items():
+            args[nm].copy_(x)
+        prog(heap, **args)  # compiles, checks the arguments; its buffers now sit on the heap too
+        heap_bytes = heap.used - used
+        replay = None
+        if not heap.interpret and not prog.has_host_barrier:
+            call = prog.capture(heap, **args)
+            replay = lambda: call.replay(entry_barrier=False, sync=False)  # noqa: E731
+        t = time_op(lambda: prog(heap, entry_barrier=False, sync=False, **args), heap, iters, 2, replay=replay,
+                    capture=False)
+        prog(heap, **args)  # synchronous: raises a wait that timed out during the unsynchronized calls
+        out = args["C"].clone()
+        return timed_row(stem, dims, world, dtype, name, "tilec", t, flops, heap_bytes=heap_bytes,
+                         rel_err=rel_err(out, ref))
+    finally:
+        heap.release(inner)
 
 
 def save_results(rows: list[dict], out_dir: Path, tag: str, meta: dict) -> tuple[Path, Path | None]:
@@ -170,31 +249,36 @@ def save_results(rows: list[dict], out_dir: Path, tag: str, meta: dict) -> tuple
         import matplotlib.pyplot as plt
     except ImportError:
         return js, None
-    metric = meta.get("metric", "tflops")  # decode plots GB/s of KV streamed per rank
-
     def shape_of(r):
         return r.get("label") or "x".join(str(v) for v in r["shape"].values())
 
+    # device time per row on a log axis (shapes differ by 100x), p10-p90 as error bars, the floor as a line
     shapes = list(dict.fromkeys(shape_of(r) for r in rows))
-    names = list(dict.fromkeys(r["name"] for r in rows))
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(shapes)), 4))
+    names = list(dict.fromkeys(r["name"] for r in rows if r["kind"] != "floor"))
+    fig, ax = plt.subplots(figsize=(max(7, 1.8 * len(shapes)), 4.5))
     w = 0.8 / max(1, len(names))
     for i, nm in enumerate(names):
-        ys = []
-        for s in shapes:
-            v = [r[metric] for r in rows if r["name"] == nm and shape_of(r) == s]
-            ys.append(v[0] if v else 0)
-        ax.bar([j + i * w for j in range(len(shapes))], ys, w, label=nm)
+        xs, ys, lo, hi = [], [], [], []
+        for j, s in enumerate(shapes):
+            v = [r for r in rows if r["name"] == nm and shape_of(r) == s]
+            if v:
+                xs.append(j + i * w)
+                ys.append(v[0]["device_us"])
+                lo.append(v[0]["device_us"] - v[0]["p10_us"])
+                hi.append(v[0]["p90_us"] - v[0]["device_us"])
+        hatch = "//" if any(r["name"] == nm and r["kind"] == "reference" for r in rows) else None
+        ax.bar(xs, ys, w, yerr=[lo, hi], label=nm, hatch=hatch, capsize=1.5, error_kw={"linewidth": 0.6})
+    for j, s in enumerate(shapes):
+        fl = [r["floor_us"] for r in rows if shape_of(r) == s and r.get("floor_us")]
+        if fl:
+            ax.plot([j - w / 2, j + 0.8 - w / 2], [fl[0], fl[0]], color="black", linestyle="--", linewidth=1,
+                    label="floor" if j == 0 else None)
+    ax.set_yscale("log")
     ax.set_xticks([j + 0.4 - w / 2 for j in range(len(shapes))], shapes, rotation=15, fontsize=8)
-    if metric == "gbps":
-        ax.set_ylabel("GB/s (KV bytes streamed per rank / time)")
-        if meta.get("copy_gbps") and meta.get("backend") != "cpu":  # the CPU emulation is nowhere near it
-            ax.axhline(meta["copy_gbps"], color="gray", linestyle="--", linewidth=0.8,
-                       label=f"copy bandwidth {meta['copy_gbps']:.0f} GB/s")
-    else:
-        ax.set_ylabel("TFLOP/s")
-    ax.set_title(f"{tag} ({meta.get('gpu', '')}, world {meta.get('world')})", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_ylabel("device time per call (us, log)")
+    ax.set_title(f"{tag} ({meta.get('gpu', '')}, world {meta.get('world')}; {meta.get('floor', 'floor')})",
+                 fontsize=8)
+    ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     fig.savefig(png, dpi=110)
     plt.close(fig)
@@ -280,7 +364,16 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
     meta = {"program": path, "world": world, "gpu": gpu_name(), "dtype": dtype, "shapes": shapes,
             "torch": torch.__version__, "backend": backend, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
             "ranks_share_gpu": bool(torch.cuda.is_available() and world > torch.cuda.device_count()),
-            "timing": "median of CUDA-event times per call; cross-rank barrier before each call, outside the timer"}
+            "timing": "device_us: median (p10/p90/min/max beside) over `iters` runs of each row's `timing`: CUDA "
+                      "graph replays where the op can be captured (every baseline, tilec schedules without a host "
+                      "barrier), else CUDA events around an eager call; an L2 flush that reads and a cross-rank "
+                      "barrier before each run, outside the events; warm-up excluded. host_us: one eager Python "
+                      "call until its device work is done (median of 5). Ratios: device time against device time",
+            "memory": "peak_mem_bytes: the allocator's peak during one call beyond what was allocated before it; "
+                      "heap_bytes: the symmetric heap the tilec program's tensors and buffers take",
+            "floor": "cuBLAS alone on the whole problem on one GPU" if family == "gemm" else
+                     "KV bytes per rank / the copy bandwidth measured in the run (+ one NVLink round trip, world > 1)",
+            "iters": iters}
     if family == "decode":
         from tilec.perf.bench_decode import COPY_GBPS, MAX_SPLITS
 
@@ -332,8 +425,22 @@ def _log(msg: str) -> None:
 
 
 def _table(rows: list[dict]) -> None:
-    print(f"{'shape':<22}{'name':<24}{'us':>10}{'TFLOP/s':>10}{'vs best baseline':>18}")
+    print(table_text(rows))
+
+
+def table_text(rows: list[dict]) -> str:
+    """One line per row: device time (median, p10-p90), host time, the ratio to the best baseline (device time
+    against device time), the fraction of the floor, memory, the output's error."""
+    head = (f"{'shape':<22}{'name':<30}{'kind':<10}{'device us':>11}{'p10-p90':>17}{'host us':>10}"
+            f"{'vs best':>9}{'of floor':>9}{'mem MB':>9}{'rel err':>9}")
+    out = [head]
     for r in rows:
-        shp = "x".join(str(v) for v in r["shape"].values())
-        ratio = f"{r['ratio_to_best_baseline']:.3f}x" if r["ratio_to_best_baseline"] else "-"
-        print(f"{shp:<22}{r['name']:<24}{r['median_us']:>10.1f}{r['tflops']:>10.1f}{ratio:>18}")
+        shp = r.get("label") or "x".join(str(v) for v in r["shape"].values())
+        ratio = f"{r['ratio_to_best_baseline']:.3g}x" if r.get("ratio_to_best_baseline") else "-"
+        floor = f"{r['frac_of_floor']:.3g}" if r.get("frac_of_floor") else "-"
+        host = f"{r['host_us']:.1f}" if r.get("host_us") is not None else "-"
+        mem = (r.get("peak_mem_bytes") or 0) + (r.get("heap_bytes") or 0)
+        err = f"{r['rel_err']:.1e}" if r.get("rel_err") is not None else "-"
+        out.append(f"{shp:<22}{r['name'][:29]:<30}{r['kind']:<10}{r['device_us']:>11.1f}"
+                   f"{r['p10_us']:>8.1f}-{r['p90_us']:<8.1f} {host:>9}{ratio:>9}{floor:>9}{mem / 2**20:>9.0f}{err:>9}")
+    return "\n".join(out)

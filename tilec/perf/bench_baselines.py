@@ -1,30 +1,36 @@
-"""External baselines, timed by the same harness as tilec's schedules.
+"""What a careful PyTorch user would run instead of tilec, on the bench's own inputs, as ops the harness times.
 
-GEMM programs (`baselines`), by pattern (`gemm_pattern`: read off the program's tensor shapes):
-- ag (All-Gather + GEMM, A [M/W, K]), rs (GEMM + Reduce-Scatter, A [M, K/W], C [M/W, N]),
-  ar (GEMM + All-Reduce, A [M, K/W], C [M, N]).
-- rs: matmul + reduce_scatter_tensor (NCCL), and PyTorch's fused_matmul_reduce_scatter (symmetric memory).
-- ar: matmul + all_reduce (NCCL).
-All-Gather + GEMM:
-- torch.matmul (cuBLAS) on the gathered A: the compute floor (world 1: the whole op).
-- NCCL + cuBLAS (BSP): all_gather_into_tensor then matmul; needs one GPU per rank.
-- PyTorch async-TP: torch.ops.symm_mem.fused_all_gather_matmul; needs one GPU per rank and symmetric memory.
-Distributed flash decode (`decode_baselines`):
-- world 1: torch.nn.functional.scaled_dot_product_attention (q [B, H, 1, D], k/v [B, HKV, S, D], enable_gqa).
-- world > 1: NCCL + torch: local attention by torch ops returning (o, lse) (matmul, logsumexp), one
-  all_gather_into_tensor of (o, lse), then the LSE combine in torch; needs one GPU per rank.
-Layout changes (the KV transpose to [B, HKV, S, D]) are input preparation, outside the timed region.
-Baselines that cannot run here (ranks sharing a GPU, no NCCL) are left out with a note in the log, not faked.
+Each op is (name, kind, note, fn): fn() runs the op once and returns its output in the layout of the tilec
+program's output (C, or O), so every row is checked against the first baseline's output. kind is "baseline" (a
+fair bar: the best of them gives every row's ratio), "reference" (labelled, never the bar: the naive torch decode,
+or a lower bound timed without communication) or "floor" (the physical limit). The harness (tilec.perf.bench,
+tilec.perf.bench_decode) captures each op in a CUDA graph where it can and times the replays.
+
+GEMM family (`gemm_ops`; pattern from the program's shapes, `gemm_pattern`):
+- floor: cuBLAS alone on the whole problem ([M, K] @ [K, N]) on one GPU.
+- ag (All-Gather + GEMM): NCCL all_gather_into_tensor + matmul; PyTorch async-TP (symm_mem.fused_all_gather_matmul)
+  eagerly and under torch.compile with micro-pipeline TP on. World 1: matmul on the local A.
+- rs (GEMM + Reduce-Scatter): matmul + reduce_scatter_tensor; symm_mem.fused_matmul_reduce_scatter.
+- ar (GEMM + All-Reduce): matmul + all_reduce; matmul into symmetric memory + symm_mem one-shot / two-shot
+  all-reduce.
+Distributed flash decode (`decode_ops`):
+- the fastest SDPA backend that returns the log-sum-exp (flash, efficient, cudnn: whichever run here), with GQA
+  folded into the query length (q [B, HKV, G, D] against k [B, HKV, S, D]); world 1: that call alone, and
+  F.scaled_dot_product_attention (enable_gqa). World > 1: SDPA with LSE, one all_gather_into_tensor of (O, lse)
+  packed in one buffer, and the LSE combine: the whole step as one op (captured in a CUDA graph by the harness).
+- reference: the same step with attention by plain torch ops (bmm, logsumexp, exp, bmm).
+Baselines that cannot run here (ranks sharing a GPU, no NCCL, no symmetric memory) are left out with a note in the
+log, not faked.
 """
 
 from __future__ import annotations
 
 import math
-import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
-
-from tilec.reference import TORCH_DTYPE
 
 _groups: dict[str, object] = {}
 
@@ -48,53 +54,6 @@ def gemm_pattern(path: str, world: int, dims: dict) -> str:
     if shape.get("A") == (m, k // world) and world > 1:
         return "rs" if shape.get("C") == (m // world, n) else "ar"
     return "ag"
-
-
-def baselines(heap, dims: dict, world: int, dtype: str, iters: int, timer, pattern: str = "ag"
-              ) -> list[tuple[str, float, str]]:
-    if pattern in ("rs", "ar") and world > 1:
-        return _reduce_baselines(heap, dims, world, dtype, iters, timer, pattern)
-    m, n, k = dims["M"], dims["N"], dims["K"]
-    dt = TORCH_DTYPE[dtype]
-    dev = heap.device
-    g = torch.Generator(device="cpu").manual_seed(1 + heap.rank)
-    a_shard = (torch.randn(m // world, k, generator=g) / 8).to(dev, dt)
-    b = (torch.randn(k, n, generator=g) / 8).to(dev, dt)
-    a_full = torch.empty(m, k, device=dev, dtype=dt)
-    out = []
-    if world == 1:
-        a_full.copy_(a_shard)
-        out.append(("torch.matmul", timer(lambda: torch.matmul(a_full, b), heap, iters, 3), "cuBLAS, A local"))
-        return out
-    if not _one_gpu_per_rank(dev, world):
-        print(f"  baselines: ranks share {dev}; NCCL and async-TP need one GPU per rank, so only torch.matmul of"
-              " the gathered A is timed", file=sys.stderr)
-        out.append(("torch.matmul (no comm)", timer(lambda: torch.matmul(a_full, b), heap, iters, 3),
-                    "compute only: a lower bound, not a distributed baseline"))
-        return out
-    import torch.distributed as dist
-
-    grp = _nccl_group()
-
-    def nccl_bsp():
-        dist.all_gather_into_tensor(a_full, a_shard, group=grp)
-        return torch.matmul(a_full, b)
-
-    out.append(("nccl+cublas (bsp)", timer(nccl_bsp, heap, iters, 3), "all_gather_into_tensor + matmul"))
-    try:
-        import torch.distributed._symmetric_memory as symm_mem
-
-        symm_mem.enable_symm_mem_for_group(grp.group_name)
-        a_symm = symm_mem.empty(m // world, k, device=dev, dtype=dt)
-        a_symm.copy_(a_shard)
-
-        def async_tp():
-            return torch.ops.symm_mem.fused_all_gather_matmul(a_symm, [b], gather_dim=0, group_name=grp.group_name)
-
-        out.append(("pytorch async-tp", timer(async_tp, heap, iters, 3), "fused_all_gather_matmul"))
-    except Exception as e:  # not every build has symmetric memory; say so instead of failing the run
-        print(f"  baselines: async-TP unavailable: {type(e).__name__}: {str(e)[:160]}", file=sys.stderr)
-    return out
 
 
 # -- flash decode ------------------------------------------------------------------------------------------------
@@ -149,101 +108,237 @@ def _one_gpu_per_rank(dev, world: int) -> bool:
     return dev.type == "cuda" and world <= torch.cuda.device_count()
 
 
-def _reduce_baselines(heap, dims: dict, world: int, dtype: str, iters: int, timer, pattern: str):
-    """GEMM + Reduce-Scatter / All-Reduce: each rank multiplies its K-shard, then NCCL reduces (BSP)."""
-    m, n, k = dims["M"], dims["N"], dims["K"]
-    dt = TORCH_DTYPE[dtype]
+
+
+@dataclass
+class Op:
+    name: str
+    kind: str  # "baseline" | "reference" | "floor"
+    note: str
+    fn: Callable[[], torch.Tensor]
+
+
+def _symm_mem(grp):
+    """torch's symmetric memory for the group, or None where this build or machine has none."""
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+
+        with warnings.catch_warnings():  # enable_symm_mem_for_group is a no-op that warns on newer torch
+            warnings.simplefilter("ignore")
+            symm_mem.enable_symm_mem_for_group(grp.group_name)
+        return symm_mem
+    except Exception:  # noqa: BLE001 - no symmetric memory: those baselines are left out, with a note
+        return None
+
+
+def gemm_floor(a_full: torch.Tensor, b_full: torch.Tensor) -> Op:
+    """cuBLAS alone on the whole problem on one GPU: what no distributed schedule can beat."""
+    return Op("cublas floor", "floor", f"matmul [{a_full.shape[0]}, {a_full.shape[1]}] @ [{b_full.shape[0]}, "
+              f"{b_full.shape[1]}] on one GPU, no communication", lambda: torch.matmul(a_full, b_full))
+
+
+def gemm_ops(heap, world: int, pattern: str, a: torch.Tensor, b: torch.Tensor, log) -> list[Op]:
+    """The baselines of one GEMM-family shape on this rank's inputs: a, b as the program declares A and B (ag:
+    A [M/W, K], B [K, N]; rs / ar: A [M, K/W], B [K/W, N]); each op returns C as the program declares it."""
     dev = heap.device
-    g = torch.Generator(device="cpu").manual_seed(1 + heap.rank)
-    a = (torch.randn(m, k // world, generator=g) / 8).to(dev, dt)
-    b = (torch.randn(k // world, n, generator=g) / 8).to(dev, dt)
-    out = []
+    if world == 1:
+        return [Op("cublas", "baseline", "matmul: the whole op at world 1", lambda: torch.matmul(a, b))]
     if not _one_gpu_per_rank(dev, world):
-        print(f"  baselines: ranks share {dev}; NCCL needs one GPU per rank, so only the local matmul is timed",
-              file=sys.stderr)
-        out.append(("torch.matmul (no comm)", timer(lambda: torch.matmul(a, b), heap, iters, 3),
-                    "compute only: a lower bound, not a distributed baseline"))
-        return out
+        log(f"  baselines: ranks share {dev}; NCCL and symmetric memory need one GPU per rank: no distributed "
+            "baseline is timed")
+        if pattern == "ag":
+            a_full = torch.cat([a] * world)
+            return [Op("matmul (no comm)", "reference", "compute only: a lower bound, not a distributed baseline",
+                       lambda: torch.matmul(a_full, b))]
+        return [Op("matmul (no comm)", "reference", "compute only: a lower bound, not a distributed baseline",
+                   lambda: torch.matmul(a, b))]
     import torch.distributed as dist
 
     grp = _nccl_group()
-    if pattern == "rs":
-        shard = torch.empty(m // world, n, device=dev, dtype=dt)
-        out.append(("nccl+cublas (bsp)", timer(lambda: dist.reduce_scatter_tensor(shard, a @ b, group=grp), heap,
-                                               iters, 3), "matmul + reduce_scatter_tensor"))
-        try:
-            import torch.distributed._symmetric_memory as symm_mem
+    symm_mem = _symm_mem(grp) if dev.type == "cuda" else None
+    if symm_mem is None:
+        log("  baselines: no symmetric memory here: the PyTorch symmetric-memory baselines are left out")
+    m_local, k = a.shape
+    n = b.shape[1]
+    ops = []
+    if pattern == "ag":
+        a_full = torch.empty(m_local * world, k, device=dev, dtype=a.dtype)
 
-            symm_mem.enable_symm_mem_for_group(grp.group_name)
+        def nccl_ag():
+            dist.all_gather_into_tensor(a_full, a, group=grp)
+            return torch.matmul(a_full, b)
 
-            def fused():
-                return torch.ops.symm_mem.fused_matmul_reduce_scatter(a, b, "sum", scatter_dim=0,
-                                                                      group_name=grp.group_name)
+        ops.append(Op("nccl+cublas", "baseline", "all_gather_into_tensor + matmul", nccl_ag))
+        if symm_mem is not None:
+            a_symm = symm_mem.empty(m_local, k, device=dev, dtype=a.dtype)
+            a_symm.copy_(a)
 
-            out.append(("pytorch fused_matmul_reduce_scatter", timer(fused, heap, iters, 3), "symmetric memory"))
-        except Exception as e:  # not every build has it; say so instead of failing the run
-            print(f"  baselines: fused_matmul_reduce_scatter unavailable: {type(e).__name__}: {str(e)[:160]}",
-                  file=sys.stderr)
+            def async_tp():
+                return torch.ops.symm_mem.fused_all_gather_matmul(a_symm, [b], gather_dim=0,
+                                                                  group_name=grp.group_name)[1][0]
+
+            ops.append(Op("async-tp", "baseline", "torch.ops.symm_mem.fused_all_gather_matmul (eager)", async_tp))
+            compiled = _async_tp_compiled(a_symm, b, grp, log)
+            if compiled is not None:
+                ops.append(compiled)
+    elif pattern == "rs":
+        shard = torch.empty(m_local // world, n, device=dev, dtype=a.dtype)
+
+        def nccl_rs():
+            dist.reduce_scatter_tensor(shard, torch.matmul(a, b), group=grp)
+            return shard
+
+        ops.append(Op("nccl+cublas", "baseline", "matmul + reduce_scatter_tensor", nccl_rs))
+        if symm_mem is not None:
+            ops.append(Op("fused_matmul_reduce_scatter", "baseline", "torch.ops.symm_mem (eager)",
+                          lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a, b, "sum", scatter_dim=0,
+                                                                                 group_name=grp.group_name)))
     else:
-        out.append(("nccl+cublas (bsp)", timer(lambda: dist.all_reduce(a @ b, group=grp), heap, iters, 3),
-                    "matmul + all_reduce"))
-    return out
+        def nccl_ar():
+            c = torch.matmul(a, b)
+            dist.all_reduce(c, group=grp)
+            return c
+
+        ops.append(Op("nccl+cublas", "baseline", "matmul + all_reduce", nccl_ar))
+        if symm_mem is not None:
+            c_symm = symm_mem.empty(m_local, n, device=dev, dtype=a.dtype)
+            symm_mem.rendezvous(c_symm, grp.group_name)
+            for name in ("one_shot_all_reduce", "two_shot_all_reduce_"):
+                fn = getattr(torch.ops.symm_mem, name, None)
+                if fn is None:
+                    continue
+
+                def symm_ar(fn=fn, name=name):
+                    torch.matmul(a, b, out=c_symm)
+                    out = fn(c_symm, "sum", grp.group_name)
+                    return c_symm if name.endswith("_") else out
+
+                ops.append(Op(f"cublas+symm_mem {name.rstrip('_')}", "baseline",
+                              "matmul into symmetric memory, then torch's symmetric-memory all-reduce", symm_ar))
+    return ops
 
 
-def decode_baselines(heap, dims: dict, world: int, dtype: str, iters: int, timer, q, k, v, lens,
-                     log=None, layout: str = "bshd") -> list[tuple[str, float, str, torch.Tensor | None]]:
-    """(name, seconds, note, output O [B, H, D] or None) per baseline that runs here. q [B, H, D] and lens [B]
-    are the same on every rank, k/v this rank's block, [B, S, HKV, D] (layout "bshd") or [B, HKV, S, D]
-    ("bhsd"); lens are taken as given (the bench passes full lengths)."""
+def _async_tp_compiled(a_symm, b, grp, log) -> Op | None:
+    """all_gather + matmul under torch.compile with micro-pipeline TP (inductor rewrites it into
+    fused_all_gather_matmul), if this build does it."""
+    try:
+        import torch._inductor.config as inductor_config
+        from torch.distributed._functional_collectives import all_gather_tensor
+
+        inductor_config._micro_pipeline_tp = True
+
+        def ag_mm(x, y):
+            return torch.matmul(all_gather_tensor(x, 0, grp), y)
+
+        compiled = torch.compile(ag_mm, fullgraph=True)
+        compiled(a_symm, b)
+        return Op("async-tp (torch.compile)", "baseline", "all_gather_tensor + matmul compiled with "
+                  "_micro_pipeline_tp", lambda: compiled(a_symm, b))
+    except Exception as e:  # noqa: BLE001 - a build without it: left out, with a note
+        log(f"  baselines: async-TP under torch.compile unavailable: {type(e).__name__}: {str(e)[:160]}")
+        return None
+
+
+# -- flash decode ------------------------------------------------------------------------------------------------
+
+
+def sdpa_lse_backends(q4: torch.Tensor, kt: torch.Tensor, vt: torch.Tensor) -> dict[str, Callable]:
+    """SDPA kernels that return the log-sum-exp, as fn() -> (o [B, HKV, G, D], lse [B, HKV, G] f32), for
+    q4 [B, HKV, G, D] (GQA folded into the query length) against kt, vt [B, HKV, S, D]; those that run here
+    (their outputs are checked against the whole op with every other row)."""
+    aten = torch.ops.aten
+    g = q4.shape[2]
+
+    def flash():
+        out = aten._scaled_dot_product_flash_attention(q4, kt, vt, 0.0, False, False)
+        return out[0], out[1][..., :g]
+
+    def efficient():
+        out = aten._scaled_dot_product_efficient_attention(q4, kt, vt, None, True)
+        return out[0], out[1][..., :g]
+
+    def cudnn():
+        out = aten._scaled_dot_product_cudnn_attention(q4, kt, vt, None, True, 0.0, False, False)
+        return out[0], out[1].reshape(out[1].shape[0], out[1].shape[1], -1)[..., :g]
+
+    found = {}
+    for name, fn in (("flash", flash), ("efficient", efficient), ("cudnn", cudnn)):
+        try:
+            o, lse = fn()
+            if o.shape == q4.shape and lse.shape == q4.shape[:3]:
+                found[name] = fn
+        except Exception:  # noqa: BLE001 - this backend does not run here (device, dtype, build)
+            continue
+    return found
+
+
+def decode_ops(heap, dims: dict, world: int, q, k, v, lens, layout: str, iters: int, log) -> list[Op]:
+    """The decode baselines on this rank's block: q [B, H, D] and lens [B] (the same on every rank), k, v
+    [B, S, HKV, D] ("bshd") or [B, HKV, S, D] ("bhsd"); each op returns O [B, H, D] in q's dtype. The bench passes
+    full lengths, which SDPA takes without a mask; other lengths get only the torch reference."""
     import torch.nn.functional as F
 
-    log = log or (lambda msg: print(msg, file=sys.stderr))
     b, hkv, grp, d, s = dims["B"], dims["HKV"], dims["G"], dims["D"], dims["S"]
+    h = hkv * grp
     dev = heap.device
     n_local = (lens.to(torch.int64) - heap.rank * s).clamp(0, s)
     full = bool((n_local == s).all())
-    # sdpa reads [B, HKV, S, D]; a position-major cache is transposed once here, outside the timed calls
+    # SDPA reads [B, HKV, S, D]; a position-major cache is transposed once here, as input preparation
     kt, vt = (k, v) if layout == "bhsd" else (k.transpose(1, 2).contiguous(), v.transpose(1, 2).contiguous())
-    out = []
-    if world == 1 or not _one_gpu_per_rank(dev, world):
-        q4 = q.unsqueeze(2)  # [B, H, 1, D]
+    q4 = q.view(b, hkv, grp, d)
+    distributed = world > 1 and _one_gpu_per_rank(dev, world)
+    if world > 1 and not distributed:
+        log(f"  baselines: ranks share {dev}; NCCL needs one GPU per rank: only the naive local step is timed")
+    best = None
+    if full and dev.type == "cuda":
+        backends = sdpa_lse_backends(q4, kt, vt)
+        timed = {}
+        for name, fn in backends.items():  # the fastest on this shape: a short timing of each
+            from tilec.perf.gpu_time import cold_time
+
+            timed[name] = cold_time(fn, reps=max(5, iters // 2), warmup=2)
+        if timed:
+            best = min(timed, key=timed.get)
+            log("  sdpa with lse: " + ", ".join(f"{n} {t * 1e6:.1f}us" for n, t in timed.items()) + f"; {best}")
+        else:
+            log("  baselines: no SDPA backend that returns the log-sum-exp runs here")
+    ops = []
+    if world == 1:
+        if best:
+            fn = backends[best]
+            ops.append(Op(f"sdpa+lse ({best})", "baseline", "SDPA kernel that returns the lse, GQA folded into the "
+                          "query length", lambda: fn()[0].reshape(b, h, d)))
         mask = None if full else (torch.arange(s, device=dev)[None, :] < n_local[:, None])[:, None, None, :]
-
-        def sdpa():
-            return F.scaled_dot_product_attention(q4, kt, vt, attn_mask=mask, enable_gqa=grp > 1)
-
-        name, note = "torch sdpa", "scaled_dot_product_attention, enable_gqa, k/v [B, HKV, S, D]"
-        if world > 1:
-            log(f"  baselines: ranks share {dev}; NCCL needs one GPU per rank, so only the local block's sdpa is"
-                " timed")
-            name, note = "torch sdpa (local, no comm)", "compute only: a lower bound, not a distributed baseline"
-        try:
-            secs = timer(sdpa, heap, iters, 3)
-            out.append((name, secs, note, sdpa().squeeze(2) if world == 1 else None))
-        except Exception as e:  # e.g. out of memory: say so, time the others
-            log(f"  baselines: {name} failed: {type(e).__name__}: {str(e)[:160]}")
-        return out
+        q1 = q.unsqueeze(2)
+        ops.append(Op("torch sdpa", "baseline", "F.scaled_dot_product_attention, enable_gqa",
+                      lambda: F.scaled_dot_product_attention(q1, kt, vt, attn_mask=mask,
+                                                             enable_gqa=grp > 1).squeeze(2)))
+        return ops
+    n_mask = None if full else n_local
+    if not distributed:
+        return [Op("torch attention (local, no comm)", "reference", "compute only: a lower bound, not a distributed "
+                   "baseline", lambda: local_attention_lse(q, kt, vt, n_mask, grp)[0].to(q.dtype))]
     import torch.distributed as dist
 
     grp_nccl = _nccl_group()
-    h = hkv * grp
-    n_mask = None if full else n_local
     send = torch.empty(b * h * (d + 1), device=dev, dtype=torch.float32)
     recv = torch.empty(world * b * h * (d + 1), device=dev, dtype=torch.float32)  # flat: every backend takes it
     parts = recv.view(world, b * h * (d + 1))
 
-    def nccl_decode():
-        o, lse = local_attention_lse(q, kt, vt, n_mask, grp)
-        send[: b * h * d].copy_(o.view(-1))
-        send[b * h * d :].copy_(lse.view(-1))
-        dist.all_gather_into_tensor(recv, send, group=grp_nccl)
-        return lse_combine(parts[:, : b * h * d].reshape(world, b, h, d),
-                           parts[:, b * h * d :].reshape(world, b, h)).to(q.dtype)
+    def step(local):
+        def run():
+            o, lse = local()
+            send[: b * h * d].copy_(o.reshape(-1))
+            send[b * h * d:].copy_(lse.reshape(-1))
+            dist.all_gather_into_tensor(recv, send, group=grp_nccl)
+            return lse_combine(parts[:, : b * h * d].reshape(world, b, h, d),
+                               parts[:, b * h * d:].reshape(world, b, h)).to(q.dtype)
+        return run
 
-    try:
-        secs = timer(nccl_decode, heap, iters, 3)
-        out.append(("nccl+torch (bsp)", secs, "torch attention with lse, all_gather_into_tensor, lse combine",
-                    nccl_decode()))
-    except Exception as e:
-        log(f"  baselines: nccl+torch failed: {type(e).__name__}: {str(e)[:160]}")
-    return out
+    if best:
+        ops.append(Op(f"sdpa+lse ({best})+nccl", "baseline", "SDPA with lse, one all_gather_into_tensor of (O, lse), "
+                      "lse combine", step(backends[best])))
+    ops.append(Op("torch attention+nccl", "reference", "naive: bmm, logsumexp, exp, bmm in torch, then "
+                  "all_gather_into_tensor and the lse combine", step(lambda: local_attention_lse(q, kt, vt, n_mask,
+                                                                                                 grp))))
+    return ops

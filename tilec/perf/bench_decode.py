@@ -34,7 +34,8 @@ import torch
 
 from tilec.errors import ScheduleError, TilecError
 from tilec.perf.inputs import DECODE_DIMS, kv_layout, make_inputs
-from tilec.perf.measure import gpu_name, median_time, time_checked, tune_cache
+from tilec.perf.measure import GRAPH, gpu_name, median_time, progress, time_op, tune_cache
+from tilec.perf.rows import finish_shape
 
 COPY_GBPS = 4200.0  # measured H200 device-to-device copy bandwidth (docs/GPU.md)
 # A split task's fixed cost in keys streamed (default_bs): ~one attend block. Fitted to bsp's local phase at 32K,
@@ -83,22 +84,34 @@ class DecodeRow:
     world: int
     dtype: str
     name: str  # schedule or baseline
-    kind: str  # tilec | baseline
-    median_us: float
-    gbps: float  # KV bytes streamed per rank / time
-    frac_of_copy_bw: float  # gbps / COPY_GBPS
-    tflops: float  # 4 * B * H * S * D per rank / time
+    kind: str  # tilec | baseline | reference | floor (tilec.perf.rows)
+    device_us: float  # median device time (how: `timing`)
+    p10_us: float
+    p90_us: float
+    min_us: float
+    max_us: float
+    iters: int
+    timing: str
+    host_us: float | None  # one eager Python call until its device work is done
+    gbps: float  # KV bytes streamed per rank / device time
+    frac_of_copy_bw: float  # gbps / the copy bandwidth (measured in the run on a GPU, else COPY_GBPS)
+    tflops: float  # 4 * B * H * S * D per rank / device time
     kv_bytes: int
     label: str
     config: dict = field(default_factory=dict)
-    ratio_to_bsp: float | None = None  # bsp time / this time (> 1: faster than tilec's bsp schedule)
-    ratio_to_best_baseline: float | None = None  # best baseline time / this time
-    rel_err: float | None = None  # max |O - O_ref| / max |O_ref|; O_ref: the first baseline's output, else
-    # (no distributed baseline here) the whole op recomputed in f32 on each rank when it is small
+    peak_mem_bytes: int | None = None  # allocator peak of one call beyond what was allocated before it
+    heap_bytes: int | None = None  # symmetric heap bytes the tilec program's tensors and buffers take
+    ratio_to_bsp: float | None = None  # bsp device time / this one (> 1: faster than tilec's bsp schedule)
+    best_baseline: str | None = None
+    ratio_to_best_baseline: float | None = None  # best baseline's device time / this one
+    floor_us: float | None = None  # KV bytes / the run's copy bandwidth (+ one link round trip at world > 1)
+    frac_of_floor: float | None = None  # floor / device time
+    rel_err: float | None = None  # max |O - O_ref| / max |O_ref|; O_ref: the whole op in f32 when small, else
+    # the first baseline's output
     note: str = ""
     run_copy_gbps: float | None = None  # a device copy of this shape's K in the same run (GPU only)
-    local_us: float | None = None  # bsp: its local phase alone (split + local merge kernels)
-    local_frac_of_copy_bw: float | None = None  # KV bytes / local_us, over COPY_GBPS
+    local_us: float | None = None  # bsp: its local phase alone (split + local merge kernels), a kernel time
+    local_frac_of_copy_bw: float | None = None  # KV bytes / local_us, over the run's copy bandwidth
 
 
 def _sig(x: float, digits: int = 5) -> float:
@@ -258,9 +271,11 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor | None) -> float | None:
 
 def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, schedules: list[str], dtype: str,
                iters: int, tune: bool, log) -> dict:
-    """Runs on every rank; returns {"rows": [...], "skipped": [...]} (rank 0's are the ones reported)."""
+    """Runs on every rank; returns {"rows": [...], "skipped": [...]} (rank 0's are the ones reported). Every row
+    (baselines, references, schedules) on the same Q, K, V, lens, timed by measure.time_op: device time of CUDA
+    graph replays where the op can be captured, host time of one eager call; outputs checked."""
     import tilec
-    from tilec.perf.bench_baselines import decode_baselines
+    from tilec.perf.bench_baselines import decode_ops
 
     rows: list[DecodeRow] = []
     skipped: list[dict] = []
@@ -268,44 +283,49 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
     src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
     retype = {"f16": dtype} if dtype != "f16" else None
     stem = Path(path).stem
-    total = len(shapes) * (len(schedules) + 1)
     tol = TOLERANCE.get(dtype, 1e-2)
     wait_timeout = 60.0 if heap.interpret else WAIT_TIMEOUT_S
-    step = 0
     per_sm: dict[str, int] = {}  # schedule -> programs per SM of its persistent kernels (LaunchContext.fit)
+    bar = progress(len(shapes) * (len(schedules) + 1), "bench", log if heap.rank == 0 else None)
+    rtt = link_rtt_us(heap, world, iters)
 
     def compile_(s, dims, bs):
         return tilec.compile(path, world=world, schedule=s, retype=retype, num_warps=NUM_WARPS,
                              num_stages=NUM_STAGES, dims={**dims, "BS": bs}, wait_timeout=wait_timeout)
 
-    def time_prog(prog, data, n, extras=False):
-        """(seconds of a call, O, seconds of bsp's local phase alone, (seconds, O) of the call replayed from a CUDA
-        graph); the last two only with `extras` (the final timing of a schedule) and where they apply, else None"""
+    def time_prog(prog, data, n, final):
+        """(Timing, O, bsp's local phase alone in seconds or None, heap bytes); short (no graph, no local phase)
+        while tuning, full on the final timing of a schedule."""
         inner = heap.mark()
+        used = heap.used
         try:
             args = _args(prog, heap, data)
-            secs = time_checked(prog, heap, args, n, 1)
+            prog(heap, **args)  # compiles, checks the arguments, sizes the grids
+            heap_bytes = heap.used - used
             per_sm[prog.schedule] = prog.programs_per_sm(heap)
+            replay = None
+            if final and capturable(prog, heap):
+                call = prog.capture(heap, **args)
+                replay = lambda: call.replay(entry_barrier=False, sync=False)  # noqa: E731
+            t = time_op(lambda: prog(heap, entry_barrier=False, sync=False, **args), heap, n, 1, replay=replay,
+                        capture=False, host_iters=5 if final else 1)
+            prog(heap, **args)  # synchronous: raises a wait that timed out during the unsynchronized calls
             out = args["O"].clone()
-            local = replayed = None
-            try:  # the extra measurements: a failure is logged, the call's own row stands
-                local = local_phase_time(prog, heap, args, n, median_time) if extras else None
-                if local is not None:
-                    prog(heap, **args)  # synchronous: reports a wait that timed out
-                if extras and capturable(prog, heap):
-                    call = prog.capture(heap, **args)
-                    replay_secs = median_time(lambda: call.replay(entry_barrier=False, sync=False), heap, n, 1)
-                    call.replay()  # synchronous: reports a wait that timed out
-                    replayed = (replay_secs, args["O"].clone())
-            except Exception as e:  # noqa: BLE001 - e.g. out of memory for the graph: reported, not fatal
-                log(f"    {prog.schedule}: local phase / CUDA graph not timed: {type(e).__name__}: {str(e)[:200]}")
-            return secs, out, local, replayed
+            local = None
+            if final:
+                try:  # an extra: a failure is logged, the row stands
+                    local = local_phase_time(prog, heap, args, n, median_time)
+                    if local is not None:
+                        prog(heap, **args)
+                except Exception as e:  # noqa: BLE001
+                    log(f"    {prog.schedule}: local phase not timed: {type(e).__name__}: {str(e)[:200]}")
+            return t, out, local, heap_bytes
         finally:
             heap.release(inner)
 
     def skip(dims, name, reason):
         skipped.append({"shape": dims, "label": label(dims), "name": name, "reason": reason})
-        log(f"[{step}/{total}] {label(dims)} {name}: skipped ({reason})")
+        bar.step(f"{label(dims)} {name}: skipped ({reason})")
 
     for shape in shapes:
         dims = shape_dims(shape)
@@ -318,27 +338,34 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
         q, k, v, lens = make_inputs(dims, world, heap.rank, dtype, heap.device, layout=layout)
         data = {"Q": q, "K": k, "V": v, "lens": lens}
         copy = None if heap.interpret else copy_gbps(k, heap, iters)
+        bw = copy or COPY_GBPS
+        floor_us = nbytes / bw / 1e3 + (rtt or 0.0)
 
-        def row(name, kind, secs, config=None, err=None, note="", dims=dims, lab=lab, nbytes=nbytes, flops=flops,
-                copy=copy):
-            gbps = nbytes / secs / 1e9
-            return DecodeRow(stem, dims, world, dtype, name, kind, _sig(secs * 1e6), _sig(gbps),
-                             _sig(gbps / COPY_GBPS), _sig(flops / secs / 1e12), nbytes, lab, config or {},
+        def row(name, kind, t, config=None, err=None, note="", dims=dims, lab=lab, nbytes=nbytes, flops=flops,
+                copy=copy, bw=bw):
+            gbps = nbytes / t.device_us / 1e3
+            return DecodeRow(stem, dims, world, dtype, name, kind, _sig(t.device_us), _sig(t.p10_us),
+                             _sig(t.p90_us), _sig(t.min_us), _sig(t.max_us), t.iters, t.how,
+                             _sig(t.host_us) if t.host_us is not None else None, _sig(gbps), _sig(gbps / bw),
+                             _sig(flops / t.device_us / 1e6), nbytes, lab, config or {}, peak_mem_bytes=t.peak_bytes,
                              rel_err=err, note=note, run_copy_gbps=_sig(copy) if copy else None)
-        ref = None
-        for name, secs, note, out in decode_baselines(heap, dims, world, dtype, iters, median_time, q, k, v, lens,
-                                                      log, layout=layout):
-            if ref is None and out is not None:
-                ref = out
-            shape_rows.append(row(name, "baseline", secs, err=rel_err(out, ref), note=note))
-        if ref is None:  # no baseline computed the whole op here (ranks share a device)
-            ref = reference_output(dims, world, dtype, heap.device)
-        step += 1
-        log(f"[{step}/{total}] {lab} baselines: " + ", ".join(
-            f"{r.name} {r.median_us:.0f}us {r.gbps:.0f} GB/s" for r in shape_rows)
-            + (f"; a copy of K {copy:.0f} GB/s" if copy else ""))
+        ref = reference_output(dims, world, dtype, heap.device)
+        first = None
+        for op in decode_ops(heap, dims, world, q, k, v, lens, layout, iters, log):
+            try:
+                out = op.fn()
+                t = time_op(op.fn, heap, iters, 3)
+            except Exception as e:  # noqa: BLE001 - e.g. out of memory: said, the other rows still run
+                log(f"  baselines: {op.name} failed: {type(e).__name__}: {str(e)[:160]}")
+                continue
+            if first is None and op.kind == "baseline":
+                first = out
+            shape_rows.append(row(op.name, op.kind, t, err=rel_err(out, ref if ref is not None else first),
+                                  note=op.note))
+        ref = ref if ref is not None else first
+        bar.step(f"{lab} baselines: " + ", ".join(f"{r.name} {r.device_us:.0f}us" for r in shape_rows)
+                 + (f"; a copy of K {copy:.0f} GB/s" if copy else "") + f"; floor {floor_us:.1f}us")
         for s in schedules:
-            step += 1
             key = f"decode|{src_hash}|{s}|{'x'.join(str(x) for x in shape)}|w{world}|{dtype}|{gpu_name()}"
             cached = cache.get(key, {}).get("BS")
             cands = [cached] if cached and not _too_many_splits(dims["S"], cached) else candidates(
@@ -365,58 +392,66 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
                     log(f"    {s} {reason}")
                     continue
                 try:
-                    secs, out, local, replayed = time_prog(prog, data, iters if len(cands) == 1 else max(3, iters // 3),
-                                                           extras=len(cands) == 1)
+                    res = time_prog(prog, data, iters if len(cands) == 1 else max(3, iters // 3), len(cands) == 1)
                 except Exception as e:  # e.g. a kernel Triton cannot compile for this GPU: reported, not fatal
                     lines = str(e).strip().splitlines()
                     reason = f"BS={bs}: {type(e).__name__}: {lines[-1][:240] if lines else ''}"
                     log(f"    {s} {reason}")
                     continue
                 if len(cands) > 1:
-                    log(f"    tune {s} BS={bs}: {secs * 1e6:.0f}us")
-                if best is None or secs < best[1]:
-                    best = (bs, secs, out, local, replayed)
+                    log(f"    tune {s} BS={bs}: {res[0].device_us:.0f}us")
+                if best is None or res[0].device_us < best[1][0].device_us:
+                    best = (bs, res)
             if best is None:
                 skip(dims, s, reason)
                 continue
-            bs, secs, out, local, replayed = best
+            bs, (t, out, local, heap_bytes) = best
             cache[key] = {"BS": bs}
-            if len(cands) > 1:  # re-time the winner with the full iteration count (fresh buffers and flags)
-                secs, out, local, replayed = time_prog(compile_(s, dims, bs), data, iters, extras=True)
-            r = row(s, "tilec", secs, {"BS": bs, "num_warps": NUM_WARPS, "num_stages": NUM_STAGES,
-                                       "programs_per_sm": per_sm.get(s, 1)}, rel_err(out, ref))
+            if len(cands) > 1:  # re-time the winner in full (fresh buffers and flags, its graph, its local phase)
+                t, out, local, heap_bytes = time_prog(compile_(s, dims, bs), data, iters, True)
+            r = row(s, "tilec", t, {"BS": bs, "num_warps": NUM_WARPS, "num_stages": NUM_STAGES,
+                                    "programs_per_sm": per_sm.get(s, 1)}, rel_err(out, ref))
+            r.heap_bytes = heap_bytes
             if local is not None:
                 r.local_us = _sig(local * 1e6)
-                r.local_frac_of_copy_bw = _sig(nbytes / local / 1e9 / COPY_GBPS)
+                r.local_frac_of_copy_bw = _sig(nbytes / local / 1e9 / bw)
             shape_rows.append(r)
             alone = "" if local is None else (f"; local phase alone {r.local_us:.0f}us"
                                               f" ({100 * r.local_frac_of_copy_bw:.1f}% of copy)")
-            log(f"[{step}/{total}] {lab} {s}: {r.median_us:.0f}us {r.gbps:.0f} GB/s ({100 * r.frac_of_copy_bw:.1f}%"
-                f" of copy) BS={bs}{alone}{_wrong(r, tol)}")
-            if replayed:
-                g = row(f"{s} (CUDA graph)", "tilec", replayed[0], dict(r.config), rel_err(replayed[1], ref),
-                        note="the same call replayed from a CUDA graph (CompiledProgram.capture): no Python launch "
-                             "path")
-                shape_rows.append(g)
-                log(f"    {g.name}: {g.median_us:.0f}us {g.gbps:.0f} GB/s ({100 * g.frac_of_copy_bw:.1f}% of copy)"
-                    f"{_wrong(g, tol)}")
-        del q, k, v, lens, data, ref
+            bar.step(f"{lab} {s}: {r.device_us:.0f}us device ({'graph' if t.how == GRAPH else 'eager'}), "
+                     f"{r.host_us:.0f}us host, {100 * r.frac_of_copy_bw:.1f}% of copy BS={bs}{alone}{_wrong(r, tol)}")
+        del q, k, v, lens, data, ref, first
         heap.release(mark)
-        best_base = min((r.median_us for r in shape_rows if r.kind == "baseline"), default=None)
-        bsp = next((r.median_us for r in shape_rows if r.kind == "tilec" and r.name == "bsp"), None)
+        finish_shape(shape_rows, floor_us)
+        bsp = next((r.device_us for r in shape_rows if r.kind == "tilec" and r.name == "bsp"), None)
         for r in shape_rows:
-            r.ratio_to_best_baseline = _sig(best_base / r.median_us) if best_base else None
-            r.ratio_to_bsp = _sig(bsp / r.median_us) if bsp else None
+            r.ratio_to_bsp = _sig(bsp / r.device_us) if bsp else None
         rows += shape_rows
         if not heap.interpret:
             torch.cuda.empty_cache()  # the next shape's KV must not wait behind this one's cached blocks
+    bar.close()
     if heap.rank == 0:
         fresh = json.loads(tune_cache().read_text()) if tune_cache().exists() else {}
         fresh.update(cache)
         tmp = tune_cache().with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(fresh, indent=1, sort_keys=True))
         os.replace(tmp, tune_cache())
-    return {"rows": [asdict(r) for r in rows], "skipped": skipped}
+    return {"rows": [asdict(r) for r in rows], "skipped": skipped, "link_rtt_us": rtt}
+
+
+def link_rtt_us(heap, world: int, iters: int) -> float | None:
+    """One measured link round trip (world > 1, one GPU per rank): the device time of a 4-byte NCCL all-gather
+    replayed from a CUDA graph, an upper bound of what a flag's round trip costs; None otherwise."""
+    from tilec.perf.bench_baselines import _nccl_group, _one_gpu_per_rank
+
+    if world == 1 or heap.interpret or not _one_gpu_per_rank(heap.device, world):
+        return None
+    import torch.distributed as dist
+
+    grp = _nccl_group()
+    x = torch.ones(1, dtype=torch.int32, device=heap.device)
+    y = torch.empty(world, dtype=torch.int32, device=heap.device)
+    return time_op(lambda: dist.all_gather_into_tensor(y, x, group=grp), heap, max(20, iters), 3).device_us
 
 
 def prepare(path: str, shapes: list[tuple[int, ...]], world: int, dtype: str, interpret: bool) -> int:
@@ -488,18 +523,19 @@ def local_phase(prog) -> tuple[int, ...] | None:
 
 
 def table(rows: list[dict], skipped: list[dict]) -> None:
-    """%copy: of COPY_GBPS; local: the bsp row's local phase alone (split + merge kernels, kernel_time), also as a
-    share of COPY_GBPS; run copy: a copy of the shape's K in the same run (GB/s, read + write, kernel_time)."""
-    print(f"{'shape':<18}{'name':<30}{'us':>11}{'GB/s':>8}{'%copy':>8}{'vs bsp':>10}{'vs best base':>14}"
-          f"{'rel err':>10}{'run copy':>10}{'local us':>10}{'%copy':>8}")
+    """The common columns (tilec.perf.bench.table_text) plus GB/s of KV streamed, its share of the run's copy
+    bandwidth, the ratio to tilec's bsp and bsp's local phase alone."""
+    from tilec.perf.bench import table_text
+
+    print(table_text(rows))
+    print(f"\n{'shape':<18}{'name':<30}{'GB/s':>8}{'%copy':>8}{'vs bsp':>10}{'run copy':>10}{'local us':>10}"
+          f"{'%copy':>8}")
     for r in rows:
         bsp = f"{r['ratio_to_bsp']:.3g}x" if r["ratio_to_bsp"] is not None else "-"
-        base = f"{r['ratio_to_best_baseline']:.3g}x" if r["ratio_to_best_baseline"] is not None else "-"
-        err = f"{r['rel_err']:.1e}" if r["rel_err"] is not None else "-"
         copy = f"{r['run_copy_gbps']:.0f}" if r.get("run_copy_gbps") else "-"
         local = "" if r.get("local_us") is None else \
             f"{r['local_us']:>10.1f}{100 * r['local_frac_of_copy_bw']:>7.1f}%"
-        print(f"{r['label']:<18}{r['name']:<30}{r['median_us']:>11.1f}{r['gbps']:>8.0f}"
-              f"{100 * r['frac_of_copy_bw']:>7.1f}%{bsp:>10}{base:>14}{err:>10}{copy:>10}{local}")
+        print(f"{r['label']:<18}{r['name'][:29]:<30}{r['gbps']:>8.0f}{100 * r['frac_of_copy_bw']:>7.1f}%{bsp:>10}"
+              f"{copy:>10}{local}")
     for s in skipped:
         print(f"{s['label']:<18}{s['name']:<30}skipped: {s['reason'][:160]}")

@@ -65,3 +65,32 @@ def bench_inputs(prog, heap, seed: int):
             t.copy_((torch.randn(shape, generator=g) / 8).to(t.dtype))
         args[name] = t
     return args
+
+
+def gemm_inputs(pattern: str, dims: dict, world: int, rank: int, dtype: str, device) -> tuple[torch.Tensor, ...]:
+    """Rank `rank`'s A and B of a GEMM-family shape as the program declares them (ag: A [M/W, K] and the same
+    B [K, N] on every rank; rs / ar: A [M, K/W], B [K/W, N]), seeded by rank so any rank can make any rank's."""
+    m, n, k = dims["M"], dims["N"], dims["K"]
+    a_shape, b_shape = ((m // world, k), (k, n)) if pattern == "ag" else ((m, k // world), (k // world, n))
+    ga = torch.Generator(device=device).manual_seed(1000 + rank)
+    gb = torch.Generator(device=device).manual_seed(2000 + (0 if pattern == "ag" else rank))
+    dt = TORCH_DTYPE[dtype]
+    a = (torch.randn(a_shape, generator=ga, device=device, dtype=torch.float32) / 8).to(dt)
+    b = (torch.randn(b_shape, generator=gb, device=device, dtype=torch.float32) / 8).to(dt)
+    return a, b
+
+
+GEMM_REF_LIMIT = 1 << 31  # multiply-adds up to which a rank recomputes the whole op in f32 as the reference
+
+
+def gemm_reference(pattern: str, dims: dict, world: int, rank: int, dtype: str, device) -> torch.Tensor | None:
+    """This rank's C computed in f32 from every rank's inputs (independent of any baseline), or None when the
+    problem is too large to recompute."""
+    m, n, k = dims["M"], dims["N"], dims["K"]
+    if m * n * k > GEMM_REF_LIMIT:
+        return None
+    ins = [gemm_inputs(pattern, dims, world, r, dtype, device) for r in range(world)]
+    if pattern == "ag":
+        return torch.cat([a.float() for a, _ in ins]) @ ins[0][1].float()
+    full = sum(a.float() @ b.float() for a, b in ins)
+    return full[rank * (m // world):(rank + 1) * (m // world)] if pattern == "rs" else full

@@ -4,7 +4,9 @@ timer), the median; tuned configs cached per device."""
 from __future__ import annotations
 
 import statistics
+import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -50,3 +52,148 @@ def time_checked(prog, heap, args: dict, iters: int, warmup: int) -> float:
     secs = median_time(lambda: prog(heap, entry_barrier=False, sync=False, **args), heap, iters, warmup)
     prog(heap, **args)
     return secs
+
+
+# -- device time and host time of one row (tilec bench) -----------------------------------------------------------
+
+GRAPH = "cuda graph replay, L2 flushed by a read and a cross-rank barrier before each, outside the events"
+EVENTS = "cuda events around an eager call (no graph: a host barrier inside the call, or capture failed)"
+WALL = "wall clock of an eager call (CPU emulation: no device timer)"
+
+
+@dataclass
+class Timing:
+    """Device time (median and spread over `iters` timed runs, warm-up excluded) and host time of one op."""
+
+    device_us: float
+    p10_us: float
+    p90_us: float
+    min_us: float
+    max_us: float
+    iters: int
+    how: str  # GRAPH, EVENTS or WALL
+    host_us: float | None = None  # one eager Python call, wall clock until its device work is done (median)
+    peak_bytes: int | None = None  # allocator peak of one eager call beyond what was allocated before it
+
+
+def spread(samples_us: list[float]) -> tuple[float, float, float, float, float]:
+    """(median, p10, p90, min, max) of samples (nearest-rank percentiles)."""
+    xs = sorted(samples_us)
+    if not xs:
+        raise ValueError("no samples")
+
+    def pct(p: float) -> float:
+        return xs[min(len(xs) - 1, max(0, round(p * (len(xs) - 1))))]
+
+    return statistics.median(xs), pct(0.1), pct(0.9), xs[0], xs[-1]
+
+
+def capture_graph(fn):
+    """fn() recorded as a CUDA graph (after warm-up on a side stream, as torch requires), or None where it cannot
+    be captured (a host sync inside, a collective the backend cannot record)."""
+    try:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        torch.cuda.synchronize()
+        return graph
+    except Exception:  # noqa: BLE001 - not capturable: timed eagerly instead, and the row says so
+        torch.cuda.synchronize()
+        return None
+
+
+def time_op(fn, heap, iters: int = 20, warmup: int = 3, replay=None, capture: bool = True,
+            host_iters: int = 5) -> Timing:
+    """Times fn (one eager call of an op) on every rank alike. Device time: `replay` (a CUDA graph replay of the
+    same op; captured here from fn when None and `capture`), else fn itself, between CUDA events, each run after
+    an L2 flush that reads (gpu_time.flush_l2) and a cross-rank barrier, both outside the events. Host time: one
+    eager call of fn from Python until its device work is done. On the CPU emulation both are wall clock."""
+    iters = max(1, iters)
+    if heap.interpret:
+        for _ in range(warmup):
+            heap.barrier()
+            fn()
+        samples = []
+        for _ in range(iters):
+            heap.barrier()
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1e6)
+        med, p10, p90, lo, hi = spread(samples)
+        return Timing(med, p10, p90, lo, hi, iters, WALL, host_us=med)
+    from tilec.perf.gpu_time import flush_l2
+
+    for _ in range(warmup):
+        heap.barrier()
+        fn()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    peak = max(0, torch.cuda.max_memory_allocated() - base)
+    graph = None
+    if replay is None and capture:
+        graph = capture_graph(fn)
+        replay = graph.replay if graph is not None else None
+    run = replay or fn
+    for _ in range(warmup):
+        heap.barrier()
+        run()
+    samples = []
+    for _ in range(iters):
+        heap.barrier()
+        flush_l2()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3)
+    host = []
+    for _ in range(host_iters):
+        heap.barrier()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        host.append((time.perf_counter() - t0) * 1e6)
+    med, p10, p90, lo, hi = spread(samples)
+    del graph
+    return Timing(med, p10, p90, lo, hi, iters, GRAPH if replay is not None else EVENTS,
+                  host_us=statistics.median(host), peak_bytes=peak)
+
+
+class progress:  # noqa: N801 - used like tqdm
+    """Steps of a long run: a tqdm bar on a terminal (each step's line printed above it), `[i/n] line` lines
+    through `log` otherwise; nothing when log is None (ranks other than 0)."""
+
+    def __init__(self, total: int, desc: str, log):
+        self.total, self.n, self.log = total, 0, log
+        self.bar = None
+        if log is not None and sys.stderr.isatty():
+            try:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, desc=desc, file=sys.stderr, leave=False)
+            except ImportError:
+                self.bar = None
+
+    def step(self, line: str = "") -> None:
+        self.n += 1
+        if self.log is None:
+            return
+        if self.bar is not None:
+            self.bar.write(f"[{self.n}/{self.total}] {line}", file=sys.stderr)
+            self.bar.update(1)
+        else:
+            self.log(f"[{self.n}/{self.total}] {line}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -1,0 +1,40 @@
+"""The bench's arithmetic over one shape's rows, kept apart from any timing so that a test can check it on fake
+timings: which baseline is the best, each row's ratio to it, and each row's fraction of the physical floor.
+
+Row kinds: "tilec" (a schedule), "baseline" (what a careful PyTorch user would run: best of them is the bar),
+"reference" (a labelled comparison that is not a fair baseline, e.g. the naive torch decode, or a lower bound
+timed without communication) and "floor" (the physical limit: cuBLAS alone on the whole problem, or the KV bytes
+over the copy bandwidth). Ratios compare device time with device time.
+"""
+
+from __future__ import annotations
+
+KINDS = ("tilec", "baseline", "reference", "floor")
+
+
+def best_baseline(rows) -> object | None:
+    """The fastest row of kind "baseline" by device time (references and floors never count)."""
+    base = [r for r in rows if r.kind == "baseline" and r.device_us and r.device_us > 0]
+    return min(base, key=lambda r: r.device_us, default=None)
+
+
+def finish_shape(rows, floor_us: float | None = None) -> None:
+    """Fill, in place, each row's `best_baseline`, `ratio_to_best_baseline` (best baseline's device time / the
+    row's: > 1 is faster than the bar), `floor_us` (a "floor" row's device time, else the given one) and
+    `frac_of_floor` (floor / the row's device time: 1 is at the floor)."""
+    for r in rows:
+        if r.kind not in KINDS:
+            raise ValueError(f"row {r.name}: kind {r.kind!r} is not one of {', '.join(KINDS)}")
+    best = best_baseline(rows)
+    floors = [r.device_us for r in rows if r.kind == "floor" and r.device_us]
+    if floors:
+        floor_us = min(floors)
+    for r in rows:
+        r.best_baseline = best.name if best else None
+        r.ratio_to_best_baseline = float(f"{best.device_us / r.device_us:.4g}") if best and r.device_us else None
+        r.floor_us = float(f"{floor_us:.6g}") if floor_us else None
+        r.frac_of_floor = float(f"{floor_us / r.device_us:.4g}") if floor_us and r.device_us else None
+
+
+def best_tilec(rows) -> object | None:
+    return min((r for r in rows if r.kind == "tilec" and r.device_us), key=lambda r: r.device_us, default=None)
