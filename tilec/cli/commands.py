@@ -292,11 +292,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", default="small", help="shape sets, comma separated: paper, square, decode, small"
                    " (GEMM programs); decode-paper, decode-quick, decode-small (flash decode)")
     p.add_argument("--schedules", default=None, help="comma separated (default: all)")
-    p.add_argument("--dtype", default="bf16", choices=("f16", "bf16", "f32"))
-    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--dtype", default="bf16", choices=("f16", "bf16", "f32"),
+                   help="element type the program's f16 tensors are built in (default: bf16)")
+    p.add_argument("--iters", type=int, default=20, help="timed runs per row after warm-up; the median and p10/p90 "
+                   "of their device times are reported (default: 20)")
     p.add_argument("--no-tune", action="store_true", help="use the first tile config instead of tuning")
     p.add_argument("--tune", action="store_true", help="tune tile configs (the default for GEMM programs)")
-    p.add_argument("--backend", choices=("cpu", "iris"), default=None)
+    p.add_argument("--backend", choices=("cpu", "iris"), default=None,
+                   help="iris: GPUs through the Iris heap; cpu: the CPU emulation (default: iris where a GPU is)")
     p.add_argument("--out", default=None, help="results folder (default: benchmarks/results/<machine>)")
     p.set_defaults(fn=cmd_bench)
     from tilec.cli.taxes import add_parser as add_taxes

@@ -24,7 +24,7 @@ import torch
 from tilec.errors import ScheduleError, TilecError
 from tilec.passes.schedules import SCHEDULES
 from tilec.perf.inputs import bench_inputs, gemm_inputs, gemm_reference
-from tilec.perf.measure import Timing, gpu_name, progress, time_checked, time_op, tune_cache
+from tilec.perf.measure import Timing, gpu_name, progress, time_checked, time_op, time_program, tune_cache
 from tilec.perf.rows import finish_shape
 from tilec.runtime import under_torchrun
 
@@ -219,15 +219,8 @@ def _time_tilec(prog, heap, iters: int, inputs: dict, ref, flops: float, stem, d
         args = bench_inputs(prog, heap, 0)
         for nm, x in inputs.items():
             args[nm].copy_(x)
-        prog(heap, **args)  # compiles, checks the arguments; its buffers now sit on the heap too
-        heap_bytes = heap.used - used
-        replay = None
-        if not heap.interpret and not prog.has_host_barrier:
-            call = prog.capture(heap, **args)
-            replay = lambda: call.replay(entry_barrier=False, sync=False)  # noqa: E731
-        t = time_op(lambda: prog(heap, entry_barrier=False, sync=False, **args), heap, iters, 2, replay=replay,
-                    capture=False)
-        prog(heap, **args)  # synchronous: raises a wait that timed out during the unsynchronized calls
+        t = time_program(prog, heap, args, iters)
+        heap_bytes = heap.used - used  # the call's tensors and the program's buffers
         out = args["C"].clone()
         return timed_row(stem, dims, world, dtype, name, "tilec", t, flops, heap_bytes=heap_bytes,
                          rel_err=rel_err(out, ref))

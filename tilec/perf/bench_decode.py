@@ -34,7 +34,7 @@ import torch
 
 from tilec.errors import ScheduleError, TilecError
 from tilec.perf.inputs import DECODE_DIMS, kv_layout, make_inputs
-from tilec.perf.measure import GRAPH, gpu_name, median_time, progress, time_op, tune_cache
+from tilec.perf.measure import GRAPH, gpu_name, median_time, progress, time_op, time_program, tune_cache
 from tilec.perf.rows import finish_shape
 
 COPY_GBPS = 4200.0  # measured H200 device-to-device copy bandwidth (docs/GPU.md)
@@ -300,16 +300,9 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
         used = heap.used
         try:
             args = _args(prog, heap, data)
-            prog(heap, **args)  # compiles, checks the arguments, sizes the grids
-            heap_bytes = heap.used - used
+            t = time_program(prog, heap, args, n, 1, host_iters=5 if final else 1)
+            heap_bytes = heap.used - used  # the call's tensors and the program's buffers
             per_sm[prog.schedule] = prog.programs_per_sm(heap)
-            replay = None
-            if final and capturable(prog, heap):
-                call = prog.capture(heap, **args)
-                replay = lambda: call.replay(entry_barrier=False, sync=False)  # noqa: E731
-            t = time_op(lambda: prog(heap, entry_barrier=False, sync=False, **args), heap, n, 1, replay=replay,
-                        capture=False, host_iters=5 if final else 1)
-            prog(heap, **args)  # synchronous: raises a wait that timed out during the unsynchronized calls
             out = args["O"].clone()
             local = None
             if final:

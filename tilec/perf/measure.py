@@ -197,3 +197,18 @@ class progress:  # noqa: N801 - used like tqdm
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def time_program(prog, heap, args: dict, iters: int, warmup: int = 2, host_iters: int = 5) -> Timing:
+    """A compiled program's Timing on `args` (tensors on the heap): device time of its CUDA graph's replays where
+    the schedule can be captured (no host barrier inside a call), else of eager calls; bracketed by synchronous
+    calls, so a wait that timed out during the unsynchronized timed calls is raised, not missed."""
+    prog(heap, **args)  # compiles, checks the arguments, sizes the grids
+    replay = None
+    if not heap.interpret and not prog.has_host_barrier:
+        call = prog.capture(heap, **args)
+        replay = lambda: call.replay(entry_barrier=False, sync=False)  # noqa: E731
+    t = time_op(lambda: prog(heap, entry_barrier=False, sync=False, **args), heap, iters, warmup, replay=replay,
+                capture=False, host_iters=host_iters)
+    prog(heap, **args)
+    return t

@@ -155,25 +155,29 @@ def calibrate(base: Machine = H200, log=print) -> Machine:
                          "uses the H200 defaults (docs/GPU.md)")
     from triton.testing import do_bench
 
+    from tilec.perf.measure import progress
+
     dev = torch.device("cuda", 0)
+    gpus = torch.cuda.device_count()
+    bar = progress(5 if gpus > 1 else 4, "calibrate", log)
     gemm = _gemm_tflops(torch, dev, do_bench)
-    log(f"  gemm bf16 8192^3: {gemm:.0f} TFLOP/s")
+    bar.step(f"gemm bf16 8192^3: {gemm:.0f} TFLOP/s")
     hbm = _copy_GBps(torch, dev)
-    log(f"  device copy: {hbm:.0f} GB/s (read + write)")
+    bar.step(f"device copy: {hbm:.0f} GB/s (read + write)")
     launch = _launch_us(torch)
-    log(f"  launch: {launch:.1f} us")
+    bar.step(f"launch: {launch:.1f} us")
     out = replace(base, name=f"{torch.cuda.get_device_name(dev)} (calibrated)", gemm_tflops=round(gemm, 1),
                   hbm_GBps=round(hbm, 1), launch_us=round(launch, 2),
                   sms=torch.cuda.get_device_properties(dev).multi_processor_count)
-    gpus = torch.cuda.device_count()
     if gpus > 1:
         link = _peer_copy_GBps(torch)
-        log(f"  peer copy 0 -> 1: {link:.0f} GB/s")
+        bar.step(f"peer copy 0 -> 1: {link:.0f} GB/s")
         out = replace(out, link_GBps=round(link, 1))
     else:
         log("  one GPU: link bandwidth and latency keep their defaults")
     out = replace(out, barrier_us=round(_barrier_us(gpus), 1))
-    log(f"  host barrier over {gpus} GPU(s): {out.barrier_us:.1f} us")
+    bar.step(f"host barrier over {gpus} GPU(s): {out.barrier_us:.1f} us")
+    bar.close()
     return out
 
 

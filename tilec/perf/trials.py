@@ -6,7 +6,8 @@ the ranks at hand and record the times in the auto cache under this program, sha
 
 Trials are collective: every rank compiles and calls the same schedules in the same order, and the time kept
 for a schedule is the slowest rank's median (all-reduced), so every rank records and picks the same one.
-Timing follows tilec.perf.bench: a barrier before each call, outside the timer; CUDA events on a GPU.
+Timing follows tilec.perf.bench (measure.time_program): device time, CUDA graph replays where the schedule can be
+captured, a barrier and an L2 flush before each, outside the timer.
 """
 
 from __future__ import annotations
@@ -42,19 +43,20 @@ def trial_rank(heap, path: str, dims: dict[str, int], iters: int = 5, warmup: in
     import tilec
     from tilec.perf.auto import candidates, key, record_measured
     from tilec.perf.inputs import bench_inputs
-    from tilec.perf.measure import time_checked
+    from tilec.perf.measure import progress, time_program
 
     base = tilec.compile(path, heap.world, "bsp", dims, granularity=granularity, retype=retype)
     source = base.program.source  # the auto cache is keyed by the program text, as `tilec bench` records it
     ranked = candidates(base, source, heap.world, dims, dict(base.program.dims), granularity)
     k = key(source, heap.world, dict(base.program.dims))
+    bar = progress(len(ranked), "tune", log if heap.rank == 0 else None)
     out = []
-    for i, row in enumerate(ranked):
+    for row in ranked:
         s = row["schedule"]
         prog = tilec.compile(path, heap.world, s, dims, granularity=granularity, retype=retype)
         mark = heap.mark()
         try:
-            us = time_checked(prog, heap, bench_inputs(prog, heap, 0), iters, warmup) * 1e6
+            us = time_program(prog, heap, bench_inputs(prog, heap, 0), iters, warmup, host_iters=1).device_us
             note = ""
         except TilecError as e:  # reported, not fatal: the other schedules still get their trial
             us, note = float("inf"), f"{type(e).__name__}: {e}"
@@ -65,9 +67,9 @@ def trial_rank(heap, path: str, dims: dict[str, int], iters: int = 5, warmup: in
         if record and measured is not None and heap.rank == 0:
             record_measured(k, s, measured)
         out.append(Trial(s, row["predicted_us"], measured, note))
-        if log is not None and heap.rank == 0:
-            shown = f"{measured:.1f} us" if measured is not None else f"failed ({note})"
-            log(f"  [{i + 1}/{len(ranked)}] {s:<11} predicted {row['predicted_us']:.1f} us, measured {shown}")
+        shown = f"{measured:.1f} us" if measured is not None else f"failed ({note})"
+        bar.step(f"{s:<11} predicted {row['predicted_us']:.1f} us, measured {shown}")
+    bar.close()
     return sorted(out, key=lambda t: (t.measured_us is None, t.measured_us or 0.0))
 
 
