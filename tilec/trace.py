@@ -207,6 +207,8 @@ def plot(trace: dict, path, title: str = "") -> None:
     colors = {s: plt.get_cmap("tab10")(i % 10) for i, s in enumerate(stages)}
     rows = {s: [k for k in sorted(threads) if procs[k[0]].endswith(" · " + s)] for s in schedules}
     heights = [max(1, len(r)) for r in rows.values()]
+    # CPU emulation calls last ~1 s, GPU calls tens of us: label the axis in a unit that fits
+    scale, unit = (1e3, "ms") if max((e["ts"] + e["dur"] for e in xs), default=0) > 1e4 else (1.0, "us")
     fig, axes = plt.subplots(len(schedules), 1, figsize=(10, 0.9 + 0.32 * sum(heights) + 0.5 * len(schedules)),
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     for ax, s in zip(axes[:, 0], schedules, strict=True):
@@ -216,16 +218,16 @@ def plot(trace: dict, path, title: str = "") -> None:
             if k not in y:
                 continue
             if e["cat"] == "task":
-                ax.barh(y[k], e["dur"], left=e["ts"], height=0.7, color=colors[e["args"]["stage"]],
+                ax.barh(y[k], e["dur"] / scale, left=e["ts"] / scale, height=0.7, color=colors[e["args"]["stage"]],
                         edgecolor="white", linewidth=0.4)
             else:
-                ax.barh(y[k], e["dur"], left=e["ts"], height=0.7, color="none", edgecolor="black", hatch="////",
-                        linewidth=0.4)
+                ax.barh(y[k], e["dur"] / scale, left=e["ts"] / scale, height=0.7, color="none", edgecolor="black",
+                        hatch="////", linewidth=0.4)
         ax.set_yticks(range(len(y)), [f"{procs[k[0]].split(' · ')[0]} · {threads[k]}" for k in y], fontsize=7)
         ax.invert_yaxis()
         ax.set_title(s, fontsize=9, loc="left")
         ax.tick_params(axis="x", labelsize=7)
-    axes[-1, 0].set_xlabel("us from the first task of the call")
+    axes[-1, 0].set_xlabel(f"{unit} from the first task of the call")
     handles = [Patch(color=colors[s], label=f"stage {s}") for s in stages]
     handles.append(Patch(facecolor="none", edgecolor="black", hatch="////", label="flag wait"))
     fig.legend(handles=handles, loc="upper right", fontsize=7, ncol=len(handles))
