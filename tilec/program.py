@@ -189,6 +189,19 @@ class CompiledProgram:
                              f"{', '.join(self.snapshots)}")
         return print_graph(self.snapshots[after])
 
+    def draw(self, after: str | None = None, format: str = "dot", path: str | os.PathLike | None = None):  # noqa: A002
+        """The tile dataflow graph after the named pass (default: the last) as a picture: DOT text (format "dot"),
+        or svg/png bytes through graphviz; also written to `path` when given. Without graphviz's `dot`, svg/png
+        raise tilec.ir.dot.RenderUnavailable (with a path, after writing PATH.dot), saying how to render it."""
+        from tilec.ir.dot import draw
+
+        if after is not None and after not in self.snapshots:
+            raise TilecError(f"no pass named '{after}' ran in schedule {self.schedule}; passes: "
+                             f"{', '.join(self.snapshots)}")
+        g = self.graph if after is None else self.snapshots[after]
+        title = f"schedule {self.schedule}, after {after or list(self.snapshots)[-1]}"
+        return draw(g, format, path, title)
+
     def save(self, path: str | os.PathLike) -> None:
         p = Path(path)
         tmp = p.with_name(p.name + ".tmp")

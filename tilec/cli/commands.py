@@ -48,11 +48,35 @@ def cmd_compile(args) -> int:
 def cmd_show(args) -> int:
     if args.schedules:
         return _show_schedules(args)
+    if args.source and args.format != "text":
+        raise TilecError(f"--format {args.format}: --source prints the Triton source; --format draws the graph")
+    if args.format == "png" and not args.output:
+        raise TilecError("--format png: needs -o PATH (a PNG is not printed)")
+    if args.output:
+        from tilec.ir.dot import check_output_path
+
+        check_output_path(args.output)
     prog = _compile(args)
-    if args.source:
-        sys.stdout.write(prog.source)
+    if args.source or args.format == "text":
+        text = prog.source if args.source else prog.show(args.after)
+        if args.output:
+            from tilec.ir.dot import write_atomic
+
+            write_atomic(args.output, text)
+        else:
+            sys.stdout.write(text)
+        return 0
+    from tilec.ir.dot import RenderUnavailable
+
+    try:
+        out = prog.draw(args.after, args.format, args.output)
+    except RenderUnavailable as e:  # the DOT text is written beside the path: say how to render it
+        print(f"tilec show: {e}", file=sys.stderr)
+        return e.exit_code
+    if args.output:
+        print(f"wrote {args.output} ({args.format}, schedule {prog.schedule})", file=sys.stderr)
     else:
-        sys.stdout.write(prog.show(args.after))
+        sys.stdout.write(out.decode() if isinstance(out, bytes) else out)
     return 0
 
 
@@ -261,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--after", choices=PASS_NAMES[:-1], help="the pass whose result to print (default: last)")
     p.add_argument("--source", action="store_true", help="print the generated Triton source instead")
     p.add_argument("--schedules", action="store_true", help="list the legal schedules with predicted/measured times")
+    p.add_argument("--format", default="text", choices=("text", "dot", "svg", "png"),
+                   help="text (default), or a picture: dot (Graphviz text), svg, png (need graphviz's `dot`)")
+    p.add_argument("-o", "--output", metavar="PATH", help="write here instead of stdout (png: required)")
     p.set_defaults(fn=cmd_show)
     p = sub.add_parser("check", help="static checks and verification of every schedule")
     _common(p, schedule=False)

@@ -23,6 +23,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--timeline", action="store_true",
                    help="also run a timeline build of every schedule (in-kernel clocks per task) and split each"
                    " call into work, flag waits, idle and time between kernels")
+    p.add_argument("--trace", metavar="JSON", help="with --timeline: write every rank's per-task clocks as a Chrome /"
+                   " Perfetto trace (opens in ui.perfetto.dev and chrome://tracing)")
+    p.add_argument("--trace-png", metavar="PNG", help="with --timeline: draw the same trace (one row per program;"
+                   " needs matplotlib)")
     p.add_argument("--num-warps", type=int, default=4, help="warps per program of the measured kernels (default 4)")
     p.add_argument("--num-stages", type=int, default=3, help="software-pipeline stages (default 3)")
     p.set_defaults(fn=cmd_taxes)
@@ -38,6 +42,7 @@ def cmd_taxes(args) -> int:
 
     machine = Machine.load(args.machine) if args.machine else Machine()
     world = _world(args)
+    _check_trace_args(args)
     measure = args.measure and gpu_count() > 0
     rows = taxes(args.program, world, _dims(args.dims), machine, granularity=args.granularity, measure=measure,
                  launch={"num_warps": args.num_warps, "num_stages": args.num_stages})
@@ -48,15 +53,21 @@ def cmd_taxes(args) -> int:
     if shared:
         print("note: " + SHARED_GPU_NOTE.format(gpus=gpu_count(), world=world) + "; the BSP tax column is n/a")
     if args.timeline:
-        print(render_timelines(measure_timelines(args, world)))
+        tracing = bool(args.trace or args.trace_png)
+        timelines, builds, records = measure_timelines(args, world, records=True) if tracing else \
+            (measure_timelines(args, world), (), ())
+        print(render_timelines(timelines))
+        if tracing and builds:
+            _write_traces(args, world, builds, records)
     if args.plot:
         plot(rows, args.plot, f"{args.program}, world {world}")
         print(f"wrote {args.plot}")
     return 0
 
 
-def measure_timelines(args, world: int) -> dict:
-    """schedule -> the slowest rank's Timeline of one call of a timeline build (after a warm-up call)."""
+def measure_timelines(args, world: int, records: bool = False):
+    """schedule -> the slowest rank's Timeline of one call of a timeline build (after a warm-up call). records: also
+    the builds and every rank's raw records ({schedule: rows} per rank), for a trace."""
     from tilec.cli.args import _dims
     from tilec.perf.taxes import Skipped, compile_all
     from tilec.perf.timeline import rank_timelines
@@ -67,10 +78,41 @@ def measure_timelines(args, world: int) -> dict:
     builds = [p for p in compile_all(args.program, world, _dims(args.dims), granularity=args.granularity,
                                      launch=launch) if not isinstance(p, Skipped)]
     if not builds:
-        return {}
-    per_rank = spawn(rank_timelines, world, backend=default_backend(), timeout=1800, args=(builds,),
+        return ({}, (), ()) if records else {}
+    fn = rank_timelines
+    if records:  # the same runs, keeping each rank's raw records
+        from tilec.perf.trace import rank_traces as fn
+    per_rank = spawn(fn, world, backend=default_backend(), timeout=1800, args=(builds,),
                      heap_bytes=sum(heap_bytes_for(p) for p in builds))
-    return {p.schedule: max((r[p.schedule] for r in per_rank), key=lambda t: t.total_ns) for p in builds}
+    raw = [{s: recs for s, (_t, recs) in r.items()} for r in per_rank] if records else ()
+    if records:
+        per_rank = [{s: t for s, (t, _recs) in r.items()} for r in per_rank]
+    slowest = {p.schedule: max((r[p.schedule] for r in per_rank), key=lambda t: t.total_ns) for p in builds}
+    return (slowest, builds, raw) if records else slowest
+
+
+def _check_trace_args(args) -> None:
+    """--trace / --trace-png: need --timeline, and a file they can be written to (checked before the runs)."""
+    from tilec.ir.dot import check_output_path
+
+    for flag, path in (("--trace", args.trace), ("--trace-png", args.trace_png)):
+        if path is None:
+            continue
+        if not args.timeline:
+            raise TilecError(f"{flag} {path}: needs --timeline (the trace is the timeline build's per-task clocks)")
+        check_output_path(path, flag)
+
+
+def _write_traces(args, world: int, builds, records) -> None:
+    from tilec.perf import trace
+
+    tr = trace.build(builds, records)
+    if args.trace:
+        trace.write(tr, args.trace)
+        print(f"wrote {args.trace} (Chrome / Perfetto trace: {len(builds)} schedule(s) x {world} rank(s))")
+    if args.trace_png:
+        trace.plot(tr, args.trace_png, f"{args.program}, world {world}: per-task clocks")
+        print(f"wrote {args.trace_png}")
 
 
 def render_timelines(timelines: dict) -> str:

@@ -25,7 +25,7 @@ from tilec.errors import ScheduleError, TilecError
 from tilec.passes.schedules import SCHEDULES
 from tilec.perf.inputs import bench_inputs, gemm_inputs, gemm_reference
 from tilec.perf.measure import Timing, gpu_name, progress, time_checked, time_op, time_program, tune_cache
-from tilec.perf.rows import finish_shape
+from tilec.perf.rows import finish_shape, table_text
 from tilec.runtime import under_torchrun
 
 SHAPES = {
@@ -421,19 +421,3 @@ def _table(rows: list[dict]) -> None:
     print(table_text(rows))
 
 
-def table_text(rows: list[dict]) -> str:
-    """One line per row: device time (median, p10-p90), host time, the ratio to the best baseline (device time
-    against device time), the fraction of the floor, memory, the output's error."""
-    head = (f"{'shape':<22}{'name':<30}{'kind':<10}{'device us':>11}{'p10-p90':>17}{'host us':>10}"
-            f"{'vs best':>9}{'of floor':>9}{'mem MB':>9}{'rel err':>9}")
-    out = [head]
-    for r in rows:
-        shp = r.get("label") or "x".join(str(v) for v in r["shape"].values())
-        ratio = f"{r['ratio_to_best_baseline']:.3g}x" if r.get("ratio_to_best_baseline") else "-"
-        floor = f"{r['frac_of_floor']:.3g}" if r.get("frac_of_floor") else "-"
-        host = f"{r['host_us']:.1f}" if r.get("host_us") is not None else "-"
-        mem = (r.get("peak_mem_bytes") or 0) + (r.get("heap_bytes") or 0)
-        err = f"{r['rel_err']:.1e}" if r.get("rel_err") is not None else "-"
-        out.append(f"{shp:<22}{r['name'][:29]:<30}{r['kind']:<10}{r['device_us']:>11.1f}"
-                   f"{r['p10_us']:>8.1f}-{r['p90_us']:<8.1f} {host:>9}{ratio:>9}{floor:>9}{mem / 2**20:>9.0f}{err:>9}")
-    return "\n".join(out)

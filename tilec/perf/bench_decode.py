@@ -35,7 +35,7 @@ import torch
 from tilec.errors import ScheduleError, TilecError
 from tilec.perf.inputs import DECODE_DIMS, kv_layout, make_inputs
 from tilec.perf.measure import GRAPH, gpu_name, median_time, progress, time_op, time_program, tune_cache
-from tilec.perf.rows import finish_shape
+from tilec.perf.rows import finish_shape, table_text
 
 COPY_GBPS = 4200.0  # measured H200 device-to-device copy bandwidth (docs/GPU.md)
 # A split task's fixed cost in keys streamed (default_bs): ~one attend block. Fitted to bsp's local phase at 32K,
@@ -518,8 +518,6 @@ def local_phase(prog) -> tuple[int, ...] | None:
 def table(rows: list[dict], skipped: list[dict]) -> None:
     """The common columns (tilec.perf.bench.table_text) plus GB/s of KV streamed, its share of the run's copy
     bandwidth, the ratio to tilec's bsp and bsp's local phase alone."""
-    from tilec.perf.bench import table_text
-
     print(table_text(rows))
     print(f"\n{'shape':<18}{'name':<30}{'GB/s':>8}{'%copy':>8}{'vs bsp':>10}{'run copy':>10}{'local us':>10}"
           f"{'%copy':>8}")
