@@ -398,8 +398,8 @@ class CompiledProgram:
         calls = f"call {target // fl.count}, {fl.count} releases a call" if fl.count else "no releases a call"
         raise WaitTimeout(
             f"rank {heap.rank} waited on flag {fl.name}[{counter}] (tile {fl.tensor}[{tile}]{loops}) on rank {owner}"
-            f" for ~{self.wait_timeout:g}s: it reached {seen} of {target} ({calls}); stage {fl.producer} on the"
-            f" producing rank never released it (stage {fl.producer} at {producer.loc} writes it; call counts differ"
+            f" for ~{self.wait_timeout:g}s: it reached {seen} of {target}; stage {fl.producer} on the producing rank"
+            f" never released it ({calls}; stage {fl.producer} is at {producer.loc}; call counts differ"
             " between ranks, a producer is missing, a rank stopped or died, or the persistent grid outgrew the"
             " programs resident at once: try TILEC_PROGRAMS_PER_SM=1)",
             rank=heap.rank, flag=fl.name, tensor=fl.tensor, counter=counter, tile=tile, owner=owner, seen=seen,
