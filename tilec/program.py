@@ -19,7 +19,21 @@ from tilec.ir.printer import print_graph
 
 
 class WaitTimeout(TilecError):
-    """A flag wait that could not be satisfied: named rank, flag, tile and what was seen."""
+    """A flag wait that could not be satisfied: named rank, flag, tile and what was seen. The fields are attributes
+    too (rank, flag, tensor, counter, tile, owner, seen, target, stage, loc)."""
+
+    def __init__(self, message: str, **fields):
+        super().__init__(message)
+        self.fields = fields
+        for k, v in fields.items():
+            setattr(self, k, v)
+
+    def __reduce__(self):
+        return _rebuild_wait_timeout, (str(self), self.fields)
+
+
+def _rebuild_wait_timeout(message: str, fields: dict) -> WaitTimeout:
+    return WaitTimeout(message, **fields)
 
 
 def cache_dir() -> Path:
@@ -384,21 +398,49 @@ class CompiledProgram:
         if not vals[0]:
             return
         err.zero_()
-        fl = flags(self.graph)[vals[1] - 1]
+        _, flag_no, counter, owner, seen, target = vals[:6]
+        fl = flags(self.graph)[flag_no - 1]  # flag numbers are 1-based in name order, as emit numbers them
+        from tilec.ir.graph import stage as stage_of
         from tilec.ir.queries import flag_dims
 
-        dims = flag_dims(self.graph, fl)
-        coords, rest = [], vals[2]
-        for d in reversed(dims):
-            if d.size > 1:
-                coords.append((d, rest % d.size))
-                rest //= d.size
-        where = ", ".join(f"dim{d.dim}={c}" for d, c in reversed(coords)) or "all"
-        raise WaitTimeout(f"rank {heap.rank} waited on flag {fl.name}[{vals[2]}] ({where}) on rank {vals[3]} for"
-                          f" ~{self.wait_timeout:g}s: it reached {vals[4]} of {vals[5]}; stage {fl.producer} on the"
-                          " producing rank never released it (call counts differ between ranks, a producer is"
-                          " missing, or the persistent grid outgrew the programs resident at once: try"
-                          " TILEC_PROGRAMS_PER_SM=1)")
+        tile, loops = _counter_tile(flag_dims(self.graph, fl), counter)
+        producer = stage_of(self.graph, fl.producer)
+        calls = f"call {target // fl.count}, {fl.count} releases a call" if fl.count else "no releases a call"
+        raise WaitTimeout(
+            f"rank {heap.rank} waited on flag {fl.name}[{counter}] (tile {fl.tensor}[{tile}]{loops}) on rank {owner}"
+            f" for ~{self.wait_timeout:g}s: it reached {seen} of {target}; stage {fl.producer} on the producing rank"
+            f" never released it ({calls}; stage {fl.producer} is at {producer.loc}; call counts differ"
+            " between ranks, a producer is missing, a rank stopped or died, or the persistent grid outgrew the"
+            " programs resident at once: try TILEC_PROGRAMS_PER_SM=1)",
+            rank=heap.rank, flag=fl.name, tensor=fl.tensor, counter=counter, tile=tile, owner=owner, seen=seen,
+            target=target, stage=fl.producer, loc=str(producer.loc))
+
+
+def _counter_tile(dims, counter: int) -> tuple[str, str]:
+    """Flag counter index -> the tile it guards, as element ranges of the flagged tensor ("64:128, :"), and the
+    producer loop values that write it (" where r=1, m=64"). A dim the flag does not key is ':' (every producer
+    tile along it is counted together)."""
+    from tilec.ir.tiling import strides
+
+    parts, loops = [], []
+    for d, stride in zip(dims, strides(dims), strict=True):
+        c = counter // stride % d.size if d.size > 1 else 0
+        r = (c // d.trips if d.key_tile else c) if d.key_rank else None
+        t = c % d.trips if d.key_tile else None
+        if r is not None:
+            loops.append(f"{d.rank_var}={r}")
+        if t is not None:
+            loops.append(f"{d.tile_var}={t * d.step}")
+        if d.tile_var and t is None:
+            parts.append(":")  # the tile loop of this dim is not keyed: the counter covers all its tiles
+            continue
+        base = d.const + (d.rank_coef * r if r is not None else 0)
+        lo = base + (t * d.step if d.tile_var else 0)
+        hi = min(lo + d.step, base + d.extent) if d.tile_var else lo + 1
+        span = f"{lo}:{hi}" if hi != lo + 1 else str(lo)
+        # an unkeyed rank loop: one counter for the tile at every value of it
+        parts.append(f"{span} + {d.rank_coef}*{d.rank_var}" if d.rank_var and r is None else span)
+    return ", ".join(parts), (" where " + ", ".join(loops) if loops else "")
 
 
 def _heap(heap):

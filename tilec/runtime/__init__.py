@@ -6,7 +6,7 @@ need them, so a launcher process stays light and can still set TRITON_INTERPRET 
 
 from .context import active_heap, use_heap
 from .cpu_heap import ShmHeap
-from .errors import HeapError, LaunchTimeout, RankError, TilecRuntimeError
+from .errors import HeapError, LaunchTimeout, PeerLost, RankError, TilecRuntimeError
 from .heap import Heap
 from .iris_heap import IrisHeap
 from .launcher import default_backend, from_env, spawn, under_torchrun
@@ -24,5 +24,6 @@ __all__ = [
     "HeapError",
     "RankError",
     "LaunchTimeout",
+    "PeerLost",
     "TilecRuntimeError",
 ]

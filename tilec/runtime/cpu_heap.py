@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
+import stat
+import time
 
 import torch
 
-from .errors import HeapError, TilecRuntimeError
+from .errors import HeapError, PeerLost, TilecRuntimeError
 from .heap import ALIGN, Heap
+from .liveness import PeerWatch, is_gone
 
 SHM_DIR = "/dev/shm"
 SHM_PREFIX = "tilec_"
+# spawn()'s heap files: tilec_<launcher pid>_<8 hex>_r<rank> (the pid says whose they are once the launcher is gone)
+_SPAWN_FILE = re.compile(rf"^{SHM_PREFIX}(\d+)_[0-9a-f]{{8}}_r\d+$")
+BARRIER_TIMEOUT_S = 300.0  # a host barrier's wall-clock limit when the heap is not given one
 
 
 def shm_round(nbytes: int) -> int:
@@ -51,23 +58,79 @@ def unlink_quietly(paths: list[str]) -> None:
             pass
 
 
+def remove_stale(shm_dir: str = SHM_DIR) -> list[str]:
+    """Unlink spawn() heap files whose launcher has exited (one killed during start-up could not remove them).
+    Only this user's regular files named exactly like spawn's, and only when the pid in the name is gone."""
+    try:
+        names = os.listdir(shm_dir)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        m = _SPAWN_FILE.match(name)
+        if not m or int(m.group(1)) == os.getpid() or not is_gone(int(m.group(1))):
+            continue
+        path = os.path.join(shm_dir, name)
+        try:
+            st = os.lstat(path)
+            if st.st_uid != os.getuid() or not stat.S_ISREG(st.st_mode):
+                continue
+            os.unlink(path)
+        except OSError:
+            continue  # another process removed it first, or it is not ours to remove
+        removed.append(path)
+    return removed
+
+
+def wait_work(work, rank: int, what: str, timeout: float, peers: dict[int, int] | None) -> None:
+    """Wait for an async torch.distributed op, giving up with PeerLost when a peer rank ({rank: pid}) dies or stays
+    stopped, or when `timeout` wall-clock seconds pass (gloo itself would only give up at the group's timeout, and
+    not at all while a peer is merely stopped)."""
+    watch = PeerWatch(peers or {})
+    t0 = time.monotonic()
+    nap = 0.0
+    while not work.is_completed():
+        lost = watch.lost()
+        if lost:
+            peer, pid, why = lost
+            raise PeerLost(rank, peer, f"rank {rank}: {what}: rank {peer} (pid {pid}) {why}")
+        if time.monotonic() - t0 > timeout:
+            raise PeerLost(rank, None, f"rank {rank}: {what} did not complete within {timeout:g} s (a peer rank never"
+                           " reached it)")
+        time.sleep(nap)
+        nap = min(0.005, nap * 2 or 5e-5)  # fast for the common short wait, cheap for a long one
+    try:
+        work.wait()
+    except RuntimeError as e:  # gloo reports a dead peer as a broken connection: name it when we can
+        lost = watch.lost(force=True)
+        if lost:
+            peer, pid, why = lost
+            raise PeerLost(rank, peer, f"rank {rank}: {what}: rank {peer} (pid {pid}) {why}") from e
+        first = (str(e).splitlines() or [""])[0]
+        raise PeerLost(rank, None, f"rank {rank}: {what} failed: {first}") from e
+
+
 class ShmHeap(Heap):
     """Rank `rank`'s heap over the shared-memory files `paths` (one per rank, `nbytes` each).
 
     The barrier uses the default torch.distributed process group (gloo), which must exist when
     world > 1. With unlink=True the files are removed once every rank has mapped them, so a crash
-    later cannot leak them (the mappings stay valid).
+    later cannot leak them (the mappings stay valid). Every barrier gives up after `timeout` seconds, and within
+    seconds when a peer rank's process dies or is stopped (PeerLost naming it): the first one exchanges pids.
     """
 
     backend = "cpu"
     interpret = True
     _destroy_group_on_close = False  # from_env (torchrun) sets it when it made the process group
 
-    def __init__(self, rank: int, world: int, paths: list[str], nbytes: int, *, unlink: bool = True):
+    def __init__(self, rank: int, world: int, paths: list[str], nbytes: int, *, unlink: bool = True,
+                 timeout: float = BARRIER_TIMEOUT_S):
         if len(paths) != world:
             raise TilecRuntimeError(f"ShmHeap needs one file per rank: {len(paths)} files for world {world}")
         if nbytes % ALIGN:
             raise TilecRuntimeError(f"ShmHeap size {nbytes} is not a multiple of {ALIGN}")
+        self.timeout = timeout
+        self._peers: dict[int, int] | None = None  # rank -> pid of every peer, from the first barrier
         self._maps: list[mmap.mmap] = []
         for p in paths:
             fd = os.open(p, os.O_RDWR)
@@ -93,7 +156,15 @@ class ShmHeap(Heap):
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
-            dist.barrier()
+            if self.world == 1:
+                dist.barrier()
+            elif self._peers is None:  # the first barrier also tells every rank its peers' pids
+                pids = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
+                work = dist.all_gather(pids, torch.tensor([os.getpid()], dtype=torch.int64), async_op=True)
+                wait_work(work, self.rank, "heap set-up barrier", self.timeout, None)
+                self._peers = {r: int(p) for r, p in enumerate(pids) if r != self.rank}
+            else:
+                wait_work(dist.barrier(async_op=True), self.rank, "barrier", self.timeout, self._peers)
         elif self.world > 1:
             raise TilecRuntimeError("ShmHeap.barrier needs a torch.distributed process group when world > 1")
 

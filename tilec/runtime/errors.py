@@ -49,5 +49,18 @@ class LaunchTimeout(TilecRuntimeError):
         return LaunchTimeout, (self.ranks, self.timeout)
 
 
+class PeerLost(TilecRuntimeError):
+    """A host-side wait (barrier, heap set-up) gave up because a peer rank died, was stopped, or never came:
+    `peer` is that rank (None when it could not be told), `rank` the one that waited."""
+
+    def __init__(self, rank: int, peer: int | None, text: str):
+        super().__init__(text)
+        self.rank = rank
+        self.peer = peer
+
+    def __reduce__(self):
+        return PeerLost, (self.rank, self.peer, str(self))
+
+
 def _rebuild_rank_error(rank, text, kw):
     return RankError(rank, text, **kw)

@@ -6,6 +6,7 @@ builds the heap of a process started by torchrun.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing as mp
 import os
@@ -26,12 +27,16 @@ from multiprocessing.connection import wait as _wait  # module attribute: tests 
 from typing import Any
 
 from .context import _install, use_heap
-from .cpu_heap import create_shm_files, shm_round, unlink_quietly
+from .cpu_heap import create_shm_files, remove_stale, shm_round, unlink_quietly
 from .errors import LaunchTimeout, RankError, TilecRuntimeError
+from .liveness import PeerWatch, is_gone, proc_state
 
 BACKENDS = ("cpu", "iris")
 _CLEANUP_GRACE_S = 10.0  # how long ranks that reported may take to tear down before being killed
 _TERM_GRACE_S = 3.0  # SIGTERM -> SIGKILL
+_POLL_S = 0.2  # how often the launcher and the ranks look at each other's state
+_EXIT_ORPHANED = 75  # a rank's exit code when it gave up on a launcher that died or stayed stopped
+_TMP_PREFIX = "tilec-"  # spawn's temporary folder: tilec-<launcher pid>_<8 hex>-<random>
 
 
 def default_backend() -> str:
@@ -64,12 +69,14 @@ class _RankSpec:
     # whose read end the parent holds until the write ends, so a big payload to a child that dies
     # while bootstrapping blocks the parent forever; and ranks would start one after another
     call_path: str = ""
+    launcher_pid: int = 0  # the rank exits (after removing the files above) once this process is gone or stopped
+    tmpdir: str = ""
 
 
 def _rank_main(spec: _RankSpec, rank: int, conn) -> None:
     """Entry point of a rank process. Reports ("ok", result) or ("err", type, text, traceback)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it terminates the ranks
-    _exit_with_parent()
+    _exit_with_parent(spec)
     if spec.backend == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # already inherited; repeated in case the env was scrubbed
     import torch.distributed as dist
@@ -125,22 +132,32 @@ def _make_heap(spec: _RankSpec, rank: int):
         from .cpu_heap import ShmHeap
 
         torch.set_num_threads(1)  # ranks share the cores; the interpreter is single-threaded anyway
-        return ShmHeap(rank, spec.world, spec.shm_paths, spec.heap_bytes)
+        return ShmHeap(rank, spec.world, spec.shm_paths, spec.heap_bytes, timeout=spec.timeout)
     from .iris_heap import IrisHeap
 
     return IrisHeap(spec.heap_bytes)
 
 
-def _exit_with_parent() -> None:
-    """If the launcher dies without cleaning up (SIGKILL), do not linger spinning on a flag."""
-    parent = os.getppid()
+def _exit_with_parent(spec: _RankSpec) -> None:
+    """If the launcher dies without cleaning up (SIGKILL), or stays stopped, do not linger spinning on a flag: remove
+    what it would have removed (its heap files and folder: the launcher pid in their names is this run's) and exit.
+    A thread polling the launcher pid rather than PR_SET_PDEATHSIG, whose SIGKILL would leave the files behind.
+    The pid comes from the launcher itself: the rank may start after the launcher died (getppid() is then init)."""
+    launcher = spec.launcher_pid or os.getppid()
+    watch = PeerWatch({"launcher": launcher})
 
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(70)
+    def gone() -> bool:
+        return os.getppid() != launcher or watch.lost(force=True) is not None
 
-    threading.Thread(target=watch, name="tilec-parent-watch", daemon=True).start()
+    def run():
+        while not gone():
+            time.sleep(_POLL_S)
+        unlink_quietly(spec.shm_paths)
+        if spec.tmpdir:
+            shutil.rmtree(spec.tmpdir, ignore_errors=True)
+        os._exit(_EXIT_ORPHANED)
+
+    threading.Thread(target=run, name="tilec-launcher-watch", daemon=True).start()
 
 
 def _first_line(e: BaseException) -> str:
@@ -188,27 +205,31 @@ def _child_env(backend: str):
 
 @contextmanager
 def _sigterm_as_exit():
-    """Turn SIGTERM into SystemExit while ranks run, so `finally` cleanup still happens."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) not in (
-        signal.SIG_DFL,
-        None,
-    ):
+    """Turn SIGTERM and SIGHUP into SystemExit while ranks run, so `finally` cleanup still happens (signals whose
+    handler someone else set are left to it; Ctrl-C is already KeyboardInterrupt)."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
         raise SystemExit(128 + signum)
 
-    prev = signal.signal(signal.SIGTERM, handler)
+    prev = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) in (signal.SIG_DFL, None):
+            prev[sig] = signal.signal(sig, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, prev)
+        for sig, old in prev.items():
+            signal.signal(sig, old)
 
 
 def _exit_text(code: int | None) -> str:
     if code is None:
         return "did not exit"
+    if code == _EXIT_ORPHANED:
+        return f"gave up on its launcher (stopped for over {PeerWatch({}).grace:g} s, or gone) and exited"
     if code < 0:
         try:
             return f"was killed by {signal.Signals(-code).name}"
@@ -218,7 +239,8 @@ def _exit_text(code: int | None) -> str:
 
 
 def _stop(procs: list, graceful: bool) -> None:
-    """Join (graceful) or terminate every rank process; escalate to SIGKILL if needed."""
+    """Join (graceful) or terminate every rank process; escalate to SIGKILL if needed. A stopped rank is continued
+    after its SIGTERM, so that it dies now rather than at the SIGKILL."""
     if graceful:
         deadline = time.monotonic() + _CLEANUP_GRACE_S
         for p in procs:
@@ -226,6 +248,8 @@ def _stop(procs: list, graceful: bool) -> None:
     for p in procs:
         if p.is_alive():
             p.terminate()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGCONT)
     deadline = time.monotonic() + _TERM_GRACE_S
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
@@ -252,8 +276,11 @@ def spawn(
     (then only the ranks import that module, e.g. one that imports triton). Its result must be
     picklable; tensors in the result come back as compact CPU copies. backend "cpu" runs kernels in the Triton
     interpreter over /dev/shm heaps; "iris" puts rank r on GPU r % device_count ("auto" picks).
-    Raises RankError if a rank raises or dies, LaunchTimeout if ranks are still running after
-    `timeout` seconds; in both cases all ranks are terminated first.
+    Raises RankError if a rank raises, dies or stays stopped (SIGSTOP) for over TILEC_STOP_GRACE seconds (3),
+    LaunchTimeout if ranks are still running after `timeout` seconds (wall clock); in every case all ranks are
+    terminated and reaped and the run's heap files removed first. `timeout` also bounds each host barrier inside
+    the ranks. Ranks exit, removing the run's files, when the launcher dies or stays stopped; heap files of
+    launchers that died before anyone could remove them are removed at the next start.
     """
     if world < 1:
         raise ValueError(f"world must be >= 1, got {world}")
@@ -274,11 +301,14 @@ def spawn(
         ) from e
     nbytes = shm_round(heap_bytes) if backend == "cpu" else int(heap_bytes)
     tag = f"{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    if backend == "cpu":
+        remove_stale()
+    _remove_stale_tmpdirs()
     ctx = mp.get_context("spawn")
     procs: list = []
     conns: list = []
     shm_paths: list[str] = []
-    tmpdir = tempfile.mkdtemp(prefix=f"tilec-{tag}-")
+    tmpdir = tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{tag}-")
     graceful = False
     try:
         with _sigterm_as_exit():
@@ -287,7 +317,8 @@ def spawn(
             call_path = os.path.join(tmpdir, "call.pkl")
             with open(call_path, "wb") as f:
                 f.write(call)
-            spec = _RankSpec(world, backend, nbytes, timeout, os.path.join(tmpdir, "store"), shm_paths, call_path)
+            spec = _RankSpec(world, backend, nbytes, timeout, os.path.join(tmpdir, "store"), shm_paths, call_path,
+                             os.getpid(), tmpdir)
             say(f"tilec: starting {world} ranks, backend {backend}, heap {nbytes / 2**20:g} MiB each")
             t0 = time.monotonic()
             with _child_env(backend):
@@ -312,15 +343,47 @@ def spawn(
         shutil.rmtree(tmpdir, ignore_errors=True)
 
 
+def _remove_stale_tmpdirs() -> None:
+    """Remove spawn folders (call, store) of launchers that died before removing them: only this user's folders
+    named like spawn's whose launcher pid is gone."""
+    root = tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        pid, sep, rest = name.removeprefix(_TMP_PREFIX).partition("_")
+        if not (name.startswith(_TMP_PREFIX) and sep and pid.isdigit() and len(rest) > 9 and rest[8] == "-"):
+            continue
+        path = os.path.join(root, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if st.st_uid == os.getuid() and os.path.isdir(path) and not os.path.islink(path) and is_gone(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _check_stopped(procs: list, pending: set, watch: PeerWatch) -> None:
+    """A rank stopped (SIGSTOP) for longer than the grace never reports: fail now, naming it, not at the timeout."""
+    watch.pids = {r: procs[r].pid for r in pending}  # a rank that reported may exit
+    lost = watch.lost()
+    if lost and lost[0] in pending and proc_state(lost[1]) == "T":
+        r, pid, why = lost
+        raise RankError(r, f"{why}; all ranks were killed", details=f"rank {r} (pid {pid}) {why}")
+
+
 def _collect(procs: list, conns: list, deadline: float, timeout: float) -> list:
     results: list = [None] * len(procs)
     pending = set(range(len(procs)))
+    watch = PeerWatch({r: p.pid for r, p in enumerate(procs)})
     while pending:
         left = deadline - time.monotonic()
         if left <= 0:
             raise LaunchTimeout(sorted(pending), timeout)
+        _check_stopped(procs, pending, watch)
         waitables = {conns[r]: r for r in pending} | {procs[r].sentinel: r for r in pending}
-        for obj in _wait(list(waitables), timeout=left):
+        for obj in _wait(list(waitables), timeout=min(left, _POLL_S)):
             r = waitables[obj]
             if r not in pending:
                 continue  # its pipe and its sentinel were both ready
