@@ -266,8 +266,7 @@ class CompiledProgram:
                 raise ArgumentError(f"argument '{name}': on device {t.device} but rank {heap.rank}'s heap is on"
                                     f" {heap.device}")
             if not t.is_contiguous():
-                raise ArgumentError(f"argument '{name}': must be contiguous (shape {list(t.shape)}, strides "
-                                    f"{list(t.stride())})")
+                raise ArgumentError(f"argument '{name}': must be contiguous")
             if sym and not heap.owns(t):
                 raise ArgumentError(f"argument '{name}': declared symmetric, so it must be allocated on the heap"
                                     " (heap.alloc / tilec.runtime.active_heap().alloc)")
