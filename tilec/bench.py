@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import statistics
 import sys
 import time
@@ -56,6 +55,7 @@ class Row:
     config: dict = field(default_factory=dict)
     ratio_to_best_baseline: float | None = None
     note: str = ""
+    rel_err: float | None = None  # tilec rows: max |C - C_ref| / max(1, max |C_ref|) of the timed calls' outputs
 
 
 def _tune_cache() -> Path:
@@ -64,8 +64,31 @@ def _tune_cache() -> Path:
     return cache_dir() / "tune.json"
 
 
+def load_tuned() -> dict:
+    """The tuned tile configs recorded so far (key -> config), {} when none."""
+    from tilec.fileio import read_json
+
+    return read_json(_tune_cache())
+
+
+def store_tuned(found: dict) -> None:
+    """Merge this run's tuned configs into the cache under its lock (concurrent benches lose no record)."""
+    from tilec.fileio import update_json
+
+    if found:
+        update_json(_tune_cache(), lambda d: d.update(found))
+
+
 def _gpu_name() -> str:
     return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
+def _device_name(heap) -> str:
+    """The device in tuning keys: the heap's GPU, or the CPU interpreter's key (never a GPU's: its tile configs
+    and times would otherwise be read by a GPU's tuning)."""
+    from tilec.auto import device_key
+
+    return device_key(heap)
 
 
 def _median_time(fn, heap, iters: int, warmup: int) -> float:
@@ -123,15 +146,51 @@ def _inputs(prog, heap, seed: int):
             q, k, v, lens = make_inputs(prog.dims, prog.world, heap.rank, sig["Q"][1], heap.device, seed, layout)
             decode = {"Q": q, "K": k, "V": v, "lens": lens}
     args = {}
-    g = torch.Generator(device="cpu").manual_seed(seed + heap.rank)
+    rand = random_inputs(prog, heap.rank, seed, skip=tuple(decode))
     for name, (kind, dtype, shape, _sym) in sig.items():
         t = heap.alloc(shape, TORCH_DTYPE[dtype], zero=kind != "in")
         if name in decode:
             t.copy_(decode[name])
         elif kind == "in":
-            t.copy_((torch.randn(shape, generator=g) / 8).to(t.dtype))
+            t.copy_(rand[name])
         args[name] = t
     return args
+
+
+def random_inputs(prog, rank: int, seed: int, skip: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
+    """The random inputs `_inputs` gives rank `rank` (CPU tensors, names in `skip` left out): every rank can
+    rebuild every other's, which is what the reference of a timed call needs."""
+    from tilec.reference import TORCH_DTYPE
+
+    g = torch.Generator(device="cpu").manual_seed(seed + rank)
+    return {name: (torch.randn(shape, generator=g) / 8).to(TORCH_DTYPE[dtype])
+            for name, (kind, dtype, shape, _sym) in prog.signature().items() if kind == "in" and name not in skip}
+
+
+def reference_outputs(prog, rank: int, seed: int, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """Rank `rank`'s outputs of `prog` on the inputs `_inputs(seed)` gives every rank, by the reference
+    interpreter (torch, f32 accumulation)."""
+    from tilec.reference import evaluate
+
+    ref = evaluate(prog.program, [random_inputs(prog, r, seed) for r in range(prog.world)], device)[rank]
+    return {n: ref[n] for n, (kind, *_r) in prog.signature().items() if kind == "out"}
+
+
+def _output_error(heap, args: dict, ref: dict) -> float:
+    """The largest relative error of this rank's outputs in `args` against `ref`, once every rank's last call is
+    done (peers may push into this rank's outputs: a barrier, which also waits for this rank's GPU)."""
+    from tilec.run import output_error
+
+    heap.barrier()
+    return max((output_error(args[n], want)[1] for n, want in ref.items()), default=0.0)
+
+
+def wrong_rows(rows: list[dict], dtype: str) -> list[dict]:
+    """tilec rows whose output error is above the bench's tolerance for `dtype` (a wrong result, not a time)."""
+    from tilec.bench_decode import TOLERANCE
+
+    tol = TOLERANCE.get(dtype, 1e-2)
+    return [r for r in rows if r.get("kind") == "tilec" and r.get("rel_err") is not None and r["rel_err"] > tol]
 
 
 def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, schedules: list[str],
@@ -141,7 +200,9 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
     from tilec.bench_baselines import baselines, gemm_pattern
 
     rows: list[Row] = []
-    cache = json.loads(_tune_cache().read_text()) if _tune_cache().exists() else {}
+    cache = load_tuned()
+    found: dict = {}  # configs tuned by this run, merged into the cache at the end
+    device = _device_name(heap)
     src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
     all_configs = CPU_CONFIGS if heap.interpret else CONFIGS
     retype = {"f16": dtype} if dtype != "f16" else None
@@ -152,6 +213,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
         pattern = gemm_pattern(path, world, dims)
         flops = _flops(dims, None) / (world if pattern != "ag" else 1)  # rs/ar: each rank multiplies a K-shard
         shape_rows: list[Row] = []
+        ref = None  # this rank's reference outputs of the shape (the same for every schedule and config)
         mark = heap.mark()
         base = baselines(heap, dims, world, dtype, iters, _median_time, pattern)
         for name, secs, note in base:
@@ -161,7 +223,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
         log(f"[{step}/{total}] {dims} baselines: " + ", ".join(f"{r.name} {r.median_us:.0f}us" for r in shape_rows))
         for s in schedules:
             step += 1
-            key = f"{src_hash}|{s}|{m}x{n}x{k}|w{world}|{dtype}|{_gpu_name()}"
+            key = f"{src_hash}|{s}|{m}x{n}x{k}|w{world}|{dtype}|{device}"
             configs = all_configs if heap.interpret or m > 64 else SMALL_M_CONFIGS
             cands = [tuple(cache[key])] if key in cache else (configs if tune else configs[:1])
             best = None
@@ -182,17 +244,20 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
                     log(f"    {s} {cfg}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
                     heap.release(inner)
                     continue
+                if ref is None:
+                    ref = reference_outputs(prog, heap.rank, 0, "cpu" if heap.interpret else str(heap.device))
+                err = _output_error(heap, args, ref)
                 if len(cands) > 1:
                     log(f"    tune {s} {cfg}: {secs * 1e6:.0f}us")
                 if best is None or best[0] == "skip" or secs < best[1]:
-                    best = (cfg, secs, prog, args)
+                    best = (cfg, secs, prog, args, err)
                 heap.release(inner)
             if best is None or best[0] == "skip":
                 log(f"[{step}/{total}] {dims} {s}: skipped ({best[1] if best else 'no config ran'})")
                 continue
-            cfg, secs = best[0], best[1]
+            cfg, secs, err = best[0], best[1], best[4]
             per_sm = best[2].programs_per_sm(heap)
-            cache[key] = list(cfg)
+            cache[key] = found[key] = list(cfg)
             if len(cands) > 1:  # re-time the winner with the full iteration count
                 prog = tilec.compile(path, world=world, schedule=s, retype=retype, group_m=cfg[5],
                                      num_warps=cfg[3], num_stages=cfg[4],
@@ -201,6 +266,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
                 args = _inputs(prog, heap, 0)
                 secs = _median_time(lambda p=prog, a=args: p(heap, entry_barrier=False, sync=False, **a), heap,
                                     iters, 2)
+                err = max(err, _output_error(heap, args, ref))
                 heap.release(inner)
             conf = dict(zip(("BM", "BN", "BK", "num_warps", "num_stages", "group_m"), cfg, strict=True))
             conf["programs_per_sm"] = per_sm  # of the persistent kernels (occupancy, LaunchContext.fit)
@@ -208,10 +274,15 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
                 from tilec.auto import key as auto_key
                 from tilec.auto import record_measured
 
-                record_measured(auto_key(Path(path).read_text(), world, dims), s, secs * 1e6)
-            shape_rows.append(Row(Path(path).stem, dims, world, dtype, s, "tilec", secs * 1e6, flops / secs / 1e12,
-                                  conf))
-            log(f"[{step}/{total}] {dims} {s}: {secs * 1e6:.0f}us {flops / secs / 1e12:.0f} TFLOP/s {conf}")
+                record_measured(auto_key(Path(path).read_text(), world, dims, device), s, secs * 1e6)
+            row = Row(Path(path).stem, dims, world, dtype, s, "tilec", secs * 1e6, flops / secs / 1e12, conf,
+                      rel_err=float(f"{err:.3g}"))
+            wrong = wrong_rows([asdict(row)], dtype)
+            if wrong:
+                row.note = f"WRONG: relative error {err:.3g} of its outputs"
+            shape_rows.append(row)
+            log(f"[{step}/{total}] {dims} {s}: {secs * 1e6:.0f}us {flops / secs / 1e12:.0f} TFLOP/s {conf}"
+                + (f"  {row.note}" if wrong else ""))
         heap.release(mark)
         best_base = min((r.median_us for r in shape_rows if r.kind == "baseline"), default=None)
         for r in shape_rows:
@@ -219,19 +290,17 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
                 r.ratio_to_best_baseline = round(best_base / r.median_us, 4)
         rows += shape_rows
     if heap.rank == 0:
-        tmp = _tune_cache().with_suffix(".tmp")
-        tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
-        os.replace(tmp, _tune_cache())
+        store_tuned(found)
     return [asdict(r) for r in rows]
 
 
 def save_results(rows: list[dict], out_dir: Path, tag: str, meta: dict) -> tuple[Path, Path | None]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    js = out_dir / f"{tag}.json"
-    tmp = js.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    os.replace(tmp, js)
-    png = out_dir / f"{tag}.png"
+    from tilec.fileio import ensure_dir, output_path, write_atomic
+
+    ensure_dir(out_dir)
+    js, png = out_dir / f"{tag}.json", out_dir / f"{tag}.png"
+    output_path(png)  # both outputs are checked before either is written
+    write_atomic(js, json.dumps({"meta": meta, "rows": rows}, indent=1))
     try:
         import matplotlib
 
@@ -265,7 +334,7 @@ def save_results(rows: list[dict], out_dir: Path, tag: str, meta: dict) -> tuple
     ax.set_title(f"{tag} ({meta.get('gpu', '')}, world {meta.get('world')})", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
+    write_atomic(png, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     plt.close(fig)
     return js, png
 

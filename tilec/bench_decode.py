@@ -24,7 +24,6 @@ compiled (see there).
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
@@ -290,12 +289,13 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
                iters: int, tune: bool, log) -> dict:
     """Runs on every rank; returns {"rows": [...], "skipped": [...]} (rank 0's are the ones reported)."""
     import tilec
-    from tilec.bench import _gpu_name, _median_time, _tune_cache, time_checked
+    from tilec.bench import _device_name, _median_time, load_tuned, store_tuned, time_checked
     from tilec.bench_baselines import decode_baselines
 
     rows: list[DecodeRow] = []
     skipped: list[dict] = []
-    cache = json.loads(_tune_cache().read_text()) if _tune_cache().exists() else {}
+    cache, found = load_tuned(), {}  # found: this run's choices, merged into the cache (locked) at the end
+    device = _device_name(heap)  # the CPU interpreter's choices never land under a GPU's name
     src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
     retype = {"f16": dtype} if dtype != "f16" else None
     stem = Path(path).stem
@@ -370,7 +370,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
             + (f"; a copy of K {copy:.0f} GB/s" if copy else ""))
         for s in schedules:
             step += 1
-            key = f"decode|{src_hash}|{s}|{'x'.join(str(x) for x in shape)}|w{world}|{dtype}|{_gpu_name()}"
+            key = f"decode|{src_hash}|{s}|{'x'.join(str(x) for x in shape)}|w{world}|{dtype}|{device}"
             cached = cache.get(key, {}).get("BS")
             cands = [cached] if cached and not _too_many_splits(dims["S"], cached) else candidates(
                 dims, heap.interpret, tune)
@@ -411,7 +411,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
                 skip(dims, s, reason)
                 continue
             bs, secs, out, local, replayed = best
-            cache[key] = {"BS": bs}
+            cache[key] = found[key] = {"BS": bs}
             if len(cands) > 1:  # re-time the winner with the full iteration count (fresh buffers and flags)
                 secs, out, local, replayed = time_prog(compile_(s, dims, bs), data, iters, extras=True)
             r = row(s, "tilec", secs, {"BS": bs, "num_warps": NUM_WARPS, "num_stages": NUM_STAGES,
@@ -442,11 +442,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
         if not heap.interpret:
             torch.cuda.empty_cache()  # the next shape's KV must not wait behind this one's cached blocks
     if heap.rank == 0:
-        fresh = json.loads(_tune_cache().read_text()) if _tune_cache().exists() else {}
-        fresh.update(cache)
-        tmp = _tune_cache().with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(fresh, indent=1, sort_keys=True))
-        os.replace(tmp, _tune_cache())
+        store_tuned(found)
     return {"rows": [asdict(r) for r in rows], "skipped": skipped}
 
 
