@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 
 import pytest
@@ -62,6 +63,38 @@ def test_gemm_bench_cpu(tmp_path, monkeypatch):
     assert names == ["torch.matmul", *_applies(GEMM, {"M": 128, "N": 128, "K": 64})]
     assert _finite_positive(rows) and all(r["tflops"] > 0 for r in rows)
     assert all(set(r) >= {"shape", "name", "kind", "median_us", "tflops", "ratio_to_best_baseline"} for r in rows)
+    # every timed schedule's outputs were right (against the reference of the same inputs, itself checked against
+    # torch in test_gemm_bench_reference_is_torch)
+    assert all(r["rel_err"] is not None and r["rel_err"] < 5e-2 for r in rows if r["kind"] == "tilec")
+
+
+@pytest.mark.parametrize("example, world", [("ag_gemm", 1), ("ag_gemm", 2), ("gemm_rs", 2)])
+def test_gemm_bench_reference_is_torch(example, world, tmp_path):
+    """What a bench row's rel_err compares with: the inputs `_inputs` puts on the heap (rebuilt for every rank by
+    random_inputs) and the outputs torch computes from them."""
+    from tilec.runtime.cpu_heap import ShmHeap, create_shm_files
+
+    dims = {"M": 64, "N": 32, "K": 64}
+    prog = tilec.compile(str(ROOT / "examples" / f"{example}.tile"), world=world, schedule="bsp", dims=dims)
+    ins = [bench.random_inputs(prog, r, 3) for r in range(world)]
+    for rank in range(world):
+        got = bench.reference_outputs(prog, rank, 3)
+        if example == "ag_gemm":  # C = all A shards stacked @ B
+            want = torch.cat([d["A"].float() for d in ins]) @ ins[rank]["B"].float()
+        else:  # C (this rank's rows) = sum over ranks of their A[:, K shard] @ B[K shard] partials
+            rows = slice(rank * 64 // world, (rank + 1) * 64 // world)
+            want = sum(d["A"].float()[rows] @ d["B"].float() for d in ins)
+        assert float((got["C"].float() - want).abs().max()) < 2e-2 * max(1.0, float(want.abs().max()))
+    tag = f"{os.getpid()}_benchref"
+    paths = create_shm_files(1, 1 << 20, tag)
+    heap = ShmHeap(0, 1, paths, 1 << 20)
+    try:
+        one = tilec.compile(str(ROOT / "examples" / f"{example}.tile"), world=1, schedule="bsp", dims=dims)
+        args = bench._inputs(one, heap, 3)
+        want = bench.random_inputs(one, 0, 3)
+        assert want and all(torch.equal(args[n], t) for n, t in want.items())
+    finally:
+        heap.close()
 
 
 def test_decode_bench_cpu(tmp_path):
