@@ -14,11 +14,11 @@ from tilec.passes.schedules import DESCRIPTIONS, PASS_NAMES, SCHEDULES
 EXIT_CODES = """exit status (every subcommand):
   0  everything asked for succeeded (schedules that do not apply to the program are listed by
      `check`, `run -s all`, `taxes` and `bench` without --schedules, and are not failures)
-  1  tilec ran and found a wrong result: an output differs from the reference (run), a schedule
-     rejected by the verifier, failing in a pass, or failing to compile for --target (check)
-  2  the request could not be carried out: bad arguments or usage, a program with errors, a
-     schedule named explicitly (-s, --schedules) that does not apply, an unwritable output path,
-     a runtime error (a rank failed, a wait timed out, no GPU for calibrate)
+  1  tilec ran and found a wrong result: an output differs from the reference (run, bench), a
+     schedule rejected by the verifier, failing in a pass, or failing to compile for --target (check)
+  2  the request could not be carried out: bad arguments or usage, a program with errors or that no
+     schedule applies to, a schedule named explicitly (-s, --schedules) that does not apply, an
+     unwritable output path, a runtime error (a rank failed, a wait timed out, no GPU for calibrate)
   130 interrupted"""
 
 
@@ -375,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     from tilec.taxes_cli import add_parser as add_taxes
 
     add_taxes(sub)
+    for sp in sub.choices.values():  # `tilec CMD --help` states the rule too
+        sp.epilog, sp.formatter_class = EXIT_CODES, argparse.RawDescriptionHelpFormatter
     args = ap.parse_args(argv)
     try:
         return args.fn(args)
