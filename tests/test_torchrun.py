@@ -1,31 +1,41 @@
 """The torchrun path (how multi-GPU machines run tilec), exercised on the CPU emulation: each torchrun rank builds
 its own /dev/shm heap and maps its peers' (tilec.runtime.from_env("cpu"))."""
 
+import glob
 import os
 import subprocess
 import sys
+import uuid
 
 import pytest
 
 from tests._util import ROOT
 
 
-def _torchrun(*args, env=None, timeout=600):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "tilec",
-           *args]
+def _torchrun(*args, env=None, timeout=600, run_id=None):
+    """torchrun with a rendezvous id of our own (the heap files' names carry it), like --standalone otherwise."""
+    run_id = run_id or f"tilectest{uuid.uuid4().hex[:12]}"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
+           "--rdzv-id", run_id, "--nnodes", "1", "--nproc-per-node", "2", "-m", "tilec", *args]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
 
 
+def _heap_files_of(run_id: str) -> list[str]:
+    """This run's heap files only (tilec.runtime.launcher names them tilec_torchrun_<run id>_...): other tilec
+    processes on the machine may hold theirs."""
+    return glob.glob(f"/dev/shm/tilec_torchrun_{run_id}_*")
+
+
 @pytest.mark.slow
 def test_run_under_torchrun_matches_the_reference(tmp_path):
-    before = set(os.listdir("/dev/shm"))
+    run_id = f"tilectest{uuid.uuid4().hex[:12]}"
     res = _torchrun("run", "examples/ag_gemm.tile", "--backend", "cpu", "-D", "M=96", "-D", "N=64", "-D", "K=64",
-                    env={"TILEC_CACHE": str(tmp_path)})
+                    env={"TILEC_CACHE": str(tmp_path)}, run_id=run_id)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     ok = [ln for ln in res.stdout.splitlines() if " ok: " in ln]
     assert "torchrun" in res.stdout and len(ok) == 5, res.stdout  # every schedule, reported once (rank 0)
-    assert not {f for f in set(os.listdir("/dev/shm")) - before if f.startswith("tilec")}  # heap files unlinked
+    assert _heap_files_of(run_id) == []  # heap files unlinked
 
 
 @pytest.mark.slow

@@ -217,10 +217,10 @@ class CompiledProgram:
         return draw(g, format, path, title)
 
     def save(self, path: str | os.PathLike) -> None:
-        p = Path(path)
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text(self.source)
-        os.replace(tmp, p)
+        """Write the Triton module to `path` (a regular file or a new path; replaced atomically)."""
+        from tilec.fileio import write_atomic
+
+        write_atomic(path, self.source)
 
     def __getstate__(self):
         d = dict(self.__dict__)
@@ -235,7 +235,10 @@ class CompiledProgram:
     def _buffers(self, heap) -> dict:
         key = id(heap)
         st = self._state.get(key)
+        if st is not None and heap.freed_since(st["releases"], st["span"][1]):
+            st = None  # heap.release() freed the internal buffers and flags: new ones, flags from epoch 0
         if st is None:
+            start, releases = heap.mark(), heap.releases
             import torch
 
             from tilec.reference import TORCH_DTYPE
@@ -253,11 +256,14 @@ class CompiledProgram:
             spins = int(self.wait_timeout * SPINS_PER_SECOND[heap.interpret])
             # epoch: calls so far; dev_epoch: what bufs["EPOCH"] holds (only captured calls advance it there)
             st = {"heap": heap, "bufs": bufs, "epoch": 0, "dev_epoch": 0, "ctx": LaunchContext(heap, spins),
-                  "warm": False}
+                  "warm": False, "releases": releases, "span": (start, heap.mark())}
             self._state[key] = st
         return st
 
-    def check_args(self, heap, tensors: dict) -> None:
+    def check_args(self, heap, tensors: dict, st: dict | None = None) -> None:
+        """Every argument against the declaration: names, type, shape, dtype, layout, device, contiguity, heap
+        placement of symmetric ones, and memory: no output may share a byte with another argument, and no argument
+        with the program's internal buffers on this heap (`st`). Raises ArgumentError naming the argument."""
         import torch
 
         from tilec.reference import TORCH_DTYPE
@@ -275,13 +281,15 @@ class CompiledProgram:
             t = tensors[name]
             if not isinstance(t, torch.Tensor):
                 raise ArgumentError(f"argument '{name}': expected a torch.Tensor, got {type(t).__name__}")
+            if t.layout != torch.strided:
+                raise ArgumentError(f"argument '{name}': layout {t.layout}, must be a dense (strided) tensor")
             if tuple(t.shape) != shape:
                 raise ArgumentError(f"argument '{name}': shape {list(t.shape)} but the program declares "
                                     f"{dtype}{list(shape)} (dims {self.dims})")
             if t.dtype != TORCH_DTYPE[dtype]:
                 raise ArgumentError(f"argument '{name}': dtype {str(t.dtype).removeprefix('torch.')} but the program"
                                     f" declares {dtype}")
-            if t.device.type != heap.device.type:
+            if not _same_device(t.device, heap.device):
                 raise ArgumentError(f"argument '{name}': on device {t.device} but rank {heap.rank}'s heap is on"
                                     f" {heap.device}")
             if not t.is_contiguous():
@@ -289,6 +297,36 @@ class CompiledProgram:
             if sym and not heap.owns(t):
                 raise ArgumentError(f"argument '{name}': declared symmetric, so it must be allocated on the heap"
                                     " (heap.alloc / tilec.runtime.active_heap().alloc)")
+        self._check_overlaps(heap, tensors, st)
+
+    def _check_overlaps(self, heap, tensors: dict, st: dict | None) -> None:
+        """Outputs are written while inputs and other outputs are read: any shared byte gives a wrong result.
+        Inputs may share memory with each other (both only read). No argument may lie in the program's own
+        buffers and flags (reallocated by the user after a heap.release)."""
+        from tilec.runtime.heap import _address, _extent
+
+        sig = self.signature()
+        spans = {n: (_address(t), _address(t) + _extent(t)) for n, t in tensors.items() if t.numel()}
+        names = list(spans)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                if "out" not in (sig[a][0], sig[b][0]):
+                    continue
+                (a0, a1), (b0, b1) = spans[a], spans[b]
+                if a0 < b1 and b0 < a1:
+                    out, other = (a, b) if sig[a][0] == "out" else (b, a)
+                    raise ArgumentError(f"argument '{out}': output overlaps {sig[other][0]} '{other}' in memory "
+                                        f"(bytes 0x{max(a0, b0):x}-0x{min(a1, b1):x}); an output must not share "
+                                        "memory with another argument")
+        if st is None:
+            return
+        lo, hi = st["span"]  # offsets in the heap, as heap.mark() counts them
+        for n, (a0, a1) in spans.items():
+            off = heap.offset_of(tensors[n]) if heap.owns(tensors[n]) else None
+            if off is not None and off < hi and lo < off + (a1 - a0):
+                raise ArgumentError(f"argument '{n}': lies in this program's internal buffers on rank {heap.rank}'s"
+                                    " heap (allocated at its first call on this heap); allocate arguments outside "
+                                    "them, or release the heap below them so that the next call allocates new ones")
 
     def __call__(self, heap=None, *, entry_barrier: bool = True, sync: bool = True, only=None, **tensors):
         """One call on this rank. entry_barrier=False skips the leading cross-rank barrier (the caller then
@@ -311,10 +349,9 @@ class CompiledProgram:
             if not all(type(i) is int and 0 <= i < n for i in only):
                 raise ArgumentError(f"only={only!r}: kernel numbers are 0 to {n - 1} here")
         st = self._buffers(heap)
-        key = tuple((n, t.data_ptr(), tuple(t.shape), t.dtype) for n, t in sorted(tensors.items())
-                    if hasattr(t, "data_ptr"))
-        if st.get("checked") != key:  # the same tensors as last call need no second look, nor a new launch plan
-            self.check_args(heap, tensors)
+        key = _args_key(tensors)
+        if key is None or st.get("checked") != key:  # the same tensors as last call need no second look, nor a
+            self.check_args(heap, tensors, st)       # new launch plan
             st["checked"] = key
             st["ctx"].plan = None
         bufs = {**st["bufs"], **tensors}
@@ -441,6 +478,31 @@ def _counter_tile(dims, counter: int) -> tuple[str, str]:
         # an unkeyed rank loop: one counter for the tile at every value of it
         parts.append(f"{span} + {d.rank_coef}*{d.rank_var}" if d.rank_var and r is None else span)
     return ", ".join(parts), (" where " + ", ".join(loops) if loops else "")
+
+
+def _args_key(tensors: dict):
+    """What a call's arguments must keep for the last check to still hold: everything that decides where and how
+    the kernels read and write (address, storage offset and so the storage's address, shape, strides, dtype,
+    device, layout); None when an argument is not a tensor (checked, and refused, every time)."""
+    key = []
+    for n, t in sorted(tensors.items()):
+        try:
+            key.append((n, t.data_ptr(), t.storage_offset(), t.shape, t.stride(), t.dtype, t.device, t.layout))
+        except (AttributeError, RuntimeError, TypeError):
+            return None
+    return tuple(key)
+
+
+def _same_device(a, b) -> bool:
+    """Devices equal once an index-less cuda device is read as the current one."""
+    if a.type != b.type:
+        return False
+    if a.type == "cpu" or a.index == b.index:
+        return True
+    import torch
+
+    cur = torch.cuda.current_device() if a.type == "cuda" else 0
+    return (a.index if a.index is not None else cur) == (b.index if b.index is not None else cur)
 
 
 def _heap(heap):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tilec.errors import ArgumentError
 from tilec.program import CompiledProgram
 from tilec.reference import TORCH_DTYPE, evaluate
 
@@ -28,23 +29,25 @@ def make_inputs(prog: CompiledProgram, rank: int, seed: int = 0) -> dict[str, to
     return out
 
 
-def rank_worker(heap, prog: CompiledProgram, inputs: dict[str, torch.Tensor], repeat: int = 1):
-    """Runs in each rank process: place inputs on the heap, call the program `repeat` times, return outputs."""
+def rank_worker(heap, prog: CompiledProgram, calls: list[dict[str, torch.Tensor]]):
+    """Runs in each rank process: place each call's inputs in the same heap tensors, call the program once per
+    entry of `calls` (new inputs every call, so an output left from the previous call cannot pass), and return
+    every call's outputs with the call times."""
     args = {}
-    for name, (kind, dtype, shape, _sym) in prog.signature().items():
-        t = heap.alloc(shape, TORCH_DTYPE[dtype])
-        if kind == "in":
-            t.copy_(inputs[name].to(t.device))
-        args[name] = t
-    times = []
-    for _ in range(repeat):
+    for name, (_kind, dtype, shape, _sym) in prog.signature().items():
+        args[name] = heap.alloc(shape, TORCH_DTYPE[dtype])
+    times, outs = [], []
+    for inputs in calls:
         for n, (kind, *_r) in prog.signature().items():
-            if kind == "out":
+            if kind == "in":
+                args[n].copy_(inputs[n].to(args[n].device))
+            elif kind == "out":
                 args[n].fill_(float("nan") if args[n].dtype.is_floating_point else -1)  # stale results can't pass
         t0 = time.perf_counter()
         prog(heap, **args)
         times.append(time.perf_counter() - t0)
-    outs = {n: args[n].detach().cpu().clone() for n, (kind, *_r) in prog.signature().items() if kind == "out"}
+        outs.append({n: args[n].detach().cpu().clone() for n, (kind, *_r) in prog.signature().items()
+                     if kind == "out"})
     return outs, times
 
 
@@ -55,24 +58,57 @@ class Comparison:
     max_abs_err: float
     rel_err: float
     tolerance: float
+    call: int = 0
 
     @property
     def ok(self) -> bool:
         return self.rel_err <= self.tolerance
 
 
+def output_error(got: torch.Tensor, want: torch.Tensor) -> tuple[float, float]:
+    """(max absolute error, that over max(1, max |want|)) of an output against its reference. Elements equal on
+    both sides count as exact, inf and -inf included, and so do NaNs where the reference has NaN; any other
+    non-finite value on either side is an infinite error."""
+    got, want = got.float().cpu(), want.float().cpu()
+    if got.shape != want.shape:
+        return float("inf"), float("inf")
+    if not got.numel():
+        return 0.0, 0.0
+    same = (got == want) | (torch.isnan(got) & torch.isnan(want))
+    finite = torch.isfinite(got) & torch.isfinite(want)
+    if not (same | finite).all():
+        return float("inf"), float("inf")
+    diff = torch.where(same, 0.0, got - want).abs()
+    err = float(diff.max())
+    ref = want.abs()[torch.isfinite(want)]
+    scale = max(1.0, float(ref.max()) if ref.numel() else 1.0)
+    return err, err / scale
+
+
 def compare(prog: CompiledProgram, outs: list[dict[str, torch.Tensor]], inputs: list[dict[str, torch.Tensor]],
-            device: str = "cpu"):
+            device: str = "cpu", call: int = 0):
+    """One call's outputs of every rank (outs[rank]) against the reference interpreter on the same inputs."""
     ref = evaluate(prog.program, inputs, device)
     rows = []
     for r in range(prog.world):
         for name, got in outs[r].items():
-            want = ref[r][name].float().cpu()
-            diff = (got.float() - want).abs()
-            err = float("inf") if torch.isnan(diff).any() else float(diff.max()) if diff.numel() else 0.0
-            scale = max(1.0, float(want.abs().max()) if want.numel() else 1.0)
-            dt = prog.program.tensor(name).dtype
-            rows.append(Comparison(name, r, err, err / scale, TOLERANCE[dt]))
+            err, rel = output_error(got, ref[r][name])
+            rows.append(Comparison(name, r, err, rel, TOLERANCE[prog.program.tensor(name).dtype], call))
+    return rows
+
+
+def call_inputs(prog: CompiledProgram, repeat: int, seed: int = 0) -> list[list[dict[str, torch.Tensor]]]:
+    """inputs[call][rank]: different for every call and every rank."""
+    if repeat < 1:
+        raise ArgumentError(f"repeat={repeat}: must be >= 1 (calls per schedule)")
+    return [[make_inputs(prog, r, seed + c) for r in range(prog.world)] for c in range(repeat)]
+
+
+def compare_calls(prog, outs_per_rank, inputs, device: str = "cpu") -> list[Comparison]:
+    """outs_per_rank[rank][call] against the reference of each call's inputs."""
+    rows = []
+    for c, per_rank in enumerate(inputs):
+        rows += compare(prog, [outs_per_rank[r][c] for r in range(prog.world)], per_rank, device, c)
     return rows
 
 
@@ -83,14 +119,14 @@ def heap_bytes_for(prog: CompiledProgram) -> int:
 
 def run_program(prog: CompiledProgram, *, backend: str = "cpu", repeat: int = 2, seed: int = 0,
                 heap_bytes: int | None = None, timeout: float = 600.0):
-    """Run on `prog.world` spawned ranks; returns (comparisons, per-rank call times)."""
+    """Run `repeat` calls (new inputs each) on `prog.world` spawned ranks; returns (comparisons of every call,
+    per-rank call times)."""
     from tilec.runtime import spawn
 
-    inputs = [make_inputs(prog, r, seed) for r in range(prog.world)]
+    inputs = call_inputs(prog, repeat, seed)
     results = spawn(_spawned, prog.world, backend=backend, heap_bytes=heap_bytes or heap_bytes_for(prog),
-                    timeout=timeout, args=(prog, inputs, repeat))
-    outs = [r[0] for r in results]
-    return compare(prog, outs, inputs), [r[1] for r in results]
+                    timeout=timeout, args=(prog, inputs))
+    return compare_calls(prog, [r[0] for r in results], inputs), [r[1] for r in results]
 
 
 def run_program_torchrun(prog: CompiledProgram, heap, *, repeat: int = 2, seed: int = 0):
@@ -98,12 +134,12 @@ def run_program_torchrun(prog: CompiledProgram, heap, *, repeat: int = 2, seed: 
     returns (comparisons or None on other ranks, this rank's call times)."""
     import torch.distributed as dist
 
-    inputs = [make_inputs(prog, r, seed) for r in range(prog.world)]
-    outs, times = rank_worker(heap, prog, inputs[heap.rank], repeat)
+    inputs = call_inputs(prog, repeat, seed)
+    outs, times = rank_worker(heap, prog, [c[heap.rank] for c in inputs])
     gathered = [None] * heap.world if heap.rank == 0 else None
     dist.gather_object(outs, gathered, dst=0)
-    return (compare(prog, gathered, inputs, str(heap.device)) if heap.rank == 0 else None), times
+    return (compare_calls(prog, gathered, inputs, str(heap.device)) if heap.rank == 0 else None), times
 
 
-def _spawned(heap, prog, inputs, repeat):
-    return rank_worker(heap, prog, inputs[heap.rank], repeat)
+def _spawned(heap, prog, inputs):
+    return rank_worker(heap, prog, [c[heap.rank] for c in inputs])

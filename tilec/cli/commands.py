@@ -1,4 +1,5 @@
-"""The `tilec` command line: thin wrappers over the Python API. Errors print as one located line, exit code 2."""
+"""The `tilec` command line: thin wrappers over the Python API. Errors print as one located line; exit codes follow
+one rule for every subcommand (EXIT_CODES, printed by `tilec --help`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,27 @@ import time
 from tilec.cli.args import _dims, _world
 from tilec.errors import TilecError
 from tilec.passes.schedules import DESCRIPTIONS, PASS_NAMES, SCHEDULES
+
+EXIT_CODES = """exit status (every subcommand):
+  0  everything asked for succeeded (schedules that do not apply to the program are listed by
+     `check`, `run -s all`, `taxes` and `bench` without --schedules, and are not failures)
+  1  tilec ran and found a wrong result: an output differs from the reference (run, bench), a
+     schedule rejected by the verifier, failing in a pass, or failing to compile for --target (check)
+  2  the request could not be carried out: bad arguments or usage, a program with errors or that no
+     schedule applies to, a schedule named explicitly (-s, --schedules) that does not apply, an
+     unwritable output path, a runtime error (a rank failed, a wait timed out, no GPU for calibrate)
+  130 interrupted"""
+
+
+def _positive(text: str) -> int:
+    """argparse type of counts that must be at least 1 (--repeat, --iters, --heap-mb)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n}: must be >= 1")
+    return n
 
 
 def _common(p: argparse.ArgumentParser, schedule: bool = True) -> None:
@@ -35,6 +57,10 @@ def _compile(args, schedule: str | None = None):
 
 
 def cmd_compile(args) -> int:
+    if args.output:  # a path that cannot be written is refused before compiling
+        from tilec.fileio import output_path
+
+        output_path(args.output)
     prog = _compile(args)
     if args.output:
         prog.save(args.output)
@@ -80,15 +106,17 @@ def cmd_show(args) -> int:
     return 0
 
 
-def _ranked(args, world: int):
-    """The program bound to its dims, and its legal schedules ranked by the model (measured times beside)."""
+def _ranked(args, world: int, device: str | None = None):
+    """The program bound to its dims, and its legal schedules ranked by the model (times measured on `device`,
+    default this process's GPU, beside)."""
     from tilec.frontend.parser import parse_file
     from tilec.frontend.sema import check
     from tilec.perf.auto import candidates
 
     ast = parse_file(args.program)
     bound = check(ast, world, _dims(args.dims))
-    return bound, candidates(args.program, ast.source, world, _dims(args.dims), dict(bound.dims), args.granularity)
+    return bound, candidates(args.program, ast.source, world, _dims(args.dims), dict(bound.dims), args.granularity,
+                             device)
 
 
 def _show_schedules(args) -> int:
@@ -105,7 +133,7 @@ def _show_schedules(args) -> int:
 
 def cmd_check(args) -> int:
     """Parse, check and verify the program under every schedule; say which apply and why the others don't."""
-    from tilec.errors import ScheduleError, TilecError, VerifyError
+    from tilec.errors import CompileError, ScheduleError, TilecError, VerifyError
 
     if args.target:  # a bad target is the user's argument, said once (exit 2), not a failure per schedule
         from tilec.codegen.target_check import parse_target
@@ -118,11 +146,17 @@ def cmd_check(args) -> int:
             print(f"  {s:<11} verified: {len(prog.graph.graph['kernels'])} kernel(s), "
                   f"{sum(1 for _, d in prog.graph.nodes(data=True) if d['kind'] == 'flag')} flag(s)", flush=True)
             ok += 1
-        except ScheduleError as e:
+        except ScheduleError as e:  # does not apply: information, not a failure
             print(f"  {s:<11} {e}")
             continue
         except VerifyError as e:  # a compiler bug: report it and go on with the other schedules
             print(f"  {s:<11} REJECTED by the verifier: {e}")
+            failed += 1
+            continue
+        except CompileError:  # the program itself is wrong: the same for every schedule, said once (exit 2)
+            raise
+        except Exception as e:  # noqa: BLE001 - a pass that crashed is a failed schedule, like a rejection
+            print(f"  {s:<11} FAILED in a pass: {type(e).__name__}: {e}")
             failed += 1
             continue
         if args.target:
@@ -135,17 +169,22 @@ def cmd_check(args) -> int:
                 failed += 1
                 continue
             print(f"  {'':<11} compiled for {args.target}: " + ", ".join(b.describe() for b in built), flush=True)
-    verdict = "ok" if not failed else f"{failed} schedule(s) rejected"
+    verdict = "ok" if not failed else f"{failed} schedule(s) failed"
     print(f"{args.program}: {verdict}, {ok} of {len(SCHEDULES)} schedules verified for world {_world(args)}")
-    return 1 if failed else 0
+    if failed:
+        return 1
+    if not ok:
+        raise TilecError(f"{args.program}: no schedule applies to this program at world {_world(args)}")
+    return 0
 
 
 def _auto_pick(args, backend: str, world: int, torchrun: bool) -> str:
     """`run --schedule auto`: the model's pick, refined by short trials on a GPU (or with --trials) unless every
     legal schedule of this program, shape and world already has a measured time here."""
+    from tilec.perf.auto import CPU_KEY
     from tilec.perf.trials import run_trials
 
-    _bound, rows = _ranked(args, world)
+    _bound, rows = _ranked(args, world, CPU_KEY if backend == "cpu" else None)  # the times of the backend that runs
     measured = all(r["measured_us"] is not None for r in rows)
     if not measured and (args.trials or backend != "cpu"):
         if torchrun:  # trials need every rank at once; under torchrun run `tilec tune` first
@@ -181,7 +220,8 @@ def cmd_run(args) -> int:
             try:
                 progs.append(_compile(args, s))
             except ScheduleError:
-                pass
+                if args.schedule != "all":
+                    raise
         need = max((heap_bytes_for(p) for p in progs), default=1 << 24) * max(1, len(progs))
         heap = from_env(backend, args.heap_mb << 20 if args.heap_mb else need)
         if heap.rank != 0:
@@ -195,6 +235,8 @@ def cmd_run(args) -> int:
         try:
             prog = _compile(args, s)
         except ScheduleError as e:
+            if args.schedule != "all":  # asked for by name: an error, as `tilec compile -s` says it (exit 2)
+                raise
             say(f"  {s:<11} skipped: {e}", flush=True)
             continue
         if heap is not None:
@@ -212,7 +254,8 @@ def cmd_run(args) -> int:
             flush=True)
         for r in rows:
             if not r.ok:
-                say(f"      rank {r.rank} {r.tensor}: max error {r.max_abs_err:.3g} (relative {r.rel_err:.2e})")
+                say(f"      call {r.call + 1} rank {r.rank} {r.tensor}: max error {r.max_abs_err:.3g} (relative"
+                    f" {r.rel_err:.2e})")
     if heap is not None:
         heap.close()
     return 1 if failed else 0
@@ -225,10 +268,23 @@ def cmd_bench(args) -> int:
     for s in schedules or ():
         if s not in SCHEDULES:
             raise TilecError(f"--schedules {s}: choose from {', '.join(SCHEDULES)}")
+    if args.out:  # refused before an hour of timing, not after
+        from tilec.fileio import ensure_dir
+
+        ensure_dir(args.out)
     tune = True if args.tune else False if args.no_tune else None  # None: tune GEMMs, not decode
-    run_bench(args.program, _world(args), args.shapes, schedules, args.dtype, args.iters, tune, args.out,
-              args.backend)
-    return 0
+    rows = run_bench(args.program, _world(args), args.shapes, schedules, args.dtype, args.iters, tune, args.out,
+                     args.backend)
+    missing = [s for s in schedules or () if not any(r["name"] == s for r in rows)]
+    if missing:  # named explicitly but never timed (does not apply, or no config ran): the log says why
+        raise TilecError(f"--schedules: {', '.join(missing)} did not run on any shape (see the log above)")
+    from tilec.perf.bench import wrong_rows
+
+    wrong = wrong_rows(rows, args.dtype)
+    for r in wrong:
+        print(f"WRONG: {r['name']} on {r['shape']}: relative error {r['rel_err']:.3g} of its outputs",
+              file=sys.stderr)
+    return 1 if wrong else 0
 
 
 def cmd_tune(args) -> int:
@@ -237,8 +293,6 @@ def cmd_tune(args) -> int:
     from tilec.run_vs_reference import heap_bytes_for
     from tilec.runtime import default_backend, under_torchrun
 
-    if args.iters < 1:
-        raise TilecError(f"--iters {args.iters}: must be >= 1")
     backend = args.backend or default_backend()
     retype = {"f16": args.dtype} if args.dtype != "f16" else None
     world, dims = _world(args), _dims(args.dims)
@@ -274,7 +328,8 @@ def cmd_tune(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="tilec", description=__doc__)
+    ap = argparse.ArgumentParser(prog="tilec", description=__doc__, epilog=EXIT_CODES,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("compile", help="emit the Triton source of a program")
     _common(p)
@@ -301,17 +356,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", choices=("cpu", "iris"), default=None,
                    help="cpu: emulated ranks on the Triton interpreter; iris: GPUs (default when one is present)")
     p.add_argument("--trials", action="store_true", help="with --schedule auto: time the candidates even on the CPU")
-    p.add_argument("--repeat", type=int, default=2, help="calls per schedule (flags are reused across calls)")
-    p.add_argument("--heap-mb", type=int, default=None, help="symmetric heap size per rank")
+    p.add_argument("--repeat", type=_positive, default=2,
+                   help="calls per schedule, new inputs each (flags are reused across calls; default 2)")
+    p.add_argument("--heap-mb", type=_positive, default=None, help="symmetric heap size per rank")
     p.set_defaults(fn=cmd_run)
     p = sub.add_parser("tune", help="time every legal schedule for a few calls; --schedule auto then picks the"
                        " fastest measured one")
     _common(p, schedule=False)
     p.add_argument("--backend", choices=("cpu", "iris"), default=None,
                    help="cpu: emulated ranks on the Triton interpreter; iris: GPUs (default when one is present)")
-    p.add_argument("--iters", type=int, default=5, help="timed calls per schedule (default 5)")
+    p.add_argument("--iters", type=_positive, default=5, help="timed calls per schedule (default 5)")
     p.add_argument("--dtype", default="f16", choices=("f16", "bf16", "f32"), help="build the program in this dtype")
-    p.add_argument("--heap-mb", type=int, default=None, help="symmetric heap size per rank")
+    p.add_argument("--heap-mb", type=_positive, default=None, help="symmetric heap size per rank")
     p.set_defaults(fn=cmd_tune)
     p = sub.add_parser("bench", help="time every schedule beside the external baselines (JSON + plot)")
     p.add_argument("program", help="a .tile file with dims M, N, K (e.g. examples/ag_gemm.tile)")
@@ -321,8 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--schedules", default=None, help="comma separated (default: all)")
     p.add_argument("--dtype", default="bf16", choices=("f16", "bf16", "f32"),
                    help="element type the program's f16 tensors are built in (default: bf16)")
-    p.add_argument("--iters", type=int, default=20, help="timed runs per row after warm-up; the median and p10/p90 "
-                   "of their device times are reported (default: 20)")
+    p.add_argument("--iters", type=_positive, default=20, help="timed runs per row after warm-up; the median and "
+                   "p10/p90 of their device times are reported (default: 20)")
     p.add_argument("--no-tune", action="store_true", help="use the first tile config instead of tuning")
     p.add_argument("--tune", action="store_true", help="tune tile configs (the default for GEMM programs)")
     p.add_argument("--backend", choices=("cpu", "iris"), default=None,
@@ -332,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     from tilec.cli.taxes import add_parser as add_taxes
 
     add_taxes(sub)
+    for sp in sub.choices.values():  # `tilec CMD --help` states the rule too
+        sp.epilog, sp.formatter_class = EXIT_CODES, argparse.RawDescriptionHelpFormatter
     args = ap.parse_args(argv)
     try:
         return args.fn(args)

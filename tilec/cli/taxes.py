@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from tilec.errors import TilecError
 
@@ -40,6 +41,10 @@ def cmd_taxes(args) -> int:
     from tilec.perf.model import Machine
     from tilec.perf.taxes import SHARED_GPU_NOTE, gpu_count, taxes
 
+    if args.plot:  # an unwritable path is refused before anything is computed
+        from tilec.fileio import output_path
+
+        output_path(args.plot)
     machine = Machine.load(args.machine) if args.machine else Machine()
     world = _world(args)
     _check_trace_args(args)
@@ -133,8 +138,10 @@ def render_timelines(timelines: dict) -> str:
 
 
 def cmd_calibrate(args) -> int:
+    from tilec.fileio import output_path
     from tilec.perf.model import calibrate
 
+    output_path(args.output)  # refused before measuring, not after
     print("tilec calibrate: measuring this machine")
     m = calibrate()
     m.save(args.output)
@@ -261,7 +268,9 @@ def plot(rows: list, path: str, title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    from tilec.fileio import write_atomic
+
+    write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=110, format=Path(path).suffix[1:] or "png"))
     plt.close(fig)
 
 

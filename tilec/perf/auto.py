@@ -1,16 +1,18 @@
 """`--schedule auto`: pick the schedule with the cost model (tilec.perf.model, the same one `tilec taxes` uses),
 preferring times measured by `tilec bench` on this GPU for the same program, shape and world when there are some.
 
-Choices and measurements are cached in <cache>/auto.json keyed by (program source, world, dims, GPU).
+Choices and measurements are cached in <cache>/auto.json keyed by (program source, world, dims, device): the GPU's
+name, or CPU_KEY for times of the CPU emulation (the Triton interpreter), which a GPU's choice never reads. The file
+is updated under a lock and replaced atomically (tilec.fileio), so concurrent writers lose no record.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 from pathlib import Path
 
+from tilec.fileio import read_json, update_json
+from tilec.perf.measure import CPU_KEY, device_key, this_device  # noqa: F401 - CPU_KEY, device_key: re-exported
 from tilec.perf.taxes import TaxRow, taxes
 from tilec.program import cache_dir
 
@@ -19,51 +21,33 @@ def _path() -> Path:
     return cache_dir() / "auto.json"
 
 
-def _gpu() -> str:
-    try:
-        import torch
-
-        return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    except Exception:  # noqa: BLE001 - no torch GPU support: the CPU key
-        return "cpu"
-
-
-def key(source: str, world: int, dims: dict[str, int]) -> str:
+def key(source: str, world: int, dims: dict[str, int], device: str | None = None) -> str:
+    """The cache key of a program, shape and world on `device` (default: this process's GPU, else CPU_KEY)."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]
     shape = ",".join(f"{k}={v}" for k, v in sorted(dims.items()))
-    return f"{digest}|w{world}|{shape}|{_gpu()}"
+    return f"{digest}|w{world}|{shape}|{device or this_device()}"
 
 
 def _load() -> dict:
-    try:
-        return json.loads(_path().read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _store(data: dict) -> None:
-    tmp = _path().with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, _path())
+    return read_json(_path())
 
 
 def record_measured(k: str, schedule: str, micros: float) -> None:
-    data = _load()
-    data.setdefault(k, {}).setdefault("measured", {})[schedule] = round(micros, 2)
-    _store(data)
+    """Record a measured time under key `k` (built with the device the time was measured on)."""
+    update_json(_path(), lambda d: d.setdefault(k, {}).setdefault("measured", {}).__setitem__(
+        schedule, round(micros, 2)))
 
 
 def candidates(program, source: str, world: int, dims: dict[str, int], bound_dims: dict[str, int],
-               granularity: str = "auto") -> list[dict]:
-    """Every schedule that applies, with its predicted (and, when benchmarked here, measured) time, best first.
-    `program`: a path or a CompiledProgram of the same source (the model compiles every schedule from it)."""
-    k = key(source, world, {d: bound_dims[d] for d in bound_dims})
-    data = _load()
-    entry = data.get(k, {})
-    if "predicted" not in entry:
-        entry["predicted"] = dict(rank_schedules(program, world, dims, granularity=granularity))
-        data[k] = entry
-        _store(data)
+               granularity: str = "auto", device: str | None = None) -> list[dict]:
+    """Every schedule that applies, with its predicted (and, when measured on `device`, measured) time, best first.
+    `program`: a path or a CompiledProgram of the same source (the model compiles every schedule from it);
+    device: a GPU name or CPU_KEY (default: this process's GPU, else CPU_KEY)."""
+    k = key(source, world, {d: bound_dims[d] for d in bound_dims}, device)
+    entry = _load().get(k, {})
+    if "predicted" not in entry:  # the model compiles every schedule: outside the lock, then merged in
+        predicted = dict(rank_schedules(program, world, dims, granularity=granularity))
+        entry = update_json(_path(), lambda d: d.setdefault(k, {}).setdefault("predicted", predicted))[k]
     measured = entry.get("measured", {})
     rows = [{"schedule": s, "predicted_us": p, "measured_us": measured.get(s)} for s, p in entry["predicted"].items()]
     full = all(r["measured_us"] is not None for r in rows)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -24,7 +23,17 @@ import torch
 from tilec.errors import ScheduleError, TilecError
 from tilec.passes.schedules import SCHEDULES
 from tilec.perf.inputs import bench_inputs, gemm_inputs, gemm_reference
-from tilec.perf.measure import Timing, gpu_name, progress, time_checked, time_op, time_program, tune_cache
+from tilec.perf.measure import (
+    Timing,
+    device_key,
+    gpu_name,
+    load_tuned,
+    progress,
+    store_tuned,
+    time_checked,
+    time_op,
+    time_program,
+)
 from tilec.perf.rows import finish_shape, table_text
 from tilec.runtime import under_torchrun
 
@@ -71,6 +80,7 @@ class Row:
     floor_us: float | None = None  # cuBLAS alone on the whole problem, on one GPU
     frac_of_floor: float | None = None  # floor / this row's device time
     note: str = ""
+    rel_err: float | None = None  # tilec rows: max |C - C_ref| / max(1, max |C_ref|) of the timed calls' outputs
 
 
 def timed_row(program: str, dims: dict, world: int, dtype: str, name: str, kind: str, t: Timing, flops: float,
@@ -92,6 +102,14 @@ def rel_err(out: torch.Tensor | None, ref: torch.Tensor | None) -> float | None:
     return round(diff / scale, 6) if scale > 0 else diff
 
 
+def wrong_rows(rows: list[dict], dtype: str) -> list[dict]:
+    """tilec rows whose output error is above the bench's tolerance for `dtype` (a wrong result, not a time)."""
+    from tilec.perf.bench_decode import TOLERANCE
+
+    tol = TOLERANCE.get(dtype, 1e-2)
+    return [r for r in rows if r.get("kind") == "tilec" and r.get("rel_err") is not None and r["rel_err"] > tol]
+
+
 def _flops(prog_dims: dict, flops_expr: str | None) -> float:
     if flops_expr:
         return float(eval(flops_expr, {}, dict(prog_dims)))  # noqa: S307 - a formula of the user's dims
@@ -107,7 +125,9 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
     from tilec.perf.bench_baselines import gemm_floor, gemm_ops, gemm_pattern
 
     rows: list[Row] = []
-    cache = json.loads(tune_cache().read_text()) if tune_cache().exists() else {}
+    cache = load_tuned()
+    found: dict = {}  # configs tuned by this run, merged into the cache at the end
+    device = device_key(heap)
     src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
     all_configs = CPU_CONFIGS if heap.interpret else CONFIGS
     retype = {"f16": dtype} if dtype != "f16" else None
@@ -118,6 +138,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
         pattern = gemm_pattern(path, world, dims)
         flops = _flops(dims, None) / (world if pattern != "ag" else 1)  # rs/ar: each rank multiplies a K-shard
         shape_rows: list[Row] = []
+        ref = None  # this rank's reference outputs of the shape (the same for every schedule and config)
         mark = heap.mark()
         a, b = gemm_inputs(pattern, dims, world, heap.rank, dtype, heap.device)
         ref = gemm_reference(pattern, dims, world, heap.rank, dtype, heap.device)
@@ -142,7 +163,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
         ref = ref if ref is not None else first
         bar.step(f"{dims} baselines: " + ", ".join(f"{r.name} {r.device_us:.0f}us" for r in shape_rows))
         for s in schedules:
-            key = f"{src_hash}|{s}|{m}x{n}x{k}|w{world}|{dtype}|{gpu_name()}"
+            key = f"{src_hash}|{s}|{m}x{n}x{k}|w{world}|{dtype}|{device}"
             configs = all_configs if heap.interpret or m > 64 else SMALL_M_CONFIGS
             cands = [tuple(cache[key])] if key in cache else (configs if tune else configs[:1])
             best, why = None, "no config ran"
@@ -178,14 +199,14 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
             except Exception as e:  # noqa: BLE001 - e.g. a wait that timed out: said, the other rows still run
                 bar.step(f"{dims} {s}: failed ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
                 continue
-            cache[key] = list(cfg)
+            cache[key] = found[key] = list(cfg)
             r.config = dict(zip(("BM", "BN", "BK", "num_warps", "num_stages", "group_m"), cfg, strict=True))
             r.config["programs_per_sm"] = prog.programs_per_sm(heap)  # of the persistent kernels (occupancy)
             if heap.rank == 0:  # `--schedule auto` prefers device times of this program, shape, world and device
                 from tilec.perf.auto import key as auto_key
                 from tilec.perf.auto import record_measured
 
-                record_measured(auto_key(Path(path).read_text(), world, dims), s, r.device_us)
+                record_measured(auto_key(Path(path).read_text(), world, dims, device), s, r.device_us)
             shape_rows.append(r)
             bar.step(f"{dims} {s}: {r.device_us:.0f}us device, {r.host_us:.0f}us host, {r.tflops:.0f} TFLOP/s"
                      f"{_wrong(r, dtype)}")
@@ -196,9 +217,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
             torch.cuda.empty_cache()
     bar.close()
     if heap.rank == 0:
-        tmp = tune_cache().with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
-        os.replace(tmp, tune_cache())
+        store_tuned(found)
     return [asdict(r) for r in rows]
 
 
@@ -229,12 +248,12 @@ def _time_tilec(prog, heap, iters: int, inputs: dict, ref, flops: float, stem, d
 
 
 def save_results(rows: list[dict], out_dir: Path, tag: str, meta: dict) -> tuple[Path, Path | None]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    js = out_dir / f"{tag}.json"
-    tmp = js.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    os.replace(tmp, js)
-    png = out_dir / f"{tag}.png"
+    from tilec.fileio import ensure_dir, output_path, write_atomic
+
+    ensure_dir(out_dir)
+    js, png = out_dir / f"{tag}.json", out_dir / f"{tag}.png"
+    output_path(png)  # both outputs are checked before either is written
+    write_atomic(js, json.dumps({"meta": meta, "rows": rows}, indent=1))
     try:
         import matplotlib
 
@@ -273,7 +292,7 @@ def save_results(rows: list[dict], out_dir: Path, tag: str, meta: dict) -> tuple
                  fontsize=8)
     ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
-    fig.savefig(png, dpi=110)
+    write_atomic(png, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
     plt.close(fig)
     return js, png
 

@@ -24,7 +24,6 @@ compiled (see there).
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
@@ -34,7 +33,7 @@ import torch
 
 from tilec.errors import ScheduleError, TilecError
 from tilec.perf.inputs import DECODE_DIMS, kv_layout, make_inputs
-from tilec.perf.measure import GRAPH, gpu_name, median_time, progress, time_op, time_program, tune_cache
+from tilec.perf.measure import GRAPH, device_key, load_tuned, median_time, progress, store_tuned, time_op, time_program
 from tilec.perf.rows import finish_shape, table_text
 
 COPY_GBPS = 4200.0  # measured H200 device-to-device copy bandwidth (docs/GPU.md)
@@ -279,7 +278,8 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
 
     rows: list[DecodeRow] = []
     skipped: list[dict] = []
-    cache = json.loads(tune_cache().read_text()) if tune_cache().exists() else {}
+    cache, found = load_tuned(), {}  # found: this run's choices, merged into the cache (locked) at the end
+    device = device_key(heap)  # the CPU interpreter's choices never land under a GPU's name
     src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
     retype = {"f16": dtype} if dtype != "f16" else None
     stem = Path(path).stem
@@ -359,7 +359,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
         bar.step(f"{lab} baselines: " + ", ".join(f"{r.name} {r.device_us:.0f}us" for r in shape_rows)
                  + (f"; a copy of K {copy:.0f} GB/s" if copy else "") + f"; floor {floor_us:.1f}us")
         for s in schedules:
-            key = f"decode|{src_hash}|{s}|{'x'.join(str(x) for x in shape)}|w{world}|{dtype}|{gpu_name()}"
+            key = f"decode|{src_hash}|{s}|{'x'.join(str(x) for x in shape)}|w{world}|{dtype}|{device}"
             cached = cache.get(key, {}).get("BS")
             cands = [cached] if cached and not _too_many_splits(dims["S"], cached) else candidates(
                 dims, heap.interpret, tune)
@@ -399,7 +399,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
                 skip(dims, s, reason)
                 continue
             bs, (t, out, local, heap_bytes) = best
-            cache[key] = {"BS": bs}
+            cache[key] = found[key] = {"BS": bs}
             if len(cands) > 1:  # re-time the winner in full (fresh buffers and flags, its graph, its local phase)
                 t, out, local, heap_bytes = time_prog(compile_(s, dims, bs), data, iters, True)
             r = row(s, "tilec", t, {"BS": bs, "num_warps": NUM_WARPS, "num_stages": NUM_STAGES,
@@ -424,11 +424,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
             torch.cuda.empty_cache()  # the next shape's KV must not wait behind this one's cached blocks
     bar.close()
     if heap.rank == 0:
-        fresh = json.loads(tune_cache().read_text()) if tune_cache().exists() else {}
-        fresh.update(cache)
-        tmp = tune_cache().with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(fresh, indent=1, sort_keys=True))
-        os.replace(tmp, tune_cache())
+        store_tuned(found)
     return {"rows": [asdict(r) for r in rows], "skipped": skipped, "link_rtt_us": rtt}
 
 

@@ -11,6 +11,25 @@ from pathlib import Path
 
 import torch
 
+CPU_KEY = "cpu-interpreter"  # measurements of the CPU emulation: kept apart from every GPU's
+
+
+def this_device() -> str:
+    """The device whose measurements this process reads: the GPU's name, or CPU_KEY without one."""
+    try:
+        return torch.cuda.get_device_name() if torch.cuda.is_available() else CPU_KEY
+    except Exception:  # noqa: BLE001 - no torch GPU support: the CPU key
+        return CPU_KEY
+
+
+def device_key(heap) -> str:
+    """The device a heap's kernels run on: CPU_KEY under the interpreter (even on a machine with a GPU)."""
+    return CPU_KEY if heap.interpret else torch.cuda.get_device_name(heap.device)
+
+
+def gpu_name() -> str:
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
 
 def tune_cache() -> Path:
     from tilec.program import cache_dir
@@ -18,8 +37,19 @@ def tune_cache() -> Path:
     return cache_dir() / "tune.json"
 
 
-def gpu_name() -> str:
-    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+def load_tuned() -> dict:
+    """The tuned tile configs recorded so far (key -> config), {} when none."""
+    from tilec.fileio import read_json
+
+    return read_json(tune_cache())
+
+
+def store_tuned(found: dict) -> None:
+    """Merge this run's tuned configs into the cache under its lock (concurrent benches lose no record)."""
+    from tilec.fileio import update_json
+
+    if found:
+        update_json(tune_cache(), lambda d: d.update(found))
 
 
 def median_time(fn, heap, iters: int, warmup: int) -> float:

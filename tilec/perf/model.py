@@ -51,10 +51,9 @@ class Machine:
     l2_MB: float = 50.0
 
     def save(self, path: str | os.PathLike) -> None:
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(asdict(self), f, indent=1)
-        os.replace(tmp, path)
+        from tilec.fileio import write_atomic
+
+        write_atomic(path, json.dumps(asdict(self), indent=1))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Machine:

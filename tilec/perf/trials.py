@@ -1,7 +1,8 @@
 """Short timed trials of every legal schedule: the measured half of `--schedule auto` (`tilec tune`).
 
 The cost model ranks the schedules first (tilec.perf.auto.candidates); trials then time each one for a few calls on
-the ranks at hand and record the times in the auto cache under this program, shape, world and GPU, so later
+the ranks at hand and record the times in the auto cache under this program, shape, world and device (the GPU's
+name; the CPU emulation's under its own key, never read by a GPU's choice), so later
 `--schedule auto` compiles pick the fastest measured schedule (and `tilec show --schedules` prints both).
 
 Trials are collective: every rank compiles and calls the same schedules in the same order, and the time kept
@@ -41,14 +42,15 @@ def trial_rank(heap, path: str, dims: dict[str, int], iters: int = 5, warmup: in
     """In every rank: time each legal schedule (model order) for `iters` calls; returns the trials, fastest
     measured first (the same list on every rank)."""
     import tilec
-    from tilec.perf.auto import candidates, key, record_measured
+    from tilec.perf.auto import candidates, device_key, key, record_measured
     from tilec.perf.inputs import bench_inputs
     from tilec.perf.measure import progress, time_program
 
     base = tilec.compile(path, heap.world, "bsp", dims, granularity=granularity, retype=retype)
     source = base.program.source  # the auto cache is keyed by the program text, as `tilec bench` records it
-    ranked = candidates(base, source, heap.world, dims, dict(base.program.dims), granularity)
-    k = key(source, heap.world, dict(base.program.dims))
+    device = device_key(heap)  # the CPU emulation's times have their own key, never read for a GPU
+    ranked = candidates(base, source, heap.world, dims, dict(base.program.dims), granularity, device)
+    k = key(source, heap.world, dict(base.program.dims), device)
     bar = progress(len(ranked), "tune", log if heap.rank == 0 else None)
     out = []
     for row in ranked:

@@ -10,6 +10,7 @@ granule (2 MiB on NVIDIA) and reuse freed blocks when Python's GC runs, which di
 from __future__ import annotations
 
 import abc
+import bisect
 import math
 from collections.abc import Sequence
 
@@ -69,6 +70,9 @@ class Heap(abc.ABC):
         self.closed = False
         self._arena = arena
         self._base = arena.data_ptr()
+        self.releases = 0  # release() calls so far
+        # (release number, mark) with marks increasing: the lowest mark released since any release number
+        self._lowest: list[tuple[int, int]] = []
 
     # -- allocation ------------------------------------------------------------------------------
 
@@ -98,11 +102,21 @@ class Heap(abc.ABC):
 
         A collective: it starts with a barrier, because after a call returns on this rank its peers may still be
         reading this rank's buffers and flags (their last waits), and the next allocation zeroes them."""
-        if not 0 <= mark <= self.used:
-            raise HeapError(f"release({mark}) outside the allocated range [0, {self.used}]")
+        if type(mark) is not int or not 0 <= mark <= self.used:
+            raise HeapError(f"release({mark!r}) outside the allocated range [0, {self.used}]")
         if self.world > 1:
             self.barrier()
         self.used = mark
+        while self._lowest and self._lowest[-1][1] >= mark:
+            self._lowest.pop()
+        self._lowest.append((self.releases, mark))
+        self.releases += 1
+
+    def freed_since(self, releases: int, end: int) -> bool:
+        """Whether memory below offset `end` was released after the first `releases` releases (the buffers a
+        compiled program allocated then are gone: its next call allocates new ones)."""
+        i = bisect.bisect_left(self._lowest, (releases, -1))
+        return i < len(self._lowest) and self._lowest[i][1] < end
 
     # -- queries ---------------------------------------------------------------------------------
 
