@@ -60,12 +60,14 @@ def values(v: Var) -> np.ndarray:
     return np.arange(v.trips, dtype=np.int64) * v.step
 
 
-def grid(vs: list[Var], what: str = "") -> dict[str, np.ndarray]:
-    """Every combination of the variables' values, flattened (C order: the last var varies fastest)."""
+def grid(vs: list[Var], what=None) -> dict[str, np.ndarray]:
+    """Every combination of the variables' values, flattened (C order: the last var varies fastest). `what`
+    (text, or a callable giving it, as formatting accesses costs more than enumerating them) names the question."""
     n = 1
     for v in vs:
         n *= v.trips
     if n > LIMIT:
+        what = what() if callable(what) else what
         raise Undecidable(f"{what}: {n} combinations of {', '.join(v.name for v in vs)} exceed {LIMIT}")
     if not vs:
         return {}
@@ -114,7 +116,7 @@ def region(a: Access, dom: dict[str, Var], world: int, shape: tuple[int, ...], w
     comps = []
     for grp in groups(axis_vars):
         vs = sorted(set().union(*(axis_vars[i] for i in grp)))
-        env = grid([dom[v] for v in vs], what or str(a))
+        env = grid([dom[v] for v in vs], what or (lambda: str(a)))
         n = len(next(iter(env.values()))) if env else 1
         los, his = zip(*(interval(*axes[i], dom, env, n) for i in grp), strict=True)
         comps.append(Comp(tuple(grp), np.stack(los, axis=1), np.stack(his, axis=1)))
