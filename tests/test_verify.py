@@ -258,3 +258,37 @@ def test_flag_that_counts_another_store(graphs):
 def test_schedule_errors_are_not_verify_errors():
     with pytest.raises(ScheduleError, match=r"fused-pull does not apply: .*'Y'"):
         compile_program("chain", 2, "fused-pull")
+
+
+def test_what_cannot_be_decided_is_rejected(monkeypatch):
+    """place_gather's store S[rank*M + m, n] ties the rank holding S to its rows: a block over two axes, decided
+    on a raster. Beyond the raster limit the verifier says so and rejects instead of trusting the graph."""
+    from tilec.ir import regions
+
+    compile_program("place_gather", 2, "bsp")
+    monkeypatch.setattr(regions, "CELLS", 16)
+    with pytest.raises(VerifyError) as info:
+        compile_program("place_gather", 2, "bsp")
+    text = str(info.value)
+    assert "tests/programs/place_gather.tile:14:21: stage 'collect' reads S@r[m + 32*r, n]: cannot decide (a block" \
+        " of 128 elements over several axes exceeds 16); rejected rather than trusted" in text
+
+
+def test_diagonal_tiles_are_decided_without_a_raster(monkeypatch):
+    from tilec.ir import regions
+
+    src = """program diag(world W)
+  dims M = 4096
+  tiles BM = 64
+  in  X : f32[M, M]
+  out D : f32[M, M]
+  buf T : f32[M, M]
+  stage a over m in M by BM, n in M by BM:
+    D[m, n] = X[m, n]
+  stage b over m in M by BM:
+    T[m, m] = X[m, m]
+"""
+    monkeypatch.setattr(regions, "CELLS", 16)
+    import tilec
+
+    tilec.compile("diag.tile", world=2, schedule="bsp", source=src)

@@ -223,6 +223,11 @@ def _comp_on(r: Region, axis: int) -> Comp:
 # ---- questions -----------------------------------------------------------------------------------
 
 
+def _disjoint_1d(lo: np.ndarray, hi: np.ndarray) -> bool:
+    o = np.argsort(lo, kind="stable")
+    return bool((lo[o][1:] >= hi[o][:-1]).all())
+
+
 def self_overlap(r: Region) -> tuple[str, list[int]] | None:
     """Whether two different variable combinations reach one element: (why, an element) or None."""
     if r.free:
@@ -236,7 +241,8 @@ def self_overlap(r: Region) -> tuple[str, list[int]] | None:
                 p = r.point()
                 p[c.axes[0]] = int(lo[bad[0] + 1])
                 return "tiles overlap", p
-        else:
+        elif not any(_disjoint_1d(c.lo[:, j], c.hi[:, j]) for j in range(len(c.axes))):
+            # no single axis keeps the boxes apart (a diagonal one does): count them cell by cell
             cnt = _count(c, tuple(r.extent[a] for a in c.axes))
             hit = np.argwhere(cnt > 1)
             if len(hit):

@@ -339,8 +339,9 @@ def _pull_form(ctx: _Ctx, s: Stage, e: Pull, sc: dict[str, Var]) -> None:
 
 
 def _barriers(ctx: _Ctx) -> None:
-    if ctx.flagged and any(d["kind"] == "barrier" for _, d in ctx.g.nodes(data=True)):
-        ctx.err(None, "a global barrier is left after replace-barriers")
+    for _, d in ctx.g.nodes(data=True):
+        if ctx.flagged and d["kind"] == "barrier":
+            ctx.err(d["payload"].loc, "a global barrier is left after replace-barriers")
 
 
 # ---- kernels ---------------------------------------------------------------------------------------------
@@ -360,8 +361,9 @@ def _kernels(ctx: _Ctx) -> None:
         if n != 1:
             ctx.err(s.loc, f"stage '{s.name}' runs in {n} kernels, not one")
     if ran != names and sorted(ran) == sorted(names):
-        ctx.err(None, f"kernels run the stages in the order {', '.join(ran)}, not in program order"
-                      f" ({', '.join(names)})")
+        first = next(a for a, b in zip(ran, names, strict=True) if a != b)
+        ctx.err(ctx.stages[ctx.pos[first]].loc, f"kernels run the stages in the order {', '.join(ran)}, not in"
+                                                f" program order ({', '.join(names)})")
     for k in ks:
         if not k.stages or any(s not in ctx.pos for s in k.stages):
             continue
@@ -495,7 +497,7 @@ def _reads(ctx: _Ctx) -> None:
                                     f" reads ({a}) with no barrier between them")
     try:
         cyc = nx.find_cycle(dep)
-        ctx.err(None, "dataflow cycle: " + " -> ".join(u for u, _ in cyc))
+        ctx.err(ctx.stages[ctx.pos[cyc[0][0]]].loc, "dataflow cycle: " + " -> ".join(u for u, _ in cyc))
     except nx.NetworkXNoCycle:
         pass
 
@@ -794,7 +796,8 @@ def _deadlock(ctx: _Ctx) -> None:
                                f" {lazy.name} is not persistent: its programs may hold every SM while the"
                                " producer's programs cannot start")
     try:
-        ctx.err(None, "wait cycle: " + " -> ".join(u for u, _ in nx.find_cycle(wg)))
+        cyc = nx.find_cycle(wg)
+        ctx.err(ctx.stages[ctx.pos[cyc[0][0]]].loc, "wait cycle: " + " -> ".join(u for u, _ in cyc))
     except nx.NetworkXNoCycle:
         pass
 
