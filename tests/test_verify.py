@@ -76,26 +76,40 @@ def test_read_before_flag_when_the_wait_is_removed(graphs, schedule):
         in problems(g)
 
 
-def test_read_needs_the_barrier_without_flags(graphs):
-    g = broken(graphs, "bsp")
+def _drop_barrier(g):
     g.remove_node("b:0")
     g.graph["order"] = tuple(n for n in g.graph["order"] if n != "b:0")
+    if "kernels" in g.graph:
+        g.graph["kernels"] = tuple(dataclasses.replace(k, barrier_before=False) for k in g.graph["kernels"])
+    return g
+
+
+def test_read_needs_the_barrier_without_flags(graphs):
     # gather writes Ag locally (it pulls A from peers), so program order on each rank still orders gemm's read
-    verify(copy_graph(g), "test")
-    h = broken(graphs, "fused-push", "fuse-comm")  # after push: peers store into Ag, so gemm's local read races
-    h.remove_node("b:0")
-    h.graph["order"] = tuple(n for n in h.graph["order"] if n != "b:0")
+    verify(_drop_barrier(broken(graphs, "bsp")), "test")
+    h = _drop_barrier(broken(graphs, "fused-push", "fuse-comm"))  # peers store into Ag: gemm's local read races
     assert "read before flag: stage 'gemm' reads Ag[m, k]" in problems(h)
 
 
-def test_wait_on_elements_the_producer_never_writes(graphs):
+def test_kernels_must_wait_where_the_program_has_a_barrier(graphs):
+    g = broken(graphs, "bsp")
+    g.graph["kernels"] = tuple(dataclasses.replace(k, barrier_before=False) for k in g.graph["kernels"])
+    text = problems(g)
+    assert "kernel k1_gemm does not wait at a global barrier before it, but the program has barrier before stage" \
+        " 'gemm'" in text
+    assert text.startswith("examples/ag_gemm.tile:16:9: ")  # the consumer stage's line
+
+
+def test_wait_that_names_another_tile_is_never_emitted(graphs):
     g = broken(graphs, "flags")
     (w,) = g.edges["f:Ag.gather", sid("gemm")]["waits"]
-    # the wait claims to read one row further down: the last tile then reaches past the rows gather writes
+    # the wait claims to read one row further down: the emitter places a wait only before the read it names
     m, k = w.read.index
     shifted = dataclasses.replace(w, read=dataclasses.replace(w.read, index=(Affine(m.terms, m.const + 1), k)))
     g.edges["f:Ag.gather", sid("gemm")]["waits"] = (shifted,)
-    assert "stage 'gemm' reads elements of Ag (dim 0, from 65) that stage 'gather' never writes" in problems(g)
+    text = problems(g)
+    assert "examples/ag_gemm.tile:17:33: the wait on Ag.gather before Ag[m + 1, k] is never emitted" in text
+    assert "read before flag: stage 'gemm' reads Ag[m, k] (written by stage 'gather') without a barrier" in text
 
 
 def _add_reverse_flag(g):
@@ -155,7 +169,7 @@ def test_structure_problems(graphs):
     g = broken(graphs, "fused-push")
     (k,) = g.graph["kernels"]
     g.graph["kernels"] = (dataclasses.replace(k, stages=(*k.stages, "ghost")),)
-    assert problems(g) == "kernel k0_gather_gemm runs unknown stage 'ghost'"
+    assert problems(g) == "examples/ag_gemm.tile: kernel k0_gather_gemm runs unknown stage 'ghost'"
     g = broken(graphs, "bsp")
     g.graph["order"] = tuple(n for n in g.graph["order"] if n != sid("gemm"))
     assert "stage 'gemm' is not in the program order" in problems(g)
@@ -194,7 +208,7 @@ def _wait_with_foreign_variables(g):
     gemm = stage(g, "gemm")
     read = gemm.body[0].access  # C[m, n]: n is not a loop variable of gather
     g.add_edge("f:Ag.gather", sid("gather"), kind="wait", waits=(Wait("Ag.gather", read, gemm.loc),))
-    return "stage 'gather' waits on Ag.gather for C[m, n], which uses variables it does not have: n"
+    return "examples/ag_gemm.tile:16:9: stage 'gather' waits on Ag.gather, a flag of 'Ag', before reading C[m, n]"
 
 
 @pytest.mark.parametrize("breakage", [_order_names_a_ghost, _flag_without_producer, _wait_with_foreign_variables],
@@ -212,17 +226,69 @@ def test_wait_narrower_than_the_read(graphs):
     narrow = dataclasses.replace(w, read=dataclasses.replace(w.read, tile=(None, "k"), shape=(1, 32)))
     assert str(narrow.read) == str(w.read)
     g.edges["f:Ag.gather", sid("gemm")]["waits"] = (narrow,)
-    problems(g)
+    text = problems(g)
+    # the emitter finds a read's waits by the whole access (tile vars and extents too): this one is never placed
+    assert "examples/ag_gemm.tile:17:33: the wait on Ag.gather before Ag[m, k] is never emitted: stage 'gemm'" \
+        " reads no tile Ag[m, k] with these tile vars and extents (-:1, k:32)" in text
+    assert "read before flag: stage 'gemm' reads Ag[m, k] (written by stage 'gather') without a barrier" in text
 
 
 def test_flag_that_cannot_be_inverted(graphs):
     g = broken(graphs, "flags")
     f = flags(g)[0]
-    bad = dataclasses.replace(f.write, index=(Affine((("r", -128),), 128), f.write.index[1]))
+    # gather stores rank r's rows at block 1 - r: legal, but the rank stride is negative
+    bad = dataclasses.replace(f.write, index=(Affine((("m", 1), ("r", -64)), 64), f.write.index[1]))
     _set_flag(g, "Ag.gather", write=bad)
-    assert "flag Ag.gather: dim 0 of Ag[-128*r + 128, k]" in problems(g) and "negative stride" in problems(g)
+    gather = stage(g, "gather")
+    g.nodes[sid("gather")]["payload"] = dataclasses.replace(
+        gather, body=(dataclasses.replace(gather.body[0], access=bad),))
+    text = problems(g)
+    assert "examples/ag_gemm.tile:13:9: flag Ag.gather: dim 0 of Ag[m + -64*r + 64, k]" in text
+    assert "negative stride" in text
+
+
+def test_flag_that_counts_another_store(graphs):
+    g = broken(graphs, "flags")
+    f = flags(g)[0]
+    _set_flag(g, "Ag.gather", write=dataclasses.replace(f.write, rank="r"))  # its counters would live on peers
+    assert "flag Ag.gather counts stores Ag@r[m + 64*r, k] into 'Ag', which stage 'gather' does not make" \
+        in problems(g)
 
 
 def test_schedule_errors_are_not_verify_errors():
     with pytest.raises(ScheduleError, match=r"fused-pull does not apply: .*'Y'"):
         compile_program("chain", 2, "fused-pull")
+
+
+def test_what_cannot_be_decided_is_rejected(monkeypatch):
+    """place_gather's store S[rank*M + m, n] ties the rank holding S to its rows: a block over two axes, decided
+    on a raster. Beyond the raster limit the verifier says so and rejects instead of trusting the graph."""
+    from tilec.ir import regions
+
+    compile_program("place_gather", 2, "bsp")
+    monkeypatch.setattr(regions, "CELLS", 16)
+    with pytest.raises(VerifyError) as info:
+        compile_program("place_gather", 2, "bsp")
+    text = str(info.value)
+    assert "tests/programs/place_gather.tile:14:21: stage 'collect' reads S@r[m + 32*r, n]: cannot decide (a block" \
+        " of 128 elements over several axes exceeds 16); rejected rather than trusted" in text
+
+
+def test_diagonal_tiles_are_decided_without_a_raster(monkeypatch):
+    from tilec.ir import regions
+
+    src = """program diag(world W)
+  dims M = 4096
+  tiles BM = 64
+  in  X : f32[M, M]
+  out D : f32[M, M]
+  buf T : f32[M, M]
+  stage a over m in M by BM, n in M by BM:
+    D[m, n] = X[m, n]
+  stage b over m in M by BM:
+    T[m, m] = X[m, m]
+"""
+    monkeypatch.setattr(regions, "CELLS", 16)
+    import tilec
+
+    tilec.compile("diag.tile", world=2, schedule="bsp", source=src)

@@ -16,8 +16,7 @@ from tilec.ir.graph import Flag, Kernel, Pull, flags, stage, stages, tensor, wai
 from tilec.ir.queries import flag_dims
 from tilec.ir.tiling import DimInverse, invert, strides
 from tilec.ir.types import ME, Access, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var, logical_shape
-
-from .wait_plan import plan_wait
+from tilec.ir.wait_plan import plan_wait
 
 TL_DTYPE = {"f16": "tl.float16", "bf16": "tl.bfloat16", "f32": "tl.float32", "i32": "tl.int32"}
 UNARY = {

@@ -103,6 +103,6 @@ class ReplaceBarriers(Pass):
         for v in p.loops:
             if v.name not in key and v.name != write.rank:
                 count *= v.trips
-        if ME in idx_vars and ME not in key:  # every rank pushes into the same counters
+        if write.rank != ME and ME not in key:  # every rank pushes into the same counters of the peer
             count *= world
         return Flag(name, write.tensor, p.name, write, tuple(key), flag_size(dims), count, self.granularity, p.loc)

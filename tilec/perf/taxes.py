@@ -11,7 +11,7 @@ Static accounting, exact and CPU only, read off each schedule's compiled graph, 
                 counted too, labelled intra-kernel.
   remote bytes  peer loads (`X@r`), pulls and pushes this rank issues; a load from `X@r` with r == rank is local
   flags         releases (one per producer task and flag) and waits: the poll rounds of the generated prologue
-                (codegen/wait_plan.py), one per counter a consumer task covers, its reductions included, except
+                (ir/wait_plan.py), one per counter a consumer task covers, its reductions included, except
                 that the counters of one flag dim are polled as one block, and a wait that another of the task
                 covers (same producer tiles, same range) is not emitted, so not counted
 Element counts are exact for masked (ragged) tiles; a loop variable that indexes two dims of one access is counted
@@ -27,11 +27,11 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from tilec.codegen.emit import flag_scopes
-from tilec.codegen.wait_plan import WaitPlan, plan_wait
 from tilec.errors import ArgumentError, CompileError, ScheduleError, TilecError, VerifyError
 from tilec.ir.graph import Pull, sid, stages, tensor, waits
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Dot, Load, Sum, Var
+from tilec.ir.wait_plan import WaitPlan, plan_wait
 from tilec.passes.schedules import SCHEDULES
 from tilec.perf.model import Machine, Prediction, predict
 
