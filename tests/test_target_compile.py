@@ -96,7 +96,7 @@ def test_flag_scopes_in_the_ptx():
     (built,) = compile_for_target(prog, "cuda:90")
     ops = set(re.findall(r"\b(?:atom|ld)\.global\.[\w.]*(?:acquire|release)[\w.]*", built.ptx))
     assert {"atom.global.gpu.release.add.u32", "atom.global.sys.release.add.u32"} <= ops, ops
-    # a wait on one counter polls with a plain acquire load; a wait on a block of counters (_tilec_wait_all) with
+    # a wait on one counter polls with a plain acquire load; a wait on a block of counters (td.wait_all) with
     # acquire atomics, one per counter, in parallel
     for scope in ("gpu", "sys"):
         assert ops & {f"ld.global.{scope}.acquire.b32", f"atom.global.{scope}.acquire.add.u32"}, (scope, ops)

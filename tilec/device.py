@@ -7,10 +7,9 @@ these as `td.wait(...)` and Triton inlines them as if they were written there (a
 
 import time
 
+import iris
 import triton
 import triton.language as tl
-
-import iris
 
 
 def cpu_yield():
@@ -54,15 +53,23 @@ def timed_out(err, flag_no, counter, owner, seen, target):
 
 
 @triton.jit
+def call_ok(err):
+    # no wait of this call has timed out yet: once one has, the call fails and the others stop spinning too, so it
+    # ends after one timeout, not one per waiting task (volatile: the loop re-reads it on every poll)
+    return tl.load(err, volatile=True) == 0
+
+
+@triton.jit
 def wait(flag, target, rank, owner, heap_bases, err, timeout_ns, flag_no, counter, SCOPE: tl.constexpr,
          INTERPRET: tl.constexpr):
     # Acquire-spin on a counter (on `owner`'s heap) until it reaches target, for at most timeout_ns of wall-clock
-    # time: then the first timeout is recorded in err and the kernel moves on, so the host reports it instead of
-    # hanging. SCOPE: "gpu" for counters only this GPU touches, "sys" where a peer GPU releases or reads them.
+    # time (%globaltimer on a GPU, the host's clock under the interpreter): then the first timeout is recorded in
+    # err and the kernel moves on, so the host reports it instead of hanging. SCOPE: "gpu" for counters only this
+    # GPU touches, "sys" where a peer GPU releases or reads them.
     seen = iris.atomic_add(flag, 0, rank, owner, heap_bases, sem="acquire", scope=SCOPE)
     if seen < target:  # only a wait that has to spin reads the clock
         start = clock(INTERPRET)
-        while (seen < target) & (clock(INTERPRET) - start < timeout_ns):
+        while (seen < target) & (clock(INTERPRET) - start < timeout_ns) & call_ok(err):
             if INTERPRET:
                 cpu_yield()
             seen = iris.atomic_add(flag, 0, rank, owner, heap_bases, sem="acquire", scope=SCOPE)
@@ -79,7 +86,7 @@ def wait_all(flags, idx, pending, target, rank, owner, heap_bases, err, timeout_
     pending = pending & (seen < target)
     if tl.max(pending.to(tl.int32), axis=0) > 0:  # only a wait that has to spin reads the clock
         start = clock(INTERPRET)
-        while (tl.max(pending.to(tl.int32), axis=0) > 0) & (clock(INTERPRET) - start < timeout_ns):
+        while (tl.max(pending.to(tl.int32), axis=0) > 0) & (clock(INTERPRET) - start < timeout_ns) & call_ok(err):
             if INTERPRET:
                 cpu_yield()
             now = iris.atomic_add(flags + idx, 0, rank, owner, heap_bases, mask=pending, sem="acquire", scope=SCOPE)
