@@ -8,12 +8,10 @@ import math
 import torch
 from triton.testing import do_bench
 
-import tilec
+import tilec.device as td
 
 G, D = 8, 128  # query heads per KV head, head dim
-_mod = tilec.compile("examples/flash_decode.tile", world=1, schedule="bsp",
-                     dims=dict(B=1, HKV=2, G=G, D=D, S=1024, BS=256), retype={"f16": "bf16"}).module
-attend_init, attend_step, attend_finish = _mod._tilec_attend_init, _mod._tilec_attend_step, _mod._tilec_attend_finish
+attend_init, attend_step, attend_finish = td.attend_init, td.attend_step, td.attend_finish
 
 
 class Shape:

@@ -37,7 +37,7 @@ def four_d(src: str) -> str:
         if m:
             line = line.replace("[:, None]", "[None, None, :, None]").replace("_r[None, :]", "_r[None, None, None, :]")
             names.append(m[2])
-        elif names and "_tilec_attend_step(" in line:
+        elif names and "td.attend_step(" in line:
             for n in names:
                 line = line.replace(f", {n},", f", tl.reshape({n}, (64, 128)),")
             names = []

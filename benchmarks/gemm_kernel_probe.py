@@ -8,8 +8,8 @@ import torch
 from triton.testing import do_bench
 
 import tilec
-from tilec.program import LaunchContext
-from tilec.runtime import IrisHeap, from_env
+from tilec.runtime import IrisHeap, from_env, launch
+from tilec.runtime.launch import LaunchContext
 
 SHAPES = [(8192, 8192, 8192), (8192, 4608, 36864), (1024, 3584, 8192)]
 CFGS = [(128, 256, 64, 8, 3), (128, 256, 64, 8, 4)]
@@ -34,9 +34,9 @@ if __name__ == "__main__":
                 mod, st = prog.module, prog._state[id(heap)]
                 ctx: LaunchContext = st["ctx"]
                 bufs = {**st["bufs"], "A": a, "B": b, "C": c}
-                kern, total, persistent, _c, _b, share, groups = mod.KERNELS[-1]
+                kern, total, persistent, _c, _b, share, groups, _p = mod.KERNELS[-1]
                 nprog = ctx.grid(total, persistent, share, groups)
-                args = mod._args(ctx, bufs, 1, kern, nprog)
+                args = launch.kernel_args(ctx, bufs, 1, mod.KERNELS[-1], nprog)
                 t = do_bench(lambda kern=kern, args=args, nprog=nprog, w=w, s=s: kern[(nprog,)](
                     *args, UPCAST_DOT=False, num_warps=w, num_stages=s), warmup=25, rep=100)
                 tf = 2 * m * n * k / t / 1e9
