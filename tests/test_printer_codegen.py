@@ -141,8 +141,10 @@ def test_cli_check_lists_every_schedule(capsys, monkeypatch):
 _PROBE = textwrap.dedent("""
     import contextlib, importlib.util, json, sys
 
+    from tilec.runtime import launch
+
     class Ctx:
-        rank, interpret, upcast_dot, max_spin, graph, pdl = 0, True, True, 1, False, False
+        rank, interpret, upcast_dot, timeout_ns, graph, pdl = 0, True, True, 1, False, False
         def __init__(self):
             self.events = []
             self.plan = None  # LaunchContext.plan: the launches of a call, built by the first launch()
@@ -168,14 +170,14 @@ _PROBE = textwrap.dedent("""
 
         def record(self, grid, ctx=ctx):
             def run(*args, **kw):
-                ctx.events.append(f"launch {self.__name__} grid={grid[0]}")
+                ctx.events.append(f"launch {self.__name__} grid={grid[0]} args={len(args)}")
             return run
 
         for k, *_ in mod.KERNELS:
             type(k).__getitem__ = record
-        mod.warmup(ctx, {})
-        mod.launch(ctx, {"A": None, "B": None, "C": None, "Ag": None, "ERR": None, "EPOCH": None, "F_Ag_gather": None},
-                   1)
+        launch.warmup(ctx, mod, {})
+        bufs = {"A": None, "B": None, "C": None, "Ag": None, "ERR": None, "EPOCH": None, "F_Ag_gather": None}
+        launch.launch(ctx, mod, bufs, 1)
         out[name] = {
             "schedule": mod.SCHEDULE, "world": mod.WORLD, "tensors": {k: list(v) for k, v in mod.TENSORS.items()},
             "flags": {k: list(v) for k, v in mod.FLAGS.items()},
@@ -183,7 +185,7 @@ _PROBE = textwrap.dedent("""
             "exit_barrier": getattr(mod, "EXIT_BARRIER", None),
             "events": ctx.events,
         }
-    out["imported tilec"] = "tilec" in sys.modules
+    out["imported"] = sorted(m for m in sys.modules if m.startswith("tilec"))
     print(json.dumps(out))
 """)
 
@@ -191,7 +193,8 @@ _PROBE = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def saved_modules(progs, tmp_path_factory):
     """Every schedule's source saved with prog.save, imported in one fresh interpreter (cwd: a temporary folder,
-    TRITON_INTERPRET=1, no generated-module cache); what the modules declare and what their launch() does."""
+    TRITON_INTERPRET=1, no generated-module cache); what the modules declare and what tilec.runtime.launch does with
+    them."""
     d = tmp_path_factory.mktemp("saved")
     paths = []
     for s, prog in progs.items():
@@ -207,7 +210,8 @@ def saved_modules(progs, tmp_path_factory):
 
 
 def test_saved_module_imports_on_its_own(saved_modules):
-    assert saved_modules.pop("imported tilec") is False
+    # the module is the program: it imports its fixed device functions (tilec.device); tilec.runtime.launch runs it
+    assert "tilec.device" in saved_modules.pop("imported")
     assert {m["schedule"] for m in saved_modules.values()} == set(SCHEDULES)
     for m in saved_modules.values():
         assert m["world"] == 2
@@ -219,8 +223,10 @@ def test_bsp_barriers_between_kernels(saved_modules):
     m = saved_modules["ag_gemm_bsp"]
     assert [k[4] for k in m["kernels"]] == [False, True]  # (kernel, tasks, persistent, concurrent, barrier_before, .)
     assert m["flags"] == {}
-    assert m["events"] == ["barrier", "stream 0", "launch k0_gather grid=16",
-                           "barrier", "stream 0", "launch k1_gemm grid=12", "join"]
+    # each kernel gets its buffers (from the KERNELS table), then ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT,
+    # NPROG: gather reads A and writes Ag (2 + 7), gemm reads Ag and B and writes C (3 + 7)
+    assert m["events"] == ["barrier", "stream 0", "launch k0_gather grid=16 args=9",
+                           "barrier", "stream 0", "launch k1_gemm grid=12 args=10", "join"]
 
 
 # a call ends with a barrier only where peers still touch this rank's inputs/outputs after the last barrier: where
@@ -257,4 +263,4 @@ def test_flash_decode_source_golden(golden):
     prog = tilec.compile("examples/flash_decode.tile", world=2, schedule="fused-push",
                          dims=dict(B=2, HKV=2, G=4, D=64, S=256, BS=128))
     golden("flash_decode_w2/fused-push.source.py", prog.source)
-    assert "for c" in prog.source and "_tilec_attend_step(" in prog.source
+    assert "for kb in range(0, 128, 64):  # blocks of keys" in prog.source and "td.attend_step(" in prog.source

@@ -47,8 +47,19 @@ def test_timeline_build_compiles_for_sm90():
     """The debug build reads %globaltimer through inline PTX; the interpreter never sees that branch."""
     prog = tilec.compile("examples/ag_gemm.tile", world=2, schedule="fused-push", dims=CASES["ag_gemm"],
                          retype={"f16": "bf16"}, timeline=True)
-    assert "%globaltimer" in prog.source
-    assert len(compile_for_target(prog, "cuda:90")) == 1
+    assert "td.clock(UPCAST_DOT)" in prog.source and "td.mark(" in prog.source  # tilec.device's clock
+    (built,) = compile_for_target(prog, "cuda:90")
+    assert "%globaltimer" in built.ptx
+
+
+def test_waits_time_out_on_the_gpu_clock():
+    """A flag wait spins for at most timeout_ns of %globaltimer time, read only once the first poll falls short
+    (tilec.device.wait); the timeout is a kernel argument, not a compile-time constant."""
+    prog = tilec.compile("examples/ag_gemm.tile", world=2, schedule="fused-push", dims=CASES["ag_gemm"],
+                         retype={"f16": "bf16"})
+    assert '@triton.jit(do_not_specialize=["epoch", "timeout_ns"])' in prog.source
+    (built,) = compile_for_target(prog, "cuda:90")
+    assert "%globaltimer" in built.ptx
 
 
 def test_noinline_tasks_split_the_merged_kernels_registers():
@@ -96,7 +107,7 @@ def test_flag_scopes_in_the_ptx():
     (built,) = compile_for_target(prog, "cuda:90")
     ops = set(re.findall(r"\b(?:atom|ld)\.global\.[\w.]*(?:acquire|release)[\w.]*", built.ptx))
     assert {"atom.global.gpu.release.add.u32", "atom.global.sys.release.add.u32"} <= ops, ops
-    # a wait on one counter polls with a plain acquire load; a wait on a block of counters (_tilec_wait_all) with
+    # a wait on one counter polls with a plain acquire load; a wait on a block of counters (td.wait_all) with
     # acquire atomics, one per counter, in parallel
     for scope in ("gpu", "sys"):
         assert ops & {f"ld.global.{scope}.acquire.b32", f"atom.global.{scope}.acquire.add.u32"}, (scope, ops)

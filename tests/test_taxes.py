@@ -109,7 +109,7 @@ def test_reduction_over_ranks_and_repeated_reads():
     # Y's and T's counters are bumped by the same tasks of `first`, after both stores: one wait covers both
     assert ew.flag_waits == 9 and ew.flag_releases == 9 * 2
     src = tilec.compile(str(PROGRAMS / "elementwise.tile"), world=2, schedule="flags").source
-    assert src.count("_tilec_wait(F_") == 1 and "_tilec_wait(F_T_first" not in src
+    assert src.count("td.wait(F_") == 1 and "td.wait(F_T_first" not in src
     assert ew.remote_read_bytes == ew.remote_write_bytes == 0
 
 

@@ -28,7 +28,7 @@ def compile(  # noqa: A001 - the public name the docs promise
     num_stages: int = 3,
     retype: dict[str, str] | None = None,
     start_local: bool = False,
-    wait_timeout: float = 60.0,
+    wait_timeout: float | None = None,
     source: str | None = None,
     timeline: bool = False,
     noinline_tasks: bool = False,
@@ -43,6 +43,8 @@ def compile(  # noqa: A001 - the public name the docs promise
     timeline: a debug build whose tasks record when they started, finished waiting and ended (prog.timeline()).
     noinline_tasks: a merged kernel calls each stage's task function instead of inlining it, so registers are not
     shared across stages (the persistent flash decode compiles to 128 registers instead of 255 for sm_90).
+    wait_timeout: seconds of wall-clock time one flag wait may spin before the call raises WaitTimeout (default
+    60, or the TILEC_WAIT_TIMEOUT environment variable).
     attend_block: keys per step of a streamed attend (a power of two >= 16; each step loads that many rows of k
     and v, pipelined num_stages deep).
     Raises CompileError (bad program), ScheduleError (schedule does not apply, with the reason) or VerifyError.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
 import os
@@ -16,6 +15,8 @@ from tilec.errors import ArgumentError, TilecError
 from tilec.frontend.sema import BoundProgram
 from tilec.ir.graph import flags
 from tilec.ir.printer import print_graph
+from tilec.runtime import launch
+from tilec.runtime.launch import MAX_PROGRAMS_PER_SM, LaunchContext  # noqa: F401 - where callers import them
 
 
 class WaitTimeout(TilecError):
@@ -60,109 +61,25 @@ def load_module(source: str, name: str):
     return mod
 
 
-class LaunchContext:
-    """What generated host code needs from the runtime: rank, barrier, heap bases, grid sizes and streams."""
+DEFAULT_WAIT_TIMEOUT = 60.0  # seconds of wall-clock time one flag wait may take (TILEC_WAIT_TIMEOUT overrides)
 
-    def __init__(self, heap, max_spin: int):
-        self.heap = heap
-        self.rank = heap.rank
-        self.interpret = heap.interpret
-        self.upcast_dot = heap.interpret  # the interpreter's bf16 tl.dot is wrong; multiply in f32 there
-        self.max_spin = max_spin
-        self._bases = None
-        self._streams: dict[int, object] = {}
-        # (kernel, NPROG, pointer alignments, graph) -> Triton's compiled kernel (warmup)
-        self.compiled: dict = {}
-        # (kernel, graph) -> programs resident per SM (fit), for persistent grids; a captured variant (graph=True)
-        # is compiled and fitted on its own, so capturing never resizes the ordinary calls' grids
-        self.per_sm: dict = {}
-        self.plan: list | None = None  # the launches of a call, reused while the call's tensors stay the same
-        self.graph = False  # launching into a CUDA graph capture (Program.capture): kernels read the epoch on device
-        # programmatic dependent launch (sm_90+): a kernel may be launched before the previous one in its stream
-        # has finished, and waits for it on the device (griddepcontrol) before touching memory; what it saves
-        # is the gap between kernels. TILEC_PDL=0 turns it off.
-        self.pdl = False
-        if heap.interpret:
-            self.capacity = 1  # the interpreter runs a launch's programs one after another
-        else:
-            import torch
 
-            props = torch.cuda.get_device_properties(heap.device)
-            self.capacity = props.multi_processor_count
-            self.pdl = (torch.version.hip is None and getattr(props, "major", 0) >= 9
-                        and os.environ.get("TILEC_PDL", "1") != "0")
-
-    def barrier(self) -> None:
-        self.heap.barrier()
-
-    def heap_bases(self):
-        if self._bases is None:
-            self._bases = self.heap.heap_bases()
-        return self._bases
-
-    def grid(self, total: int, persistent: bool, share: float, groups: int = 0, kernel=None) -> int:
-        """Persistent kernels get at most their share of the co-resident programs, so every program they wait
-        on is running; others get one program per task. A specialized kernel needs a program per group at least
-        (on the interpreter exactly that: groups run one after another, producers first)."""
-        # kernels sharing the GPU with a concurrent one keep to one program per SM: their mix is not sized here
-        per_sm = self.per_sm.get((kernel, self.graph), 1) if share >= 1 else 1
-        slots = int(self.capacity * per_sm * share)
-        if groups:
-            return max(groups, min(total, slots))
-        if not persistent:
-            return total
-        return max(1, min(total, slots))
-
-    def fit(self, kernel, compiled, num_warps: int) -> None:
-        """Programs of a compiled kernel that are resident on one SM at once (registers, shared memory, threads),
-        capped at MAX_PROGRAMS_PER_SM: a persistent grid may use that many per SM and still never wait on a
-        program that is not running. Two per SM let one stream memory while the other computes or waits
-        (the persistent flash decode went from 2.1 to 2.7 TB/s on an H200)."""
-        import torch
-
-        if torch.version.hip:  # wavefronts of 64 and VGPR budgets differ: one program per CU until measured there
-            return
+def wait_timeout_seconds(value: float | None) -> float:
+    """The wait timeout a program uses: `value` (tilec.compile(wait_timeout=...)), else the TILEC_WAIT_TIMEOUT
+    environment variable, else DEFAULT_WAIT_TIMEOUT; a positive, finite number of seconds."""
+    what = "wait_timeout"
+    if value is None:
+        env = os.environ.get("TILEC_WAIT_TIMEOUT")
+        if env is None:
+            return DEFAULT_WAIT_TIMEOUT
+        what = "TILEC_WAIT_TIMEOUT"
         try:
-            compiled._init_handles()
-            regs = max(1, int(compiled.n_regs))
-            shared = int(compiled.metadata.shared)
-        except (AttributeError, RuntimeError):  # a backend without these: stay at one program per SM
-            return
-
-        props = torch.cuda.get_device_properties(self.heap.device)
-        regs_sm = getattr(props, "regs_per_multiprocessor", 65536)
-        smem_sm = getattr(props, "shared_memory_per_multiprocessor", 228 * 1024)
-        threads_sm = getattr(props, "max_threads_per_multi_processor", 2048)
-        warp_regs = -(-regs * 32 // 256) * 256  # registers are allocated per warp in units of 256
-        fits = [regs_sm // (warp_regs * num_warps), threads_sm // (32 * num_warps)]
-        if shared:
-            fits.append(smem_sm // (shared + 1024))  # the driver reserves 1 KiB of shared memory per block
-        self.per_sm[(kernel, self.graph)] = max(1, min(MAX_PROGRAMS_PER_SM, *fits))
-
-    def stream(self, i: int):
-        if self.interpret or i == 0:
-            return contextlib.nullcontext()
-        import torch
-
-        if i not in self._streams:
-            self._streams[i] = torch.cuda.Stream(device=self.heap.device)
-        self._streams[i].wait_stream(torch.cuda.current_stream(self.heap.device))
-        return torch.cuda.stream(self._streams[i])
-
-    def join_streams(self) -> None:
-        if self._streams:
-            import torch
-
-            cur = torch.cuda.current_stream(self.heap.device)
-            for s in self._streams.values():
-                cur.wait_stream(s)
-
-
-MAX_PROGRAMS_PER_SM = int(os.environ.get("TILEC_PROGRAMS_PER_SM", "2"))
-
-# Spin budgets per second of waiting (rough: a remote acquire on a GPU takes ~1 us; an interpreted spin sleeps
-# 0.2 ms so that the rank it waits for gets the core).
-SPINS_PER_SECOND = {True: 4_000, False: 1_000_000}
+            value = float(env)
+        except ValueError:
+            raise ArgumentError(f"TILEC_WAIT_TIMEOUT={env!r}: expected seconds, e.g. 60") from None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
+        raise ArgumentError(f"{what}={value!r}: expected seconds, a number > 0 (and below 1e9)")
+    return float(value)
 
 
 @dataclass
@@ -175,9 +92,12 @@ class CompiledProgram:
     source: str
     graph: nx.DiGraph
     snapshots: dict[str, nx.DiGraph] = field(repr=False)
-    wait_timeout: float = 60.0
+    wait_timeout: float | None = None  # seconds; None: wait_timeout_seconds's default
     _state: dict = field(default_factory=dict, repr=False)
     candidates: list | None = None  # schedule='auto': every legal schedule with predicted/measured time
+
+    def __post_init__(self):
+        self.wait_timeout = wait_timeout_seconds(self.wait_timeout)
 
     @property
     def world(self) -> int:
@@ -253,9 +173,9 @@ class CompiledProgram:
             bufs["EPOCH"] = heap.alloc((1,), torch.int32)  # the epoch of calls replayed from a CUDA graph
             if getattr(self.module, "TIMELINE_SLOTS", 0):
                 bufs["TIMELINE"] = heap.alloc((self.module.TIMELINE_SLOTS * 5,), torch.int64)
-            spins = int(self.wait_timeout * SPINS_PER_SECOND[heap.interpret])
+            timeout_ns = int(self.wait_timeout * 1e9)  # wall-clock, per wait (tilec.device.wait)
             # epoch: calls so far; dev_epoch: what bufs["EPOCH"] holds (only captured calls advance it there)
-            st = {"heap": heap, "bufs": bufs, "epoch": 0, "dev_epoch": 0, "ctx": LaunchContext(heap, spins),
+            st = {"heap": heap, "bufs": bufs, "epoch": 0, "dev_epoch": 0, "ctx": LaunchContext(heap, timeout_ns),
                   "warm": False, "releases": releases, "span": (start, heap.mark())}
             self._state[key] = st
         return st
@@ -357,10 +277,10 @@ class CompiledProgram:
         bufs = {**st["bufs"], **tensors}
         mod = self.module
         if not st["warm"]:
-            mod.warmup(st["ctx"], bufs)
+            launch.warmup(st["ctx"], mod, bufs)
             st["warm"] = True
         st["epoch"] += 1
-        mod.launch(st["ctx"], bufs, st["epoch"], entry_barrier, only)
+        launch.launch(st["ctx"], mod, bufs, st["epoch"], entry_barrier, only)
         return self._finish(heap, st, tensors) if sync else None
 
     def _finish(self, heap, st, tensors: dict) -> dict:
@@ -400,13 +320,13 @@ class CompiledProgram:
         graph = torch.cuda.CUDAGraph()
         ctx.graph, ctx.plan = True, None
         try:
-            mod.warmup(ctx, bufs)  # the variants that read the epoch on the device, compiled before the capture
+            launch.warmup(ctx, mod, bufs)  # the variants that read the epoch on the device, compiled before the capture
             bufs["EPOCH"].fill_(st["epoch"])
             st["dev_epoch"] = st["epoch"]
             torch.cuda.synchronize(heap.device)
             with torch.cuda.graph(graph):
                 bufs["EPOCH"].add_(1)
-                mod.launch(ctx, bufs, 0, entry_barrier=False)
+                launch.launch(ctx, mod, bufs, 0, entry_barrier=False)
         finally:
             ctx.graph, ctx.plan = False, None
         return CapturedCall(self, heap, graph, dict(tensors))

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import tilec
-from tilec.program import LaunchContext
+from tilec.runtime import launch
+from tilec.runtime.launch import LaunchContext
 
 
 class FakeCompiled:
@@ -65,9 +66,7 @@ def _setup(monkeypatch, regs, shared, schedule="fused-push", major=None, example
     mod = prog.module
     fakes = [FakeKernel(k.__name__, regs, shared) for k, *_ in mod.KERNELS]
     monkeypatch.setattr(mod, "KERNELS", [(f, *rest) for f, (_k, *rest) in zip(fakes, mod.KERNELS, strict=True)])
-    for f in fakes:  # _args picks a kernel's parameters by identity with the module's kernel names
-        monkeypatch.setattr(mod, f.__name__, f)
-    ctx = LaunchContext(FakeHeap(), max_spin=10)
+    ctx = LaunchContext(FakeHeap(), timeout_ns=10)
     bufs = {n: torch.zeros(1) for n in list(mod.TENSORS) + list(mod.FLAGS) + ["ERR", "EPOCH"]}
     return mod, fakes, ctx, bufs
 
@@ -77,28 +76,29 @@ def _setup(monkeypatch, regs, shared, schedule="fused-push", major=None, example
 def test_persistent_grid_follows_occupancy(monkeypatch, regs, shared, per_sm):
     mod, (k,), ctx, bufs = _setup(monkeypatch, regs, shared)
     total = mod.KERNELS[0][1]
-    mod.warmup(ctx, bufs)
+    launch.warmup(ctx, mod, bufs)
     want = min(total, 132 * per_sm)
     assert k.compiles[-1] == want  # compiled for the count it launches with
     assert len(k.compiles) == (1 if per_sm == 1 else 2)  # recompiled only when more programs fit
-    mod.launch(ctx, bufs, epoch=1)
+    launch.launch(ctx, mod, bufs, epoch=1)
     plan = ctx.plan
-    mod.launch(ctx, bufs, epoch=2)
+    launch.launch(ctx, mod, bufs, epoch=2)
     assert ctx.plan is plan  # the same tensors: the second call reuses the launch plan
-    compiled = ctx.compiled[(k, want, mod._aligned(mod._args(ctx, bufs, 1, k, want)), False)]
+    args = launch.kernel_args(ctx, bufs, 1, mod.KERNELS[0], want)
+    compiled = ctx.compiled[(k, want, launch.aligned(args), False)]
     assert [g for g, _ in compiled.launches] == [(want, 1, 1)] * 2  # straight to the compiled kernel
-    # (.., epoch, max_spin, EPOCH_AT, NPROG, UPCAST_DOT, GRAPH, PDL); tensors go to Triton's launcher as their
+    # (.., epoch, timeout_ns, EPOCH_AT, NPROG, UPCAST_DOT, GRAPH, PDL); tensors go to Triton's launcher as their
     # addresses; PDL off: the fake device reports no compute capability
     assert [(a[-7], a[-6], a[-4], a[-2], a[-1]) for _, a in compiled.launches] == [
         (1, 10, want, False, False), (2, 10, want, False, False)]
     assert compiled.launches[0][1][-5] == bufs["EPOCH"].data_ptr() and not k.jit_launches
     assert all(isinstance(x, int) for _, a in compiled.launches for x in a)
-    assert compiled.launches[0][1][0] == mod._args(ctx, bufs, 1, k, want)[0].data_ptr()
+    assert compiled.launches[0][1][0] == args[0].data_ptr()
 
 
 def test_one_program_kernels_are_not_resized(monkeypatch):
     mod, fakes, ctx, bufs = _setup(monkeypatch, 64, 16 * 1024, schedule="bsp")
-    mod.warmup(ctx, bufs)
+    launch.warmup(ctx, mod, bufs)
     for f, (_k, total, persistent, *_r) in zip(fakes, mod.KERNELS, strict=True):
         assert not persistent and f.compiles == [total]  # one program per task, compiled once
 
@@ -115,11 +115,12 @@ def test_programmatic_dependent_launch(monkeypatch, example, schedule, major, en
     dims = dict(M=64, N=64, K=64, BM=32, BN=32, BK=32) if "ag_gemm" in example else None
     mod, fakes, ctx, bufs = _setup(monkeypatch, 64, 16 * 1024, schedule=schedule, major=major, example=example,
                                    dims=dims)
-    mod.warmup(ctx, bufs)
+    launch.warmup(ctx, mod, bufs)
     assert all(f.pdl and set(f.pdl) == {pdl} for f in fakes)
     monkeypatch.setattr(ctx, "stream", lambda i: contextlib.nullcontext())  # no CUDA streams here
     monkeypatch.setattr(ctx, "join_streams", lambda: None)
-    mod.launch(ctx, bufs, epoch=1)
-    for _stream, _barrier, _runner, k, nprog, _args in ctx.plan:  # PDL: the launch's last argument
-        launches = ctx.compiled[(k, nprog, mod._aligned(mod._args(ctx, bufs, 1, k, nprog)), False)].launches
+    launch.launch(ctx, mod, bufs, epoch=1)
+    for entry, (_stream, _barrier, _runner, k, nprog, _args) in zip(mod.KERNELS, ctx.plan, strict=True):
+        args = launch.kernel_args(ctx, bufs, 1, entry, nprog)  # PDL: the launch's last argument
+        launches = ctx.compiled[(k, nprog, launch.aligned(args), False)].launches
         assert launches[-1][1][-1] == pdl

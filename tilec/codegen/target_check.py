@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from tilec.errors import TilecError
 
 _PTR = {"f16": "*fp16", "bf16": "*bf16", "f32": "*fp32", "i32": "*i32"}
-_SCALARS = {"rank": "i32", "epoch": "i32", "max_spin": "i32"}
+_SCALARS = {"rank": "i32", "epoch": "i32", "timeout_ns": "i64"}
 
 
 def parse_target(text: str):
@@ -69,19 +69,21 @@ def compile_for_target(prog, target: str = "cuda:90", nprog: int = 132) -> list[
 
     tgt = parse_target(target)
     mod = prog.module
-    pdl = tgt.backend == "cuda" and tgt.arch >= 90 and mod._PDL  # what the launch path turns on there
+    # what the launch path turns on there (tilec.runtime.launch.serial: no concurrent kernel pair)
+    pdl = tgt.backend == "cuda" and tgt.arch >= 90 and not any(k[3] for k in mod.KERNELS)
     out = []
-    for k, *_rest in mod.KERNELS:
+    for k, *_rest, buffers in mod.KERNELS:
         sig: dict[str, str] = {}
-        for name in k.arg_names:
-            if name in mod.TENSORS:
-                sig[name] = _PTR[mod.TENSORS[name][1]]
-            elif name in mod.FLAGS or name == "ERR":
+        for i, name in enumerate(k.arg_names):
+            buf = buffers[i] if i < len(buffers) else name  # the buffers come first, by position
+            if buf in mod.TENSORS:
+                sig[name] = _PTR[mod.TENSORS[buf][1]]
+            elif buf in mod.FLAGS or buf == "ERR":
                 sig[name] = "*i32"
-            elif name in ("heap_bases", "TIMELINE"):
+            elif buf in ("heap_bases", "TIMELINE"):
                 sig[name] = "*i64"
-            elif name in _SCALARS:
-                sig[name] = _SCALARS[name]
+            elif buf in _SCALARS:
+                sig[name] = _SCALARS[buf]
             else:
                 sig[name] = "constexpr"
         # pointers as the runtime sees heap and torch tensors: 16-byte aligned (Triton pipelines loads only then)

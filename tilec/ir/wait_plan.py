@@ -5,7 +5,7 @@ taxes` counts is what the generated code does.
 A wait covers, per keyed flag dim, the counters from the read's first element to its last one: the non-reduction
 index terms give the first, the reduction and tile vars how far the read reaches beyond it (Reach: `top` as the
 emitted code computes it, `most` its static upper bound; tilec taxes evaluates the same per task). The dim with
-the most counters is polled as one block of atomics (_tilec_wait_all), the others counter by counter.
+the most counters is polled as one block of atomics (td.wait_all), the others counter by counter.
 """
 
 from __future__ import annotations

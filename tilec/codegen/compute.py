@@ -1,0 +1,203 @@
+"""Emitting tile math: expressions, GEMMs (tl.dot), reductions (sums over tiles and ranks), attend and lse_merge."""
+
+from __future__ import annotations
+
+from tilec.errors import TilecError
+from tilec.ir.graph import Pull, tensor
+from tilec.ir.types import Const, Dot, Idx, Load, Op, Sum, TupleCall, logical_shape
+
+from .copies import tile_name
+from .model import TL_DTYPE, UNARY
+from .text import row_major_strides
+
+_OP_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
+
+
+def op_name(e: Op) -> str:
+    """What an operation's result is called: `exp_tile`, `sub_val` (a scalar), `cast_tile`."""
+    op = "cast" if e.op.startswith("cast_") else _OP_NAMES.get(e.op, e.op)
+    return f"{op}_{'tile' if any(n > 1 for n in e.shape) else 'val'}"
+
+
+class Compute:
+    """Mixin of _Emitter (emit.py): the value of a tile expression, as lines that compute it."""
+
+    def expr(self, e, out: list[str], indent: str) -> str:
+        if isinstance(e, Const):
+            return repr(int(e.value)) if e.dtype == "i32" else repr(float(e.value))
+        if isinstance(e, Idx):
+            return f"({self.scalar(e.index.terms, e.index.const)})"
+        if isinstance(e, TupleCall):
+            return self.tuple_call(e, out, indent)
+        if isinstance(e, Load):
+            return self.load(e, out, indent)
+        if isinstance(e, Pull):
+            return self.pull(e, out, indent)
+        if isinstance(e, Op):
+            args = [self.expr(a, out, indent) for a in e.args]
+            if e.dtype == "f32":  # tile math is f32; integer scalars (lengths, offsets) stay integers
+                args = [f"{a}.to(tl.float32)" if isinstance(x, Load | Pull) else a
+                        for a, x in zip(args, e.args, strict=True)]
+            if e.op in "+-*/":
+                r = f"({args[0]} {e.op} {args[1]})"
+            elif e.op in ("max", "min"):
+                r = f"tl.{e.op}imum({args[0]}, {args[1]})"
+            elif e.op.startswith("cast_"):
+                r = f"{args[0]}.to({TL_DTYPE[e.dtype]})"
+            else:
+                r = UNARY[e.op].format(args[0])
+            name = self.tmp(op_name(e))
+            out.append(f"{indent}{name} = {r}")
+            return name
+        if isinstance(e, Dot):
+            a, b = self.expr(e.lhs, out, indent), self.expr(e.rhs, out, indent)
+            name = self.tmp("prod")
+            out.append(f"{indent}{name} = {self.dot(e, a, b, None)}")
+            return name
+        if isinstance(e, Sum):
+            return self.sum(e, out, indent)
+        raise TilecError(f"codegen: unsupported expression {type(e).__name__}")
+
+    def tuple_call(self, e: TupleCall, out: list[str], indent: str) -> str:
+        """attend / lse_merge: library device functions on canonical 2-d/3-d shapes; evaluated once per task."""
+        if id(e) in self.memo:
+            return self.memo[id(e)]
+        if e.fn == "attend" and self._streamable(e):
+            self.memo[id(e)] = self.attend_streamed(e, out, indent)
+            return self.memo[id(e)]
+        args = [self.expr(a, out, indent) for a in e.args]
+        o, lse = self.tmp("o"), self.tmp("lse")
+        if e.fn == "attend":
+            q, k, v = (logical_shape(a) for a in e.args[:3])
+            mq = q[0] if len(q) == 2 else 1
+            scale = 1.0 / (self._extent_of_last(e.args[1]) ** 0.5)
+            out.append(f"{indent}{o}, {lse} = td.attend(tl.reshape({args[0]}, ({mq}, {q[-1]})),"
+                       f" tl.reshape({args[1]}, {k}), tl.reshape({args[2]}, {v}), {args[3]}, {scale!r}, UPCAST_DOT)")
+        else:
+            ov, lv = (logical_shape(a) for a in e.args)
+            m = 1
+            for x in lv[1:]:
+                m *= x
+            n_valid = self._extent_of_first(e.args[1])
+            out.append(f"{indent}{o}, {lse} = td.lse_merge(tl.reshape({args[0]}, ({ov[0]}, {m}, {ov[-1]})),"
+                       f" tl.reshape({args[1]}, ({lv[0]}, {m})), {n_valid})")
+        self.memo[id(e)] = (o, lse)
+        return self.memo[id(e)]
+
+    def _streamable(self, e: TupleCall) -> bool:
+        """attend over a key tile longer than one block, with k and v read straight from memory: stream it."""
+        k, v = e.args[1], e.args[2]
+        if not all(isinstance(x, Load) and not x.access.remote and x.access not in self.ptrs for x in (k, v)):
+            return False
+        kt, vt = ([t for t in x.access.tile if t] for x in (k, v))
+        if len(kt) != 2 or len(vt) != 2 or kt[0] != vt[0] or kt[0] in self.loop_vars:
+            return False
+        pos = self.scope[kt[0]]
+        d = logical_shape(k)[-1]
+        return pos.step > self.attend_block and pos.step % self.attend_block == 0 and d >= 16
+
+    def attend_streamed(self, e: TupleCall, out: list[str], indent: str) -> tuple[str, str]:
+        """attend(q, k, v, n) as a loop over blocks of attend_block keys with online softmax: k and v stream
+        through the pipelined loop (block loads masked past n, so short sequences read less) instead of one
+        tile held whole in registers."""
+        q = self.expr(e.args[0], out, indent)
+        n = self.expr(e.args[3], out, indent)
+        qs = logical_shape(e.args[0])
+        mq = qs[0] if len(qs) == 2 else 1
+        k, v = e.args[1], e.args[2]
+        pos = self.scope[[t for t in k.access.tile if t][0]]
+        scale = 1.0 / (self._extent_of_last(k) ** 0.5)
+        qp, mx, den, acc = self.tmp("q_pad"), self.tmp("row_max"), self.tmp("den"), self.tmp("acc")
+        out.append(f"{indent}{qp}, {mx}, {den}, {acc} = td.attend_init(tl.reshape({q}, ({mq}, {qs[-1]})))")
+        c = self.tmp("kb")
+        blk = self.attend_block
+        out.append(f"{indent}for {c} in range(0, {pos.step}, {blk}):  # blocks of keys")
+        inner = indent + "    "
+        rng = f"{c}_r"
+        out.append(f"{inner}{rng} = {pos.name} + {c} + tl.arange(0, {blk})")
+        tiles = []
+        for x in (k, v):
+            a = x.access
+            for w in self.waits.pop(a, []):
+                self.wait(w, out, indent)
+            # a [keys, D] block (pos is the first tile dim: _streamable) with no unit axes: reshaping a
+            # [1, 1, keys, D] load before the dot cost the H200 10-15% of its streaming rate once v fed the dot
+            # straight from shared memory
+            off, mask = self.offsets(a, ranges={pos.name: rng}, squeeze=True)
+            live = f"({c} + tl.arange(0, {blk}) < {n})[:, None]"
+            mask = f"{mask} & {live}" if mask else live
+            name = self.tmp(tile_name(a.tensor, (blk,)))
+            out.append(f"{inner}{name} = tl.load({self.param(a.tensor)} + {off}, mask={mask}, other=0)")
+            tiles.append(name)
+        out.append(f"{inner}{mx}, {den}, {acc} = td.attend_step({qp}, {tiles[0]}, {tiles[1]}, {n} - {c}, {mx},"
+                   f" {den}, {acc}, {scale!r}, UPCAST_DOT, True)")  # loads masked past n: rows are 0
+        o, lse = self.tmp("o"), self.tmp("lse")
+        out.append(f"{indent}{o}, {lse} = td.attend_finish({mx}, {den}, {acc}, {mq})")
+        return o, lse
+
+    def _extent_of_last(self, x) -> int:
+        """The true (unpadded) extent of a load's last tile dim (e.g. the head dim D)."""
+        tv = [t for t in x.access.tile if t][-1]
+        return self.scope[tv].extent
+
+    def _extent_of_first(self, x) -> int:
+        tv = [t for t in x.access.tile if t][0]
+        return self.scope[tv].extent
+
+    def dot(self, e: Dot, a: str, b: str, acc: str | None) -> str:
+        ieee = e.lhs.dtype == "f32"
+        args = f"{a}, {b}" + (f", {acc}" if acc else "")
+        return f"td.dot({args}, UPCAST_DOT, {ieee})" if acc else f"td.dot({a}, {b}, None, UPCAST_DOT, {ieee})"
+
+    def sum(self, e: Sum, out: list[str], indent: str) -> str:
+        acc = self.tmp("acc")
+        shape = ", ".join(map(str, e.shape)) or "1"
+        out.append(f"{indent}{acc} = tl.zeros(({shape},), dtype=tl.float32)" if len(e.shape) == 1 else
+                   f"{indent}{acc} = tl.zeros(({shape}), dtype=tl.float32)")
+        v = e.var
+        self.scope[v.name] = v
+        inner = indent + "    "
+        steps: list[str] = []
+        if not v.is_rank:
+            # local tiles walked along the reduction: pointers set up once, then advanced (as hand-written GEMMs do)
+            walked = [x for x in _direct_loads(e.body) if not x.access.remote and v.name in x.access.vars]
+            if walked:
+                out.append(f"{indent}{v.name}_r = tl.arange(0, {v.step})  # {v.name} = 0")
+            for x in walked:
+                off, _ = self.offsets(x.access, masks=False, at_zero=v.name)
+                pname = self.tmp(f"{x.access.tensor.lower()}_ptrs")
+                out.append(f"{indent}{pname} = {self.param(x.access.tensor)} + {off}")
+                self.ptrs[x.access] = pname
+                t = tensor(self.g, x.access.tensor)
+                inc = sum(k * v.step * st for aff, st in zip(x.access.index, row_major_strides(t.shape), strict=True)
+                          for var, k in aff.terms if var == v.name)
+                steps.append(f"{inner}{pname} += {inc}")
+        self.loop_vars.add(v.name)
+        if v.is_rank:
+            out.append(f"{indent}for {v.name} in range(0, {self.world}):")
+        else:
+            out.append(f"{indent}for {v.name} in range(0, {v.extent}, {v.step}):")
+            self.bind_tile(v, out, inner)
+        if isinstance(e.body, Dot):
+            a = self.expr(e.body.lhs, out, inner)
+            b = self.expr(e.body.rhs, out, inner)
+            out.append(f"{inner}{acc} = {self.dot(e.body, a, b, acc)}")
+        else:
+            x = self.expr(e.body, out, inner)
+            if isinstance(e.body, Load | Pull):
+                x = f"{x}.to(tl.float32)"
+            out.append(f"{inner}{acc} += {x}")
+        out += steps
+        self.loop_vars.discard(v.name)
+        return acc
+
+
+def _direct_loads(e) -> list[Load]:
+    """Loads of an expression that are not inside a nested reduction."""
+    if isinstance(e, Load):
+        return [e]
+    if isinstance(e, Op):
+        return [x for a in e.args for x in _direct_loads(a)]
+    if isinstance(e, Dot):
+        return _direct_loads(e.lhs) + _direct_loads(e.rhs)
+    return []

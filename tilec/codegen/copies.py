@@ -1,0 +1,154 @@
+"""Emitting tile reads and copies: pointer offsets of affine accesses, loads, peer offsets and fused pulls."""
+
+from __future__ import annotations
+
+from tilec.ir.graph import Pull, tensor
+from tilec.ir.tiling import invert
+from tilec.ir.types import ME, Access, Load, Var
+
+from .text import _ESIZE, bcast, row_major_strides
+
+
+def tile_name(tensor_name: str, shape: tuple[int, ...]) -> str:
+    """What a loaded value is called: `a_tile` for a tile of A, `lens_val` for one element of lens."""
+    return f"{tensor_name.lower()}_{'tile' if any(n > 1 for n in shape) else 'val'}"
+
+
+class Copies:
+    """Mixin of _Emitter (emit.py): reads of tiles, local, remote or pulled through a fused copy."""
+
+    def offsets(self, a: Access, masks: bool = True, at_zero: str | None = None,
+                ranges: dict[str, str] | None = None, squeeze: bool = False) -> tuple[str, str | None]:
+        """Pointer offset (broadcast over the tile's dims) and mask for an affine access (`at_zero`: that
+        variable taken as 0; `ranges`: a tile variable's index vector under another name, e.g. one block;
+        `squeeze`: broadcast over the tile dims only, so one-element dims leave no unit axes in the block)."""
+        t = tensor(self.g, a.tensor)
+        st = row_major_strides(t.shape)
+        axes = [d for d, tv in enumerate(a.tile) if tv] if squeeze else list(range(len(a.index)))
+        nd = len(axes)
+        offs, mks = [], []
+        wide = t.numel >= 2**31
+        for d, (aff, tv) in enumerate(zip(a.index, a.tile, strict=True)):
+            rest = [(v, k) for v, k in aff.terms if v != tv and v != at_zero]
+            base = self.scalar(rest, aff.const)
+            if tv:
+                r = (ranges or {}).get(tv, f"{tv}_r")
+                e = r if base == "0" else f"({base} + {r})"
+                e = bcast(e, axes.index(d), nd)
+                m = self.mask_of(self.scope[tv], r)
+                if m and masks:
+                    mks.append(bcast(m, axes.index(d), nd))
+            else:
+                e = f"({base})"
+            if wide and d == 0:
+                e = f"{e}.to(tl.int64)"
+            offs.append(e if st[d] == 1 else f"{e} * {st[d]}")
+        off = " + ".join(offs)
+        if not any(a.tile):  # every dim is one element: keep the tile's (1, ..., 1) block shape
+            off = f"{off} + tl.zeros(({', '.join('1' for _ in a.index)},), dtype=tl.int32)"
+        return off, " & ".join(mks) or None
+
+
+    def load(self, e: Load, out: list[str], indent: str) -> str:
+        a = e.access
+        for w in self.waits.pop(a, []):  # each tile read is waited for once per task
+            self.wait(w, out, indent)
+        off, mask = self.offsets(a)
+        ptr = self.param(a.tensor)
+        m = f", mask={mask}, other=0" if mask else ""
+        name = self.tmp(tile_name(a.tensor, e.shape))
+        if a in self.ptrs:
+            out.append(f"{indent}{name} = tl.load({self.ptrs[a]}{m})")
+        elif a.remote:
+            delta = self.peer_offset(a.rank, tensor(self.g, a.tensor).dtype, {a.rank}, out, indent)
+            out.append(f"{indent}{name} = tl.load({ptr} + {delta} + {off}{m})")
+        else:
+            out.append(f"{indent}{name} = tl.load({ptr} + {off}{m})")
+        return name
+
+    def peer_offset(self, rank_expr: str, dtype: str, deps: set[str], out: list[str], indent: str) -> str:
+        """Element offset to a peer's copy, computed once per task when the peer does not change inside loops."""
+        line = f"td.peer_offset(heap_bases, rank, {rank_expr}, {_ESIZE[dtype]})"
+        if not deps & self.loop_vars and line in self.peers:
+            return self.peers[line]
+        name = self.tmp(f"peer_{rank_expr}" if rank_expr.isidentifier() else "peer")
+        if deps & self.loop_vars:
+            out.append(f"{indent}{name} = {line}")
+        else:
+            self.prologue.append(f"    {name} = {line}")
+            self.peers[line] = name
+        return name
+
+    def pull(self, e: Pull, body_out: list[str], body_indent: str) -> str:
+        """Read the copy's source directly: solve the copy's variables per element of the buffer tile."""
+        prog = self.g.graph["program"]
+        ploops = {v.name: v for v in e.producer} | {ME: Var(ME, "me", prog.world, 1, e.loc)}
+        dims = invert(e.write, ploops, set(), prog.world, "fused-pull")
+        nd = len(e.read.index)
+        vals: dict[str, str] = {}
+        scalar_ranks: dict[str, set[str]] = {}  # rank values that are one scalar per tile -> vars they depend on
+        masks = []
+        for d, (inv, aff, tv) in enumerate(zip(dims, e.read.index, e.read.tile, strict=True)):
+            span = e.read.shape[d]
+            start = self.start(aff)
+            cm = self.mask_of(self.scope[tv]) if tv else None
+            if cm:
+                masks.append(bcast(cm, d, nd))
+            uniform = all(x % span == 0 for x in (aff.const - inv.const, inv.extent)) and \
+                (not inv.rank_var or inv.rank_coef % span == 0) and \
+                all(k % span == 0 for v, k in aff.terms if v != tv)
+            x = self.tmp("idx")
+            # per-tile setup goes to the task prologue unless it moves with an enclosing reduction
+            hoist = not (set(aff.vars) & self.loop_vars)
+            out, indent = (self.prologue, "    ") if hoist else (body_out, body_indent)
+            if uniform or not tv:
+                out.append(f"{indent}{x} = {start} - {inv.const}")
+                if inv.rank_var:
+                    out.append(f"{indent}{x}_rk = {x} // {inv.rank_coef}")
+                    out.append(f"{indent}{x} = {x} - {inv.rank_coef} * {x}_rk")
+                    vals[inv.rank_var] = f"{x}_rk"
+                    scalar_ranks[f"{x}_rk"] = set(aff.vars)
+                if tv:
+                    out.append(f"{indent}{x} = {x} + tl.arange(0, {span})")
+            else:
+                out.append(f"{indent}{x} = {start} + tl.arange(0, {span}) - {inv.const}")
+                if inv.rank_var:
+                    out.append(f"{indent}{x}_rk = {x} // {inv.rank_coef}")
+                    out.append(f"{indent}{x} = {x} - {inv.rank_coef} * {x}_rk")
+                    vals[inv.rank_var] = bcast(f"{x}_rk", d, nd)
+            if inv.tile_var:
+                vals[inv.tile_var] = bcast(x, d, nd) if tv else x
+                if inv.extent % span or not uniform:
+                    masks.append(bcast(f"({x} < {inv.extent})", d, nd) if tv else f"({x} < {inv.extent})")
+        out, indent = body_out, body_indent
+        t = tensor(self.g, e.source.tensor)
+        st = row_major_strides(t.shape)
+        # the copy ran on the rank that holds the buffer read here: `rank` in the copy is that rank
+        me_val = vals.get(ME, "rank" if e.read.rank == ME else e.read.rank)
+        offs = []
+        for j, aff in enumerate(e.source.index):
+            # a copy loop the buffer index does not solve has one trip (the verifier rejects the rest): it is 0
+            terms = [(me_val if v == ME else vals.get(v, "0"), k) for v, k in aff.terms]
+            ex = self.scalar(terms, aff.const)
+            if t.numel >= 2**31 and j == 0:
+                ex = f"({ex}).to(tl.int64)"
+            offs.append(f"({ex})" if st[j] == 1 else f"({ex}) * {st[j]}")
+        ptr = self.param(e.source.tensor)
+        m = f", mask={' & '.join(masks)}, other=0" if masks else ""
+        name = self.tmp(tile_name(e.source.tensor, e.shape))
+        if e.source.rank == ME:
+            src_rank = None if me_val == "rank" else me_val
+            if src_rank is not None and src_rank not in scalar_ranks:
+                scalar_ranks[src_rank] = {e.read.rank}
+        else:
+            src_rank = vals.get(e.source.rank, "rank")
+        if src_rank is None:
+            out.append(f"{indent}{name} = tl.load({ptr} + {' + '.join(offs)}{m})")
+        elif src_rank in scalar_ranks:
+            delta = self.peer_offset(src_rank, t.dtype, scalar_ranks[src_rank], out, indent)
+            out.append(f"{indent}{name} = tl.load({ptr} + {delta} + {' + '.join(offs)}{m})")
+        else:  # the tile straddles ranks: iris translates each row's address to its own peer
+            out.append(f"{indent}{name} = iris.load({ptr} + {' + '.join(offs)}, rank, {src_rank}, heap_bases{m})")
+        return name
+
+    # -- flags -----------------------------------------------------------------------------------

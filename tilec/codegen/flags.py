@@ -1,0 +1,119 @@
+"""Emitting flags: a consumer's waits on its producers' counters, a producer's releases, and their memory scopes."""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from tilec.ir.graph import Flag, flags, stages, waits
+from tilec.ir.queries import flag_dims
+from tilec.ir.tiling import DimInverse, strides
+from tilec.ir.types import ME
+from tilec.ir.wait_plan import plan_wait
+
+from .text import ident
+
+
+class Flags:
+    """Mixin of _Emitter (emit.py): flag waits (first thing in a task, covering what its reductions read) and
+    releases (after all of a task's stores)."""
+
+    def wait(self, w, out: list[str], indent: str) -> None:
+        f: Flag = self.fl[w.flag]
+        read = w.read
+        # Waits go at the start of the task and cover everything its reductions will read, so the reduction
+        # loop stays free of spins (Triton pipelines its loads only then).
+        plan = plan_wait(self.g, f, read, self.loop_vars, self.scope, self.flag_scope[f.name])
+        if plan.key in self.waited:  # an earlier wait of this task covers these counters
+            return
+        self.waited.add(plan.key)
+        target_lines, ind = self.wait_lines, "    "
+        fp = self.param(f"F_{ident(f.name)}")
+        owner = plan.owner
+        target_lines.append(f"{ind}# wait until stage {f.producer} has written the tiles of {read} this call")
+        if owner in self.loop_vars:  # read on every rank of a `sum r in ranks`: wait on each owner up front
+            target_lines.append(f"{ind}for {owner} in range(0, {self.world}):")
+            ind += "    "
+        spans = []  # per keyed dim: its first and last counter
+        for r in plan.reach:
+            lo = self.scalar(list(r.terms), r.const)
+            if not lo.isidentifier():  # the read's first element, named once
+                lo, first_el = self.tmp("lo"), lo
+                target_lines.append(f"{ind}{lo} = {first_el}")
+            last = self.tmp("last")
+            target_lines.append(f"{ind}{last} = {_lin(r.dim, f'({lo} + {r.top})')}")
+            spans.append((_lin(r.dim, lo), last))
+        idx_parts, mask = [], None
+        for i, (r, (first, last)) in enumerate(zip(plan.reach, spans, strict=True)):
+            fvar = self.tmp("ctr")
+            if i == plan.block_dim:  # one block of atomics per poll; the chunk loop nearly always runs once
+                target_lines.append(f"{ind}for {fvar} in range({first}, {last} + 1, {plan.block}):")
+                ind += "    "
+                target_lines.append(f"{ind}{fvar}_v = {fvar} + tl.arange(0, {plan.block})")
+                mask = f"{fvar}_v <= {last}"
+                fvar = f"{fvar}_v"
+            else:
+                target_lines.append(f"{ind}for {fvar} in range({first}, {last} + 1):")
+                ind += "    "
+            idx_parts.append(fvar if r.stride == 1 else f"{fvar} * {r.stride}")
+        idx = " + ".join(idx_parts) or "0"
+        tail = f"\"{self.flag_scope[f.name]}\", UPCAST_DOT)"
+        if mask is None:
+            target_lines.append(f"{ind}td.wait({fp} + {idx}, epoch * {f.count}, rank, {owner}, heap_bases, ERR,"
+                                f" timeout_ns, {self.flag_no[f.name]}, {idx}, {tail}")
+        else:
+            target_lines.append(f"{ind}td.wait_all({fp}, {idx}, {mask}, epoch * {f.count}, rank, {owner},"
+                                f" heap_bases, ERR, timeout_ns, {self.flag_no[f.name]}, {tail}")
+
+    def release(self, f: Flag, out: list[str], indent: str) -> None:
+        dims = flag_dims(self.g, f)
+        st = strides(dims)
+        parts = []
+        for d, s in zip(dims, st, strict=True):
+            if d.size == 1:
+                continue
+            r = d.rank_var if d.key_rank else "0"
+            t = f"({d.tile_var} // {d.step})" if d.key_tile else "0"
+            lin = _lin_of(d, r, t)
+            parts.append(lin if s == 1 else f"({lin}) * {s}")
+        idx = " + ".join(parts) or "0"
+        fp = self.param(f"F_{ident(f.name)}")
+        owner = "rank" if f.write.rank == ME else f.write.rank
+        out.append(f"{indent}td.release({fp} + {idx}, rank, {owner}, heap_bases, \"{self.flag_scope[f.name]}\")")
+
+    # -- one task ----------------------------------------------------------------------------------
+
+
+def flag_scopes(g: nx.DiGraph) -> dict[str, str]:
+    """Memory scope of each flag's release and acquires: "gpu" when every release and every wait is on the
+    rank's own counter (producer and consumer share the GPU), else "sys" (a peer GPU writes or reads it, over
+    NVLink: only a system-scope release orders the data before the counter there)."""
+    local = {f.name for f in flags(g) if f.write.rank == ME}
+    for s in stages(g):
+        for w in waits(g, s.name):
+            if w.read.rank != ME:
+                local.discard(w.flag)
+    return {f.name: "gpu" if f.name in local else "sys" for f in flags(g)}
+
+
+def _lin(d: DimInverse, e: str) -> str:
+    x = f"({e} - {d.const})" if d.const else e
+    if d.rank_var and d.key_rank and d.key_tile and d.rank_coef == d.trips * d.step:
+        # a rank's block is whole tiles: (x // coef) * trips + (x % coef) // step is x // step (x >= 0: the wait
+        # covers elements its producer writes)
+        return f"({x} // {d.step})"
+    if d.rank_var:
+        r = f"({x} // {d.rank_coef})"
+        off = f"({x} - {d.rank_coef} * {r})"
+    else:
+        r, off = "0", x
+    t = f"({off} // {d.step})" if d.tile_var and d.key_tile else "0"
+    return _lin_of(d, r if d.key_rank else "0", t)
+
+
+def _lin_of(d: DimInverse, r: str, t: str) -> str:
+    parts = []
+    if d.key_rank:
+        parts.append(f"{r} * {d.trips}" if d.key_tile and d.trips != 1 else r)
+    if d.key_tile:
+        parts.append(t)
+    return " + ".join(parts) or "0"

@@ -1,0 +1,77 @@
+"""The render model: a generated module as plain strings and numbers, which the jinja2 template only prints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TL_DTYPE = {"f16": "tl.float16", "bf16": "tl.bfloat16", "f32": "tl.float32", "i32": "tl.int32"}
+UNARY = {
+    "exp": "tl.exp({})", "log": "tl.log({})", "sqrt": "tl.sqrt({})", "abs": "tl.abs({})",
+    "relu": "tl.maximum({}, 0.0)", "sigmoid": "tl.sigmoid({})", "silu": "({0} * tl.sigmoid({0}))",
+    "tanh": "(2.0 * tl.sigmoid(2.0 * {}) - 1.0)", "neg": "(-{})",
+}
+
+
+@dataclass(frozen=True)
+class TaskFn:
+    """One stage's task body as a device function (merged kernels call one per stage, so each stage's names
+    stay its own: Triton wants a name bound in both branches of an `if` to keep one type)."""
+
+    name: str
+    signature: tuple[str, ...]  # the `def` line(s)
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class KernelModel:
+    name: str
+    stages: tuple[str, ...]
+    params: tuple[str, ...]  # the buffers passed first, in order (tensor and flag names)
+    signature: tuple[str, ...]  # the `def` line(s)
+    lines: tuple[str, ...]  # body of the persistent loop, indented relative to it
+    total: int
+    persistent: bool
+    concurrent: bool
+    barrier_before: bool
+    share: float  # fraction of the co-resident programs this kernel takes when launched concurrently
+    groups: int  # > 0: workgroup-specialized, one program group per stage (the body holds its own loops)
+    tasks: tuple[TaskFn, ...] = ()
+
+
+@dataclass(frozen=True)
+class FlagModel:
+    name: str
+    param: str
+    size: int
+    count: int
+    producer: str
+    key: str
+    number: int
+
+
+@dataclass(frozen=True)
+class TensorModel:
+    name: str
+    kind: str
+    dtype: str
+    shape: tuple[int, ...]
+    symmetric: bool
+
+
+@dataclass(frozen=True)
+class ModuleModel:
+    header: tuple[str, ...]
+    source: str  # the .tile file
+    program: str
+    world: int
+    schedule: str
+    tensors: tuple[TensorModel, ...]
+    flags: tuple[FlagModel, ...]
+    kernels: tuple[KernelModel, ...]
+    num_warps: int
+    num_stages: int
+    exit_barrier: bool
+    timeline_slots: int = 0  # > 0: a timeline build, one record per task of every kernel
+    noinline_tasks: bool = False  # merged kernels call their stages' task functions instead of inlining them
+    uses_iris: bool = False  # a load translates addresses with iris.load (a pulled tile that straddles ranks)
+

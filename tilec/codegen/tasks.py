@@ -1,0 +1,129 @@
+"""Emitting one task of a stage: decode its loop variables from the task number, wait, compute, store, release."""
+
+from __future__ import annotations
+
+import re
+
+from tilec.ir.graph import flags, tensor
+from tilec.ir.types import Const, Idx, Op
+
+from .model import TL_DTYPE
+from .text import tidy
+
+COMMENT_WIDTH = 116  # a stage's comment is cut to this many columns (the statement may be longer)
+
+
+def statement_text(source: str, loc) -> str:
+    """The .tile text of a statement's span, on one line."""
+    lines = source.splitlines()[loc.line - 1: loc.end_line]
+    if not lines:
+        return ""
+    if loc.end_col:
+        lines[-1] = lines[-1][: loc.end_col - 1]
+    lines[0] = lines[0][loc.col - 1:]
+    return " ".join(re.sub(r"#.*", "", ln).strip() for ln in lines).strip()
+
+
+def stage_comment(prog, st) -> str:
+    """`# stage gemm (examples/ag_gemm.tile:16): C[m, n] = sum k in K by BK: Ag[m, k] @ B[k, n]`: the stage and the
+    .tile statements it came from."""
+    locs = list(dict.fromkeys(s.loc for s in st.body if s.loc is not None))
+    if not locs:
+        return f"# stage {st.name}"
+    first, last = locs[0], locs[-1]
+    span = f"{first.line}" if last.end_line <= first.line else f"{first.line}-{last.end_line}"
+    text = "; ".join(statement_text(prog.source, loc) for loc in locs)
+    out = f"# stage {st.name} ({first.file}:{span}): {text}"
+    return out if len(out) <= COMMENT_WIDTH else out[: COMMENT_WIDTH - 3] + "..."
+
+
+class Tasks:
+    """Mixin of _Emitter (emit.py): the lines of one whole task."""
+
+    def task(self, task_var: str, group_m: int, timeline: tuple[int, int] | None = None) -> list[str]:
+        """The task's lines. timeline=(first slot, stage number): record when the task started, when its waits
+        were done and when it finished (a debug build for `tilec taxes --timeline`)."""
+        st = self.st
+        head = ["    " + stage_comment(self.g.graph["program"], st)]
+        head += self.decode(task_var, group_m)
+        body: list[str] = []
+        for s in st.body:
+            val = self.expr(s.value, body, "    ")
+            a = s.access
+            off, mask = self.offsets(a)
+            ptr = self.param(a.tensor)
+            dt = TL_DTYPE[tensor(self.g, a.tensor).dtype]
+            m = f", mask={mask}" if mask else ""
+            shape = ", ".join(map(str, a.shape))
+            shape = f"({shape},)" if len(a.shape) == 1 else f"({shape})"
+            if s.part is not None:  # one result of a tile function, laid out as the target tile
+                val = val[s.part]
+                rshape = s.value.outs[s.part][1]
+                if not rshape:
+                    v = f"(tl.zeros({shape}, dtype=tl.float32) + tl.max(tl.reshape({val}, (1,)), axis=0))"
+                else:
+                    v = f"tl.reshape({val}, {shape})"
+            elif isinstance(s.value, Const | Op | Idx) and s.value.shape != a.shape and \
+                    len(s.value.shape) in (0, len(a.shape)):
+                v = f"tl.broadcast_to({val}, {shape})"
+            elif s.value.shape != a.shape:  # same tile up to unit dims, e.g. a [BM, BN] sum into P[r, m, n]
+                v = f"tl.reshape({val}, {shape})"
+            else:
+                v = val
+            if a.remote:  # one peer per task: offset the local addresses once (iris.store translates every element's
+                # address: a 128x64 copy tile took 16.4 us, 1.6 us with the offset, on the H200)
+                delta = self.peer_offset(a.rank, tensor(self.g, a.tensor).dtype, {a.rank}, body, "    ")
+                body.append(f"    tl.store({ptr} + {delta} + {off}, {v}.to({dt}){m})")
+            else:
+                body.append(f"    tl.store({ptr} + {off}, {v}.to({dt}){m})")
+        for f in flags(self.g):
+            if f.producer == st.name:
+                self.release(f, body, "    ")
+        if timeline is None:
+            lines = head + self.wait_lines + self.prologue + body
+        else:
+            slot, number = timeline
+            tp = self.param("TIMELINE")
+            lines = [*head, "    _tl_start = td.clock(UPCAST_DOT)", *self.wait_lines,
+                     "    _tl_waited = td.clock(UPCAST_DOT)", *self.prologue, *body,
+                     f"    td.mark({tp} + ({slot} + {task_var}) * 5, {number}, _tl_start, _tl_waited, UPCAST_DOT)"]
+        return [tidy(line) for line in lines]
+
+    def decode(self, task_var: str, group_m: int) -> list[str]:
+        loops = list(self.st.loops)
+        out = []
+        tiles = [v for v in loops if not v.is_rank]
+        grouped = group_m > 1 and len(loops) >= 2 and all(not v.is_rank and v.trips > 1 for v in loops[-2:])
+        if grouped:  # the last two loops are the output tile's rows and columns; outer loops (e.g. ranks) wrap them
+            m, n = loops[-2:]
+            tv = task_var if len(loops) == 2 else f"{task_var}_mn"
+            if tv != task_var:
+                out.append(f"    {tv} = {task_var} % {m.trips * n.trips}")
+            out += [
+                f"    # grouped order: {group_m} rows of {m.name}-tiles share the {n.name}-tiles in L2",
+                f"    g_size = {group_m} * {n.trips}",
+                f"    g_first = ({tv} // g_size) * {group_m}",
+                f"    g_rows = tl.minimum({m.trips} - g_first, {group_m})",
+                f"    {m.name} = (g_first + ({tv} % g_size) % g_rows) * {m.step}",
+                f"    {n.name} = (({tv} % g_size) // g_rows) * {n.step}",
+            ]
+        outer = loops[:-2] if grouped else loops
+        if outer:
+            rest = task_var if not grouped else f"({task_var} // {m.trips * n.trips})"
+            multi = [v for v in outer if v.trips > 1]
+            for v in outer:
+                if v.trips == 1:  # one-trip loops (and `:` slices) start at 0
+                    out.append(f"    {v.name} = 0")
+            for i, v in enumerate(reversed(multi)):
+                last = i == len(multi) - 1
+                val = rest if last else f"{rest} % {v.trips}"
+                out.append(f"    {v.name} = {val}" if v.step == 1 else f"    {v.name} = ({val}) * {v.step}")
+                if i == len(multi) - 2:  # the last variable takes what is left: no name for it
+                    rest = f"({rest} // {v.trips})"
+                elif not last:
+                    out.append(f"    {task_var}_{i} = {rest} // {v.trips}")
+                    rest = f"{task_var}_{i}"
+        for v in tiles:
+            if v.step > 1 or v.name.startswith("_"):  # unit-step loops index like scalars (`:` slices do not)
+                self.bind_tile(v, out, "    ", hint=v.step > 1)
+        return out

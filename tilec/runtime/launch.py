@@ -1,0 +1,203 @@
+"""The host side of an emitted module: compile its kernels, size their grids, plan and launch one call.
+
+An emitted module only declares its program: its kernels and the tables KERNELS (each kernel's tasks, launch
+traits and tensor/flag parameters), TENSORS, FLAGS, NUM_WARPS, NUM_STAGES and EXIT_BARRIER. Everything here
+reads those tables, so the launch path is one piece of code, not a copy per module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+MAX_PROGRAMS_PER_SM = int(os.environ.get("TILEC_PROGRAMS_PER_SM", "2"))
+
+# a KERNELS entry: (kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups,
+# the buffer names the kernel takes first, in order)
+_EPOCH = -4  # where _args puts the epoch
+
+
+class LaunchContext:
+    """What the launch path needs from the runtime: rank, barrier, heap bases, grid sizes and streams, and what it
+    keeps between calls (compiled kernels, occupancy, the last call's launch plan)."""
+
+    def __init__(self, heap, timeout_ns: int):
+        self.heap = heap
+        self.rank = heap.rank
+        self.interpret = heap.interpret
+        self.upcast_dot = heap.interpret  # the interpreter's bf16 tl.dot is wrong; multiply in f32 there
+        self.timeout_ns = timeout_ns  # how long one flag wait may take, in wall-clock nanoseconds
+        self._bases = None
+        self._streams: dict[int, object] = {}
+        # (kernel, NPROG, pointer alignments, graph) -> Triton's compiled kernel (warmup)
+        self.compiled: dict = {}
+        # (kernel, graph) -> programs resident per SM (fit), for persistent grids; a captured variant (graph=True)
+        # is compiled and fitted on its own, so capturing never resizes the ordinary calls' grids
+        self.per_sm: dict = {}
+        self.plan: list | None = None  # the launches of a call, reused while the call's tensors stay the same
+        self.graph = False  # launching into a CUDA graph capture (Program.capture): kernels read the epoch on device
+        # programmatic dependent launch (sm_90+): a kernel may be launched before the previous one in its stream
+        # has finished, and waits for it on the device (griddepcontrol) before touching memory; what it saves
+        # is the gap between kernels. TILEC_PDL=0 turns it off.
+        self.pdl = False
+        if heap.interpret:
+            self.capacity = 1  # the interpreter runs a launch's programs one after another
+        else:
+            import torch
+
+            props = torch.cuda.get_device_properties(heap.device)
+            self.capacity = props.multi_processor_count
+            self.pdl = (torch.version.hip is None and getattr(props, "major", 0) >= 9
+                        and os.environ.get("TILEC_PDL", "1") != "0")
+
+    def barrier(self) -> None:
+        self.heap.barrier()
+
+    def heap_bases(self):
+        if self._bases is None:
+            self._bases = self.heap.heap_bases()
+        return self._bases
+
+    def grid(self, total: int, persistent: bool, share: float, groups: int = 0, kernel=None) -> int:
+        """Persistent kernels get at most their share of the co-resident programs, so every program they wait
+        on is running; others get one program per task. A specialized kernel needs a program per group at least
+        (on the interpreter exactly that: groups run one after another, producers first)."""
+        # kernels sharing the GPU with a concurrent one keep to one program per SM: their mix is not sized here
+        per_sm = self.per_sm.get((kernel, self.graph), 1) if share >= 1 else 1
+        slots = int(self.capacity * per_sm * share)
+        if groups:
+            return max(groups, min(total, slots))
+        if not persistent:
+            return total
+        return max(1, min(total, slots))
+
+    def fit(self, kernel, compiled, num_warps: int) -> None:
+        """Programs of a compiled kernel that are resident on one SM at once (registers, shared memory, threads),
+        capped at MAX_PROGRAMS_PER_SM: a persistent grid may use that many per SM and still never wait on a
+        program that is not running. Two per SM let one stream memory while the other computes or waits
+        (the persistent flash decode went from 2.1 to 2.7 TB/s on an H200)."""
+        import torch
+
+        if torch.version.hip:  # wavefronts of 64 and VGPR budgets differ: one program per CU until measured there
+            return
+        try:
+            compiled._init_handles()
+            regs = max(1, int(compiled.n_regs))
+            shared = int(compiled.metadata.shared)
+        except (AttributeError, RuntimeError):  # a backend without these: stay at one program per SM
+            return
+
+        props = torch.cuda.get_device_properties(self.heap.device)
+        regs_sm = getattr(props, "regs_per_multiprocessor", 65536)
+        smem_sm = getattr(props, "shared_memory_per_multiprocessor", 228 * 1024)
+        threads_sm = getattr(props, "max_threads_per_multi_processor", 2048)
+        warp_regs = -(-regs * 32 // 256) * 256  # registers are allocated per warp in units of 256
+        fits = [regs_sm // (warp_regs * num_warps), threads_sm // (32 * num_warps)]
+        if shared:
+            fits.append(smem_sm // (shared + 1024))  # the driver reserves 1 KiB of shared memory per block
+        self.per_sm[(kernel, self.graph)] = max(1, min(MAX_PROGRAMS_PER_SM, *fits))
+
+    def stream(self, i: int):
+        if self.interpret or i == 0:
+            return contextlib.nullcontext()
+        import torch
+
+        if i not in self._streams:
+            self._streams[i] = torch.cuda.Stream(device=self.heap.device)
+        self._streams[i].wait_stream(torch.cuda.current_stream(self.heap.device))
+        return torch.cuda.stream(self._streams[i])
+
+    def join_streams(self) -> None:
+        if self._streams:
+            import torch
+
+            cur = torch.cuda.current_stream(self.heap.device)
+            for s in self._streams.values():
+                cur.wait_stream(s)
+
+
+def serial(mod) -> bool:
+    """Whether a call's kernels run one after another. Programmatic dependent launch (LaunchContext.pdl) only then:
+    a kernel launched early beside a concurrent pair could hold SMs that the pair's waiting kernel still needs."""
+    return not any(k[3] for k in mod.KERNELS)
+
+
+def kernel_args(ctx, buffers, epoch, entry, nprog) -> tuple:
+    """The positional arguments of one kernel of the KERNELS table, up to NPROG; the epoch at _EPOCH."""
+    params = tuple(buffers[p] for p in entry[7])
+    return (*params, buffers["ERR"], ctx.heap_bases(), ctx.rank, epoch, ctx.timeout_ns, buffers["EPOCH"], nprog)
+
+
+def warmup(ctx, mod, buffers) -> None:
+    """Compile every kernel before any of them runs (loading a module while a spinning kernel runs can hang), and
+    size persistent grids by how many programs of each kernel fit on an SM at once."""
+    if ctx.interpret:
+        return
+    pdl = ctx.pdl and serial(mod)
+    for entry in mod.KERNELS:
+        k, total, persistent, _concurrent, _barrier, share, groups, _params = entry
+        nprog = ctx.grid(total, persistent, share, groups, k)
+        args = kernel_args(ctx, buffers, 1, entry, nprog)
+        compiled = _compile(ctx, mod, k, args, pdl)
+        if persistent or groups:
+            ctx.fit(k, compiled, mod.NUM_WARPS)
+            more = ctx.grid(total, persistent, share, groups, k)
+            if more != nprog:  # more programs fit per SM; NPROG is compiled in (a constant loop step), so again
+                nprog, args = more, kernel_args(ctx, buffers, 1, entry, more)
+                compiled = _compile(ctx, mod, k, args, pdl)
+        ctx.compiled[(k, nprog, aligned(args), ctx.graph)] = compiled
+
+
+def _compile(ctx, mod, k, args, pdl: bool):
+    compiled = k.warmup(*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, PDL=pdl, grid=(1,),
+                        num_warps=mod.NUM_WARPS, num_stages=mod.NUM_STAGES, launch_pdl=pdl)
+    if hasattr(compiled, "result"):  # Triton's asynchronous compile mode hands back a future
+        compiled = compiled.result()
+    return compiled
+
+
+def aligned(args) -> tuple[bool, ...]:
+    """What Triton specializes pointers on (16-byte alignment): a compiled kernel is reused only for the same (and
+    only for the program count NPROG it was compiled with)."""
+    return tuple(a.data_ptr() % 16 == 0 for a in args if hasattr(a, "data_ptr"))
+
+
+def _plan(ctx, buffers, i, entry):
+    # (stream, barrier before, compiled kernel's launcher or None, kernel, NPROG, arguments with a slot for the epoch)
+    k, total, persistent, concurrent, barrier_before, share, groups, _params = entry
+    nprog = ctx.grid(total, persistent, share, groups, k)
+    args = list(kernel_args(ctx, buffers, 0, entry, nprog))
+    compiled = None if ctx.interpret else ctx.compiled.get((k, nprog, aligned(args), ctx.graph))
+    runner = None
+    if compiled is not None:
+        # Triton's launcher takes a plain int as a pointer as is; a tensor costs a data_ptr() call and a
+        # cuPointerGetAttribute per pointer per launch. The plan lives only while the call's tensors stay the same.
+        args = [a.data_ptr() if hasattr(a, "data_ptr") else a for a in args]
+        runner = compiled[(nprog, 1, 1)]
+    return i if concurrent else 0, barrier_before, runner, k, nprog, args
+
+
+def launch(ctx, mod, buffers, epoch, entry_barrier=True, only=None) -> None:
+    """One call of the module's program on this rank: a barrier so every rank's inputs are ready, then the kernels
+    (and a closing barrier where peers touch this rank's inputs/outputs). entry_barrier=False skips both: the
+    caller orders calls itself. only: the numbers of the kernels to launch (the rest are skipped)."""
+    if entry_barrier:
+        ctx.barrier()
+    if ctx.plan is None:  # the launches of a call with these tensors; calls differ only in the epoch
+        ctx.plan = [_plan(ctx, buffers, i, entry) for i, entry in enumerate(mod.KERNELS)]
+    pdl = ctx.pdl and serial(mod)
+    for i, (stream, barrier_before, runner, k, nprog, args) in enumerate(ctx.plan):
+        if only is not None and i not in only:
+            continue
+        if barrier_before:
+            ctx.barrier()
+        args[_EPOCH] = epoch
+        with ctx.stream(stream):
+            if runner is not None:  # straight to the compiled kernel: skips the JIT's per-call argument binding
+                runner(*args, ctx.upcast_dot, ctx.graph, pdl)
+            else:
+                k[(nprog,)](*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, PDL=pdl, num_warps=mod.NUM_WARPS,
+                            num_stages=mod.NUM_STAGES, launch_pdl=pdl)
+    ctx.join_streams()
+    if entry_barrier and mod.EXIT_BARRIER:
+        ctx.barrier()
