@@ -121,7 +121,7 @@ def _add_reverse_flag(g):
     g.add_edge(sid("gemm"), "f:C.gemm", kind="release")
     # a read of C in gather's own loop variables (m: 64 rows of the shard, k: a 32-column tile)
     read = Access("C", ME, (Affine((("m", 1),), 0), Affine((("k", 1),), 0)), ("m", "k"), (64, 32), gemm.loc)
-    g.add_edge("f:C.gemm", sid("gather"), kind="wait", waits=(Wait("C.gemm", read, gemm.loc),))
+    g.add_edge("f:C.gemm", sid("gather"), kind="wait", waits=(Wait("C.gemm", read, "gemm", "C", gemm.loc),))
     return g
 
 
@@ -138,7 +138,7 @@ def test_wait_on_own_flag(graphs):
     (w,) = g.edges["f:Ag.gather", sid("gemm")]["waits"]
     gather = stage(g, "gather")
     read = gather.body[0].access  # Ag@r[m + 64*rank, k], in gather's variables
-    g.add_edge("f:Ag.gather", sid("gather"), kind="wait", waits=(Wait("Ag.gather", read, gather.loc),))
+    g.add_edge("f:Ag.gather", sid("gather"), kind="wait", waits=(Wait("Ag.gather", read, "gather", "Ag", gather.loc),))
     text = problems(g)
     assert "stage 'gather' waits on its own flag Ag.gather: a program that may not be running" in text
     assert "wait cycle: gather" in text
@@ -207,7 +207,7 @@ def _flag_without_producer(g):
 def _wait_with_foreign_variables(g):
     gemm = stage(g, "gemm")
     read = gemm.body[0].access  # C[m, n]: n is not a loop variable of gather
-    g.add_edge("f:Ag.gather", sid("gather"), kind="wait", waits=(Wait("Ag.gather", read, gemm.loc),))
+    g.add_edge("f:Ag.gather", sid("gather"), kind="wait", waits=(Wait("Ag.gather", read, "gather", "Ag", gemm.loc),))
     return "examples/ag_gemm.tile:16:9: stage 'gather' waits on Ag.gather, a flag of 'Ag', before reading C[m, n]"
 
 

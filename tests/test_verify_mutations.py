@@ -196,6 +196,16 @@ def mutants(g0):
             for r in _rank_swaps(s, w.read):
                 yield f"wait {w.flag} in {v} on rank {r}", with_wait(
                     dataclasses.replace(w, read=dataclasses.replace(w.read, rank=r)))
+            for other in stages(g0):  # the wait names another releasing stage, or another tensor
+                if other.name != w.producer:
+                    yield f"wait {w.flag} in {v} released by {other.name}", with_wait(
+                        dataclasses.replace(w, producer=other.name))
+            for t in tens:
+                if t != w.tensor:
+                    yield f"wait {w.flag} in {v} of tensor {t}", with_wait(dataclasses.replace(w, tensor=t))
+    g = fresh()
+    g.graph["sync"] = "never"
+    yield "unknown sync", g
     # -- kernels
     ks = g0.graph.get("kernels", ())
     for i in range(len(ks) - 1):

@@ -10,7 +10,9 @@ Edges:
   stage/barrier -> stage/barrier  kind=order (program order)
   stage -> flag  kind=release     ;  flag -> stage  kind=wait, waits=(Wait, ...)
 Graph attributes: program (BoundProgram: name, world, dims, source), order (tuple of stage/barrier ids in program
-order), kernels (tuple of Kernel, set by `persist`), passes (names applied so far), options.
+order), sync (how stages are ordered across ranks: BARRIERS, global barriers between phases, as written; or
+FLAGS, per-tile ready counters only, once replace-barriers ran), kernels (tuple of Kernel, set by `persist`),
+passes (names applied so far), options.
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ class Flag:
 class Wait:
     flag: str
     read: Access  # the consumer's read of the flagged tensor (local or on a peer)
+    producer: str  # the stage that releases the flag
+    tensor: str  # the flagged tensor (the one `read` reads)
     loc: Loc = field(compare=False, repr=False)
 
 
@@ -97,6 +101,14 @@ class Kernel:
     concurrent: bool  # launched on its own stream, overlapping the other kernels of its phase
     barrier_before: bool  # a global barrier precedes this launch
     groups: tuple[float, ...] = ()  # workgroup specialization: each stage's share of the programs (in per mille)
+
+
+BARRIERS, FLAGS = "barriers", "flags"  # g.graph["sync"]
+
+
+def sync(g: nx.DiGraph) -> str:
+    """BARRIERS or FLAGS: what orders a stage after the stages it reads from on other ranks."""
+    return g.graph.get("sync", BARRIERS)
 
 
 def sid(name: str) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from tilec.frontend.sema import BarrierIR, BoundProgram
-from tilec.ir.graph import Barrier, Stage, rebuild_edges, sid, tid
+from tilec.ir.graph import BARRIERS, Barrier, Stage, rebuild_edges, sid, tid
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class Lower:
     name = "lower"
 
     def __call__(self, prog: BoundProgram) -> nx.DiGraph:
-        g = nx.DiGraph(program=prog, passes=("lower",), options={})
+        g = nx.DiGraph(program=prog, passes=("lower",), options={}, sync=BARRIERS)
         for t in prog.tensors:
             g.add_node(tid(t.name), kind="tensor", payload=t)
         order, nb = [], 0

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from tilec.errors import ScheduleError
-from tilec.ir.graph import Kernel, stage
+from tilec.ir.graph import FLAGS, Kernel, stage, sync
 from tilec.ir.queries import copy_stages
 from tilec.ir.types import Sum, TupleCall, walk
 
@@ -52,7 +52,7 @@ class Persist(Pass):
     name = "persist"
 
     def apply(self, g: nx.DiGraph) -> nx.DiGraph:
-        flagged = bool(g.graph.get("barriers_replaced"))
+        flagged = sync(g) == FLAGS
         groups: list[tuple[list[str], bool]] = []  # (stage names, barrier before)
         pending_barrier = False
         for n in g.graph["order"]:

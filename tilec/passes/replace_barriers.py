@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from tilec.errors import ScheduleError
-from tilec.ir.graph import Flag, Pull, Wait, flags, rebuild_edges, sid, stages
+from tilec.ir.graph import FLAGS, Flag, Pull, Wait, flags, rebuild_edges, sid, stages
 from tilec.ir.tiling import flag_size, invert
 from tilec.ir.types import ME, Var, reduction_vars
 
@@ -72,7 +72,7 @@ class ReplaceBarriers(Pass):
                 made[fname] = self._flag(fname, p, st.access, prog.world, reduced.get(fname, set()))
                 g.add_node(f"f:{fname}", kind="flag", payload=made[fname])
                 g.add_edge(sid(p.name), f"f:{fname}", kind="release")
-            fn, w = f"f:{fname}", Wait(fname, r.access, r.loc)
+            fn, w = f"f:{fname}", Wait(fname, r.access, p.name, st.access.tensor, r.loc)
             if g.has_edge(fn, sid(c.name)):
                 if all(x.read != w.read for x in g.edges[fn, sid(c.name)]["waits"]):  # Access equality: index+tiles
                     g.edges[fn, sid(c.name)]["waits"] += (w,)
@@ -81,7 +81,7 @@ class ReplaceBarriers(Pass):
         for n in [n for n in g.graph["order"] if g.nodes[n]["kind"] == "barrier"]:
             g.remove_node(n)
         g.graph["order"] = tuple(n for n in g.graph["order"] if n in g)
-        g.graph["barriers_replaced"] = True
+        g.graph["sync"] = FLAGS
         rebuild_edges(g)
         return g
 

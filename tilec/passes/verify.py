@@ -33,7 +33,7 @@ import numpy as np
 
 from tilec.errors import Loc, ScheduleError, VerifyError
 from tilec.ir import regions
-from tilec.ir.graph import Barrier, Flag, Kernel, Pull, Stage, Wait, sid, stages
+from tilec.ir.graph import BARRIERS, FLAGS, Barrier, Flag, Kernel, Pull, Stage, Wait, sid, stages, sync
 from tilec.ir.regions import Undecidable
 from tilec.ir.tiling import DimInverse, flag_size, invert, strides
 from tilec.ir.types import ME, Access, Dot, Load, Op, Store, Sum, Tensor, TupleCall, Var
@@ -61,7 +61,7 @@ class _Ctx:
         self.g = g
         self.prog = g.graph.get("program")
         self.world = self.prog.world
-        self.flagged = bool(g.graph.get("barriers_replaced"))
+        self.flagged = sync(g) == FLAGS
         self.problems: list[str] = []
         self._region: dict[tuple, regions.Region] = {}
         self._scope: dict[str, dict[str, Var]] = {}
@@ -339,6 +339,8 @@ def _pull_form(ctx: _Ctx, s: Stage, e: Pull, sc: dict[str, Var]) -> None:
 
 
 def _barriers(ctx: _Ctx) -> None:
+    if ctx.g.graph.get("sync", BARRIERS) not in (BARRIERS, FLAGS):
+        ctx.err(None, f"the graph's sync is {ctx.g.graph['sync']!r}, neither {BARRIERS!r} nor {FLAGS!r}")
     for _, d in ctx.g.nodes(data=True):
         if ctx.flagged and d["kind"] == "barrier":
             ctx.err(d["payload"].loc, "a global barrier is left after replace-barriers")
@@ -621,8 +623,12 @@ def _waits(ctx: _Ctx) -> None:
             if f is None:
                 ctx.err(w.loc, f"stage '{c.name}' waits on unknown flag {w.flag}")
                 continue
-            if f.tensor != w.read.tensor:
+            if f.tensor != w.read.tensor or w.tensor != f.tensor:
                 ctx.err(w.loc, f"stage '{c.name}' waits on {w.flag}, a flag of '{f.tensor}', before reading {w.read}")
+                continue
+            if w.producer != f.producer:
+                ctx.err(w.loc, f"stage '{c.name}' waits on {w.flag} as released by stage '{w.producer}', but stage"
+                               f" '{f.producer}' releases it")
                 continue
             rd = loads.get(w.read)
             if rd is None:
@@ -640,7 +646,7 @@ def _waits(ctx: _Ctx) -> None:
     for c, rd, producer in ctx.flag_reads:
         a = rd.expr.access
         mine = [w for w in _stage_waits(g, c.name) if w.read == a and w.flag in ctx.flags
-                and ctx.flags[w.flag].producer == producer and ctx.flags[w.flag].tensor == a.tensor]
+                and w.producer == producer == ctx.flags[w.flag].producer and w.tensor == a.tensor]
         if not mine:
             ctx.err(rd.expr.loc, f"read before flag: stage '{c.name}' reads {a} (written by stage '{producer}')"
                                  " without a barrier or a wait on its flag")
