@@ -80,7 +80,7 @@ def _retype(ast, mapping: dict[str, str]):
     from dataclasses import replace
 
     from tilec.errors import TilecError
-    from tilec.ir.types import DTYPES
+    from tilec.ir.dtypes import DTYPES
 
     for k, v in mapping.items():
         if k not in DTYPES or v not in DTYPES:

@@ -8,14 +8,15 @@ Every rank's state is held here, so `X@r[...]` simply reads rank r's copy.
 from __future__ import annotations
 
 import itertools
-import math
 
 import torch
 
 from tilec.frontend.sema import BarrierIR, BoundProgram, StageIR
+from tilec.ir.builtins import TILE_FNS
+from tilec.ir.dtypes import DTYPES, torch_dtype
 from tilec.ir.types import ME, Access, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var
 
-TORCH_DTYPE = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32}
+TORCH_DTYPE = {d: torch_dtype(d) for d in DTYPES}
 _FNS = {
     "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "abs": torch.abs, "relu": torch.relu,
     "sigmoid": torch.sigmoid, "tanh": torch.tanh, "silu": torch.nn.functional.silu, "neg": torch.neg,
@@ -90,7 +91,7 @@ class Reference:
                                 device=self._device())
         if isinstance(e, TupleCall):
             args = [_logical(self._eval(a, env, scope), a) for a in e.args]
-            return _attend(*args) if e.fn == "attend" else _lse_merge(*args)
+            return TILE_FNS[e.fn].reference(*args)
         if isinstance(e, Dot):
             return self._eval(e.lhs, env, scope).float() @ self._eval(e.rhs, env, scope).float()
         if isinstance(e, Sum):
@@ -121,27 +122,6 @@ def _logical(x: torch.Tensor, e) -> torch.Tensor:
     if isinstance(e, Load):
         return x.reshape([n for n, tv in zip(x.shape, e.access.tile, strict=True) if tv is not None])
     return x.reshape([n for n in x.shape if n != 1])
-
-
-def _attend(q, k, v, n):
-    """softmax(q k^T / sqrt(D)) v over the first n rows of k, v; returns (o, lse) (empty: 0, -inf)."""
-    q, k, v = q.float(), k.float(), v.float()
-    q2 = q.reshape(-1, q.shape[-1])
-    s = q2 @ k.T / math.sqrt(k.shape[-1])
-    valid = torch.arange(k.shape[0], device=k.device) < int(n)
-    s = s.masked_fill(~valid[None, :], float("-inf"))
-    lse = torch.logsumexp(s, dim=1)
-    p = torch.where(valid[None, :], torch.exp(s - torch.where(torch.isinf(lse), 0, lse)[:, None]), 0.0)
-    o = p @ torch.where(valid[:, None], v, 0.0)
-    return o.reshape(q.shape), lse.reshape(q.shape[:-1])
-
-
-def _lse_merge(o, lse):
-    """Merge partials over the first dim: O = sum_i exp(lse_i - L) o_i, L = logsumexp_i lse_i."""
-    o, lse = o.float(), lse.float()
-    big = torch.logsumexp(lse, dim=0)
-    w = torch.exp(lse - torch.where(torch.isinf(big), 0, big))
-    return (w[..., None] * o).sum(0), big
 
 
 def _contracts_only(e: Sum) -> bool:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from tilec.errors import TilecError
+from tilec.ir.builtins import TILE_FNS
+from tilec.ir.dtypes import TL_DTYPE
 from tilec.ir.graph import Pull, tensor
 from tilec.ir.types import Const, Dot, Idx, Load, Op, Sum, TupleCall, logical_shape
 
 from .copies import tile_name
-from .model import TL_DTYPE, UNARY
+from .model import UNARY
 from .text import row_major_strides
 
 _OP_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
@@ -59,7 +61,8 @@ class Compute:
         raise TilecError(f"codegen: unsupported expression {type(e).__name__}")
 
     def tuple_call(self, e: TupleCall, out: list[str], indent: str) -> str:
-        """attend / lse_merge: library device functions on canonical 2-d/3-d shapes; evaluated once per task."""
+        """A tile-library function (tilec.ir.builtins): its device call on canonical shapes, once per task; an attend
+        over a long key tile read from memory is streamed instead."""
         if id(e) in self.memo:
             return self.memo[id(e)]
         if e.fn == "attend" and self._streamable(e):
@@ -67,20 +70,7 @@ class Compute:
             return self.memo[id(e)]
         args = [self.expr(a, out, indent) for a in e.args]
         o, lse = self.tmp("o"), self.tmp("lse")
-        if e.fn == "attend":
-            q, k, v = (logical_shape(a) for a in e.args[:3])
-            mq = q[0] if len(q) == 2 else 1
-            scale = 1.0 / (self._extent_of_last(e.args[1]) ** 0.5)
-            out.append(f"{indent}{o}, {lse} = td.attend(tl.reshape({args[0]}, ({mq}, {q[-1]})),"
-                       f" tl.reshape({args[1]}, {k}), tl.reshape({args[2]}, {v}), {args[3]}, {scale!r}, UPCAST_DOT)")
-        else:
-            ov, lv = (logical_shape(a) for a in e.args)
-            m = 1
-            for x in lv[1:]:
-                m *= x
-            n_valid = self._extent_of_first(e.args[1])
-            out.append(f"{indent}{o}, {lse} = td.lse_merge(tl.reshape({args[0]}, ({ov[0]}, {m}, {ov[-1]})),"
-                       f" tl.reshape({args[1]}, ({lv[0]}, {m})), {n_valid})")
+        out.append(f"{indent}{TILE_FNS[e.fn].emit(self, e, args, (o, lse))}")
         self.memo[id(e)] = (o, lse)
         return self.memo[id(e)]
 
@@ -106,7 +96,7 @@ class Compute:
         mq = qs[0] if len(qs) == 2 else 1
         k, v = e.args[1], e.args[2]
         pos = self.scope[[t for t in k.access.tile if t][0]]
-        scale = 1.0 / (self._extent_of_last(k) ** 0.5)
+        scale = 1.0 / (self.extent_of_last(k) ** 0.5)
         qp, mx, den, acc = self.tmp("q_pad"), self.tmp("row_max"), self.tmp("den"), self.tmp("acc")
         out.append(f"{indent}{qp}, {mx}, {den}, {acc} = td.attend_init(tl.reshape({q}, ({mq}, {qs[-1]})))")
         c = self.tmp("kb")
@@ -135,12 +125,12 @@ class Compute:
         out.append(f"{indent}{o}, {lse} = td.attend_finish({mx}, {den}, {acc}, {mq})")
         return o, lse
 
-    def _extent_of_last(self, x) -> int:
+    def extent_of_last(self, x) -> int:
         """The true (unpadded) extent of a load's last tile dim (e.g. the head dim D)."""
         tv = [t for t in x.access.tile if t][-1]
         return self.scope[tv].extent
 
-    def _extent_of_first(self, x) -> int:
+    def extent_of_first(self, x) -> int:
         tv = [t for t in x.access.tile if t][0]
         return self.scope[tv].extent
 

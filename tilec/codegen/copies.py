@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from tilec.ir.dtypes import ESIZE
 from tilec.ir.graph import Pull, tensor
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Access, Load, Var
 
-from .text import _ESIZE, bcast, row_major_strides
+from .text import bcast, row_major_strides
 
 
 def tile_name(tensor_name: str, shape: tuple[int, ...]) -> str:
@@ -68,7 +69,7 @@ class Copies:
 
     def peer_offset(self, rank_expr: str, dtype: str, deps: set[str], out: list[str], indent: str) -> str:
         """Element offset to a peer's copy, computed once per task when the peer does not change inside loops."""
-        line = f"td.peer_offset(heap_bases, rank, {rank_expr}, {_ESIZE[dtype]})"
+        line = f"td.peer_offset(heap_bases, rank, {rank_expr}, {ESIZE[dtype]})"
         if not deps & self.loop_vars and line in self.peers:
             return self.peers[line]
         name = self.tmp(f"peer_{rank_expr}" if rank_expr.isidentifier() else "peer")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-TL_DTYPE = {"f16": "tl.float16", "bf16": "tl.bfloat16", "f32": "tl.float32", "i32": "tl.int32"}
 UNARY = {
     "exp": "tl.exp({})", "log": "tl.log({})", "sqrt": "tl.sqrt({})", "abs": "tl.abs({})",
     "relu": "tl.maximum({}, 0.0)", "sigmoid": "tl.sigmoid({})", "silu": "({0} * tl.sigmoid({0}))",

@@ -14,8 +14,8 @@ import tempfile
 from dataclasses import dataclass, field
 
 from tilec.errors import TilecError
+from tilec.ir.dtypes import PTR_SIG
 
-_PTR = {"f16": "*fp16", "bf16": "*bf16", "f32": "*fp32", "i32": "*i32"}
 _SCALARS = {"rank": "i32", "epoch": "i32", "timeout_ns": "i64"}
 
 
@@ -77,7 +77,7 @@ def compile_for_target(prog, target: str = "cuda:90", nprog: int = 132) -> list[
         for i, name in enumerate(k.arg_names):
             buf = buffers[i] if i < len(buffers) else name  # the buffers come first, by position
             if buf in mod.TENSORS:
-                sig[name] = _PTR[mod.TENSORS[buf][1]]
+                sig[name] = PTR_SIG[mod.TENSORS[buf][1]]
             elif buf in mod.FLAGS or buf == "ERR":
                 sig[name] = "*i32"
             elif buf in ("heap_bases", "TIMELINE"):

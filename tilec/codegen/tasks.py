@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 
+from tilec.ir.dtypes import TL_DTYPE
 from tilec.ir.graph import flags, tensor
 from tilec.ir.types import Const, Idx, Op
 
-from .model import TL_DTYPE
 from .text import tidy
 
 COMMENT_WIDTH = 116  # a stage's comment is cut to this many columns (the statement may be longer)

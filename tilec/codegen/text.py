@@ -13,8 +13,6 @@ import builtins
 import keyword
 import re
 
-_ESIZE = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
-
 
 def _int(n: ast.AST) -> int | None:
     if isinstance(n, ast.Constant) and type(n.value) is int:

@@ -11,6 +11,7 @@ from fractions import Fraction
 
 from tilec.errors import CompileError, Diagnostic, Loc
 from tilec.frontend import ast
+from tilec.ir.builtins import TILE_FNS
 from tilec.ir.types import (
     ME,
     Access,
@@ -34,7 +35,7 @@ from tilec.ir.types import (
 UNARY_FNS = {"exp", "log", "sqrt", "relu", "silu", "sigmoid", "tanh", "abs"}
 BINARY_FNS = {"max", "min"}
 CASTS = {"f16", "bf16", "f32"}
-TUPLE_FNS = {"attend": 2, "lse_merge": 2}  # tile-library functions with several results
+TUPLE_FNS = {name: f.results for name, f in TILE_FNS.items()}  # tile-library functions with several results
 
 
 @dataclass(frozen=True)
@@ -373,25 +374,12 @@ class _Checker:
         raise _Err(e.loc, "unsupported expression")
 
     def tuple_call(self, e: ast.Call, vars_: dict[str, Var]) -> TupleCall:
+        fn = TILE_FNS[e.fn]
         args = tuple(self.expr(x, vars_) for x in e.args)
-        shapes = [logical_shape(a) for a in args]
-        if e.fn == "attend":
-            # one split of online-softmax attention: q [Mq, D] (or [D]), k/v [S, D], n = valid positions of k/v
-            if len(args) != 4:
-                raise _Err(e.loc, "attend(q, k, v, n) takes 4 arguments")
-            q, k, v, _n = shapes
-            n = squeeze(args[3].shape)
-            if len(k) != 2 or k != v or len(q) not in (1, 2) or q[-1] != k[1] or n != () or args[3].dtype != "i32":
-                raise _Err(e.loc, f"attend(q, k, v, n) needs q [Mq, D] or [D], k and v [S, D] and an integer n; got"
-                                  f" {', '.join(_shp(x) for x in shapes)}")
-            return TupleCall("attend", args, (("f32", q), ("f32", q[:-1])), e.loc)
-        # lse_merge(o, lse): o [N, ..., D] and lse [N, ...] -> (o [..., D], lse [...]) merged over the first dim
-        if len(args) != 2:
-            raise _Err(e.loc, "lse_merge(o, lse) takes 2 arguments")
-        o, lse = shapes
-        if len(o) < 2 or o[:-1] != lse:
-            raise _Err(e.loc, f"lse_merge(o, lse) needs o [N, ..., D] and lse [N, ...]; got {_shp(o)}, {_shp(lse)}")
-        return TupleCall("lse_merge", args, (("f32", o[1:]), ("f32", lse[1:])), e.loc)
+        outs = fn.check([logical_shape(a) for a in args], args)
+        if isinstance(outs, str):
+            raise _Err(e.loc, outs)
+        return TupleCall(fn.name, args, outs, e.loc)
 
     # -- ordering: what may be read where --------------------------------------------------------
     def phases(self, items: list[StageIR | BarrierIR]) -> None:

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 
 from tilec.errors import Loc
 
-DTYPES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "i32": "int32"}
 ME = "rank"  # the builtin rank variable: the rank executing a task
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from tilec.errors import ScheduleError
+from tilec.ir.builtins import TILE_FNS
 from tilec.ir.graph import FLAGS, Kernel, stage, sync
 from tilec.ir.queries import copy_stages
 from tilec.ir.types import Sum, TupleCall, walk
@@ -33,7 +34,7 @@ def _moves_data(g: nx.DiGraph, name: str, copies: set[str]) -> bool:
     """The communication side of workgroup specialization: tile copies, sums over ranks (a reduce-scatter's
     reduction) and log-sum-exp merges; every other stage computes."""
     return name in copies or any(
-        (isinstance(x, Sum) and x.var.is_rank) or (isinstance(x, TupleCall) and x.fn == "lse_merge")
+        (isinstance(x, Sum) and x.var.is_rank) or (isinstance(x, TupleCall) and TILE_FNS[x.fn].moves_data)
         for s in stage(g, name).body for x in walk(s.value))
 
 

@@ -450,7 +450,7 @@ def prepare(path: str, shapes: list[tuple[int, ...]], world: int, dtype: str, in
     from tilec.api import _retype
     from tilec.frontend.parser import parse_file
     from tilec.frontend.sema import check
-    from tilec.ir.types import DTYPES
+    from tilec.ir.dtypes import DTYPES
 
     ast = parse_file(path)
     if dtype != "f16":

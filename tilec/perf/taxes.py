@@ -28,14 +28,13 @@ import numpy as np
 
 from tilec.codegen.emit import flag_scopes
 from tilec.errors import ArgumentError, CompileError, ScheduleError, TilecError, VerifyError
+from tilec.ir.dtypes import ESIZE
 from tilec.ir.graph import Pull, sid, stages, tensor, waits
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Dot, Load, Sum, Var
 from tilec.ir.wait_plan import WaitPlan, plan_wait
 from tilec.passes.schedules import SCHEDULES
 from tilec.perf.model import Machine, Prediction, predict
-
-ESIZE = {"f16": 2, "bf16": 2, "f32": 4, "i32": 4}
 
 
 @dataclass(frozen=True)
