@@ -5,11 +5,16 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from tilec.errors import CompileError, Diagnostic, Loc
 from tilec.frontend import ast
+from tilec.frontend.limits import MAX_DEPTH, MAX_LITERAL
+
+# Expression rules of the grammar: the parse tree nests one of these per operator, call or reduction (parentheses
+# add none). Everything after the parser recurses over expressions, so their depth is bounded before it does.
+_EXPR_RULES = frozenset({"add", "sub", "mul", "div", "mod", "matmul", "neg", "call", "reduce", "ref"})
 
 _MESSAGES = {
     "loop": "a tile loop is `VAR in EXTENT by TILE` (or `VAR in ranks`)",
@@ -92,12 +97,12 @@ class _ToAst(Transformer):
 
     @v_args(meta=True)
     def dimdef(self, meta, children):
-        default = int(children[1]) if len(children) > 1 else None
+        default = self._int(children[1]) if len(children) > 1 else None
         return ast.DimDef(str(children[0]), default, self._loc(meta))
 
     @v_args(meta=True)
     def tiledef(self, meta, children):
-        return ast.TileDef(str(children[0]), int(children[1]), self._loc(meta))
+        return ast.TileDef(str(children[0]), self._int(children[1]), self._loc(meta))
 
     @v_args(meta=True)
     def tensor_decl(self, meta, children):
@@ -159,17 +164,57 @@ class _ToAst(Transformer):
     def call(self, meta, children):
         return ast.Call(str(children[0]), tuple(children[1:]), self._loc(meta))
 
+    def _int(self, t: Token) -> int:
+        digits = str(t).lstrip("0")
+        if len(digits) > len(str(MAX_LITERAL)) or int(digits or "0") > MAX_LITERAL:  # int() of 5000 digits raises
+            raise _Located(self._loc(t), f"integer {_abbrev(t)} is too large (tilec's limit is 2**40 = {MAX_LITERAL})")
+        return int(digits or "0")
+
     def int(self, children):
         t = children[0]
-        return ast.Int(int(t), self._loc(t))
+        return ast.Int(self._int(t), self._loc(t))
 
     def float(self, children):
         t = children[0]
-        return ast.Float(float(t), self._loc(t))
+        v = float(t)
+        if v == float("inf"):
+            raise _Located(self._loc(t), f"number {_abbrev(t)} is too large for a float")
+        return ast.Float(v, self._loc(t))
 
     def name(self, children):
         t = children[0]
         return ast.Name(str(t), self._loc(t))
+
+
+class _Located(Exception):
+    """A problem the transformer finds at a node (raised through lark's VisitError)."""
+
+    def __init__(self, loc: Loc, msg: str):
+        super().__init__(msg)
+        self.loc, self.msg = loc, msg
+
+
+def _abbrev(tok: str) -> str:
+    tok = str(tok)
+    return tok if len(tok) <= 24 else f"{tok[:10]}...{tok[-6:]} ({len(tok)} digits)"
+
+
+def _too_deep(tree: Tree) -> tuple[Tree, int] | None:
+    """The first expression node nested deeper than MAX_DEPTH and the depth of the expression that holds it, found
+    without recursion: a RecursionError must not be the way a deep expression is reported."""
+    stack: list[tuple[Tree, int, int]] = [(tree, 0, 0)]  # node, depth, id of its outermost expression node
+    first: tuple[Tree, int] | None = None
+    deepest: dict[int, int] = {}
+    while stack:
+        node, depth, root = stack.pop()
+        if node.data in _EXPR_RULES:
+            depth += 1
+            root = root or id(node)
+            deepest[root] = max(deepest.get(root, 0), depth)
+            if depth > MAX_DEPTH and first is None:
+                first = (node, root)
+        stack.extend((c, depth, root) for c in reversed(node.children) if isinstance(c, Tree))
+    return (first[0], deepest[first[1]]) if first else None
 
 
 def _by_expectation(e: UnexpectedInput, source: str) -> str | None:
@@ -219,16 +264,40 @@ def parse(source: str, file: str = "<string>") -> ast.Program:
         if friendly:
             msg += f": {friendly}"
         raise CompileError([Diagnostic(Loc(file, line, col), msg)], source) from None
+    deep = _too_deep(tree)
+    if deep is not None:
+        node, depth = deep
+        loc = Loc(file, node.meta.line, node.meta.column, node.meta.end_line, node.meta.end_column)
+        msg = (f"expression nested too deeply: {depth} levels of operators, calls and sums (tilec's limit is"
+               f" {MAX_DEPTH}; a chain like `a + b + c` nests one level per operator, parentheses none): split it"
+               " over intermediate tensors")
+        raise CompileError([Diagnostic(loc, msg)], source)
     try:
         return _ToAst(file, source).transform(tree)
-    except VisitError as e:  # pragma: no cover - transformer bugs surface as compile errors, not tracebacks
-        raise CompileError([Diagnostic(Loc(file, 1, 1), f"internal parse error: {e.orig_exc}")], source) from None
+    except VisitError as e:
+        if isinstance(e.orig_exc, _Located):
+            raise CompileError([Diagnostic(e.orig_exc.loc, e.orig_exc.msg)], source) from None
+        raise  # a transformer bug: a traceback, so that it gets fixed
+
+
+def decode(data: bytes, file: str) -> str:
+    """UTF-8 program text; a byte that is not UTF-8 is an error at its line and column."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        before = data[:e.start]
+        line = before.count(b"\n") + 1
+        col = len(before[before.rfind(b"\n") + 1:].decode("utf-8")) + 1
+        shown = data[e.start:e.end].hex(" ")
+        loc = Loc(file, line, col, line, col + 1)
+        raise CompileError([Diagnostic(loc, f"invalid UTF-8 byte(s) {shown}: a .tile program is UTF-8 text")],
+                           data.decode("utf-8", "replace")) from None
 
 
 def parse_file(path: str | Path) -> ast.Program:
     p = Path(path)
     try:
-        text = p.read_text()
+        data = p.read_bytes()
     except OSError as e:
         raise CompileError([Diagnostic(Loc(str(path), 0, 0), f"cannot read program: {e.strerror}")]) from None
-    return parse(text, str(path))
+    return parse(decode(data, str(path)), str(path))
