@@ -113,7 +113,7 @@ def _deep(rng: random.Random, e: str, n: int) -> str:
         return rng.choice(("exp(", "relu(", "max(0.0, ", "f32(")) * n + e + ")" * n
     if kind == 4:
         return "(" + e + ")" + " * 1.0" * n
-    return "(" * n + e + ")*" * n + "1.0"  # a right-deep chain of products
+    return "1.0 * (" * n + e + ")" * n  # a right-deep chain of products
 
 
 def nesting_mutation(rng: random.Random, data: bytes) -> bytes:
@@ -144,8 +144,9 @@ def mutants(seed: int, count: int) -> Iterator[tuple[str, bytes, int]]:
     for i in range(count):
         stem, data = rng.choice(sources)
         mutate = MUTATORS[i % len(MUTATORS)]
-        for _ in range(rng.choice((1, 1, 1, 2))):
-            data = rng.choice(MUTATORS)(rng, data) if mutate is not nesting_mutation else mutate(rng, data)
+        data = mutate(rng, data)
+        if rng.random() < 0.25:  # and a second, smaller mutation (nesting twice could multiply into megabytes)
+            data = rng.choice((byte_mutation, token_mutation))(rng, data)
         yield f"{i}-{stem}-{mutate.__name__}", data, rng.choice(WORLDS)
 
 

@@ -10,4 +10,5 @@ MAX_SIZE = 2**40  # a dim, a tensor dimension, a tensor's elements
 MAX_TILE = 2**20  # elements of one tile (Triton's largest block, TRITON_MAX_TENSOR_NUMEL)
 MAX_TASKS = 2**24  # tasks of one stage, trips of one reduction
 MAX_LOOPS = 32  # loops of one stage, `:` slices included (NumPy arrays have at most 64 dims)
+MAX_SOURCE = 2**16  # characters of one program (real ones have a few thousand; lark parses ~20K a second)
 MAX_DEPTH = 64  # nesting of operators, calls and sums in one expression (Python and Triton recurse over it)

@@ -10,7 +10,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from tilec.errors import CompileError, Diagnostic, Loc
 from tilec.frontend import ast
-from tilec.frontend.limits import MAX_DEPTH, MAX_LITERAL
+from tilec.frontend.limits import MAX_DEPTH, MAX_LITERAL, MAX_SOURCE
 
 # Expression rules of the grammar: the parse tree nests one of these per operator, call or reduction (parentheses
 # add none). Everything after the parser recurses over expressions, so their depth is bounded before it does.
@@ -242,6 +242,11 @@ def _describe(tok: Token | None) -> str:
 
 def parse(source: str, file: str = "<string>") -> ast.Program:
     """Parse .tile source text; raises CompileError with one located, caret-marked diagnostic."""
+    if len(source) > MAX_SOURCE:  # parse time and memory grow with the text: refuse before lexing it
+        line = source.count("\n", 0, MAX_SOURCE) + 1
+        col = MAX_SOURCE - (source.rfind("\n", 0, MAX_SOURCE) + 1) + 1
+        raise CompileError([Diagnostic(Loc(file, line, col), f"program text is {len(source)} characters long: too"
+                                       f" long (tilec's limit is {MAX_SOURCE}, reached here)")], source)
     try:
         tree = _parser().parse(source)
     except UnexpectedInput as e:
