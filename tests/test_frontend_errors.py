@@ -430,3 +430,10 @@ def test_caret_line_matches_the_parser_lines(tmp_path, example_source, sep):
     src = example_source.replace("# examples", f"#{sep} examples", 1).replace("A@r[m, k]", "A@r[m, k] $")
     err, text = located(src, tmp_path)
     assert "unexpected character '$'" in text and "A@r[m, k] $" in text.split("\n")[1]
+
+
+def test_syntax_error_where_lark_match_examples_fails(tmp_path):
+    """lark's match_examples raises TypeError (a %d of a ParserState in a debug message) on some states."""
+    src = (ROOT / "examples" / "flash_decode.tile").read_text().replace("over b in B by 1, h", "over b in B 1, h", 1)
+    err, text = located(src, tmp_path)
+    assert text.startswith("p.tile:23:27: error: unexpected '1'")

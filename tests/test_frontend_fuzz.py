@@ -32,8 +32,10 @@ WORLDS = (1, 2, 3, 4)
 
 # A token of the .tile language (or one stray character): the unit of token-level mutations.
 TOKEN = re.compile(r"[A-Za-z_]\w*(?:@[A-Za-z_]\w*)?|\d+\.\d*(?:[eE][-+]?\d+)?|\d+|#[^\n]*|\s+|.", re.S)
-NUMBERS = ["0", "1", "2", "3", "7", "24", "48", "63", "65", "-1", "-64", "1024", "65536", str(2**20), str(2**24),
-           str(2**31 - 1), str(2**31), "2147483648", str(2**32), str(2**40), str(2**40 + 1), str(2**63), str(2**64),
+# Sizes are small or past the limits: legal sizes of millions of tiles compile, but slowly (the verifier walks
+# every tile of a loop in Python), which is no front-end bug and would only slow the run.
+NUMBERS = ["0", "1", "2", "3", "7", "24", "48", "63", "65", "-1", "-64", "1024", "65536", str(2**31 - 1), str(2**31),
+           str(2**32), str(2**40), str(2**40 + 1), str(2**63), str(2**64),
            "1" + "0" * 30, "9" * 5000, "1.5", "0.0", "1e999", "1e-999", "00", "0064"]
 WORDS = ["program", "world", "dims", "tiles", "in", "out", "buf", "stage", "over", "by", "ranks", "barrier", "sum",
          "symmetric", "rank", "f16", "bf16", "f32", "i32", "f64", "exp", "attend", "lse_merge", "max", "relu", "_",

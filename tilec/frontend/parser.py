@@ -234,6 +234,13 @@ def _by_expectation(e: UnexpectedInput, source: str) -> str | None:
     return None
 
 
+def _match_examples(e: UnexpectedInput) -> str | None:
+    try:
+        return e.match_examples(_parser().parse, _EXAMPLES, use_accepts=True)
+    except TypeError:  # lark formats a debug message with %d of a ParserState when two examples share a state
+        return None
+
+
 def _describe(tok: Token | None) -> str:
     if tok is None or tok.type == "$END":
         return "end of file"
@@ -250,7 +257,7 @@ def parse(source: str, file: str = "<string>") -> ast.Program:
     try:
         tree = _parser().parse(source)
     except UnexpectedInput as e:
-        friendly = e.match_examples(_parser().parse, _EXAMPLES, use_accepts=True) or _by_expectation(e, source)
+        friendly = _match_examples(e) or _by_expectation(e, source)
         line, col = max(e.line, 1), max(e.column, 1)
         if isinstance(e, UnexpectedCharacters):
             msg = f"unexpected character {source[e.pos_in_stream]!r}"
