@@ -221,7 +221,7 @@ def _by_expectation(e: UnexpectedInput, source: str) -> str | None:
     """The same friendly messages for mistakes inside real programs, which lark's match_examples misses (it
     compares whole parser states, stack depth included): judged from what the parser expected and the line."""
     expected = set(getattr(e, "expected", ()) or ())
-    lines = source.splitlines()
+    lines = source.split("\n")  # lines as lark counts them
     at = lines[e.line - 1].strip() if 0 < e.line <= len(lines) else ""
     if getattr(e, "token", None) is not None and e.token.type == "$END":
         at = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
@@ -266,7 +266,7 @@ def parse(source: str, file: str = "<string>") -> ast.Program:
         elif isinstance(e, UnexpectedToken):
             msg = f"unexpected {_describe(e.token)}"
             if e.token.type == "$END":
-                lines = source.rstrip().splitlines() or [""]
+                lines = source.rstrip().split("\n")
                 line, col = len(lines), len(lines[-1]) + 1
             expected = sorted(x for x in e.expected if not x.startswith("_") and x.isupper())[:6]
             if expected and not friendly:
