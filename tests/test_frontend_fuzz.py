@@ -160,12 +160,12 @@ def assert_located(e: TilecError, path: str, data: bytes) -> None:
     if not isinstance(e, CompileError):
         assert isinstance(e, ScheduleError | VerifyError), f"{type(e).__name__}: {e}"
         return
-    lines = data.decode("utf-8", "replace").splitlines() or [""]
+    lines = data.decode("utf-8", "replace").split("\n")  # as the parser counts lines
     assert e.diagnostics
     text = e.render()
     for d in e.diagnostics:
         assert d.loc.file == path, d
-        assert 1 <= d.loc.line <= max(len(lines), 1) + 1 and d.loc.col >= 1, f"{d.loc}: {d.message}"
+        assert 1 <= d.loc.line <= len(lines) and d.loc.col >= 1, f"{d.loc}: {d.message}"
         assert f"{path}:{d.loc.line}:{d.loc.col}: error: " in text
         assert "\n" not in d.message, d.message
     assert str(e).count("\n") == len(e.diagnostics) - 1  # one line per diagnostic
