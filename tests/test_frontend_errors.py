@@ -11,13 +11,17 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import tilec
 from tests._util import PROGRAMS, ROOT
 from tilec.cli import main as cli_main
-from tilec.errors import CompileError, Diagnostic, Loc
+from tilec.errors import ArgumentError, CompileError, Diagnostic, Loc, ScheduleError
+from tilec.frontend import limits
+from tilec.frontend.limits import MAX_WORLD
 from tilec.frontend.parser import parse
+from tilec.passes.schedules import SCHEDULES
 
 ERRORS = PROGRAMS / "errors"
 
@@ -131,9 +135,35 @@ def test_dims_overrides_are_checked(example_source):
     assert any("-D Q: the program has no dim or tile size named 'Q'" in m for m in msgs)
 
 
-def test_world_must_be_positive(example_source):
-    with pytest.raises(CompileError, match="world size must be >= 1, got 0"):
-        tilec.compile("examples/ag_gemm.tile", world=0, source=example_source)
+@pytest.mark.parametrize("world", [0, -3, MAX_WORLD + 1, 10**6])
+def test_world_is_bounded(example_source, world):
+    with pytest.raises(ArgumentError, match=rf"^world={world}: must be >= 1 and <= {MAX_WORLD}"):
+        tilec.compile("examples/ag_gemm.tile", world=world, source=example_source)
+
+
+@pytest.mark.parametrize("world", [True, 2.0, "2", None])
+def test_world_must_be_an_integer(example_source, world):
+    with pytest.raises(ArgumentError, match=r"^world=.*: must be an integer"):
+        tilec.compile("examples/ag_gemm.tile", world=world, source=example_source)
+
+
+@pytest.mark.parametrize("value", ["256", True, 2.5, 256.0, None, [256]])
+def test_dim_values_must_be_integers(example_source, value):
+    with pytest.raises(ArgumentError, match=r"^dims\['M'\] = .*: must be an integer"):
+        tilec.compile("examples/ag_gemm.tile", world=2, dims={"N": 64, "M": value}, source=example_source)
+
+
+def test_dims_must_be_a_mapping_of_names(example_source):
+    with pytest.raises(ArgumentError, match=r"^dims=\[\('M', 64\)\]: must be a dict"):
+        tilec.compile("examples/ag_gemm.tile", world=2, dims=[("M", 64)], source=example_source)
+    with pytest.raises(ArgumentError, match=r"^dims: key 3 is not a dim"):
+        tilec.compile("examples/ag_gemm.tile", world=2, dims={3: 64}, source=example_source)
+
+
+def test_numpy_integers_are_integers(example_source):
+    prog = tilec.compile("examples/ag_gemm.tile", world=np.int64(2), schedule="bsp", dims={"M": np.int32(128)},
+                         source=example_source)
+    assert dict(prog.program.dims)["M"] == 128 and type(dict(prog.program.dims)["M"]) is int
 
 
 def test_missing_file():
@@ -203,5 +233,207 @@ def test_cli_missing_file_and_bad_define(capsys):
     assert "cannot read program" in capsys.readouterr().err
     assert cli_main(["check", str(ROOT / "examples" / "ag_gemm.tile"), "-D", "M=abc"]) == 2
     assert "-D M=abc: 'abc' is not an integer" in capsys.readouterr().err
-    assert cli_main(["check", str(ROOT / "examples" / "ag_gemm.tile"), "--world", "0"]) == 2
-    assert "--world 0: must be >= 1" in capsys.readouterr().err
+    for w in ("0", "-1", str(MAX_WORLD + 1)):
+        assert cli_main(["check", str(ROOT / "examples" / "ag_gemm.tile"), "--world", w]) == 2
+        assert capsys.readouterr().err == f"--world {w}: must be >= 1 and <= {MAX_WORLD} (tilec's limit)\n"
+
+
+def test_cli_world_size_from_the_environment_is_checked(capsys, monkeypatch):
+    for env in ("abc", "0", str(MAX_WORLD + 1), ""):
+        monkeypatch.setenv("WORLD_SIZE", env)
+        assert cli_main(["check", str(ROOT / "examples" / "ag_gemm.tile")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"WORLD_SIZE={env!r}: must be an integer >= 1") and "Traceback" not in err
+
+
+# -- inputs that used to raise Python exceptions: each a located error -----------------------------------------------
+
+
+def located(data: bytes | str, tmp_path, world: int = 2, name: str = "p.tile", **kw) -> tuple[CompileError, str]:
+    """Compile a file holding `data`; return its CompileError (exactly one diagnostic) and the rendered text."""
+    path = tmp_path / name
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    with pytest.raises(CompileError) as info:
+        tilec.compile(path, world=world, schedule="bsp", **kw)
+    err = info.value
+    assert len(err.diagnostics) == 1, err.render()
+    (d,) = err.diagnostics
+    assert d.loc.file == str(path) and d.loc.line >= 1 and d.loc.col >= 1
+    return err, err.render().replace(str(path), name)
+
+
+@pytest.mark.parametrize("bad", [b"\xff", b"\x80", b"\xc3(", b"\xe2\x82", b"\xed\xa0\x80", b"\xf4\x90\x80\x80",
+                                 b"\xc0\xaf"])
+@pytest.mark.parametrize("where", ["comment", "name", "line-start"])
+def test_invalid_utf8_is_located_at_its_first_byte(tmp_path, example_source, bad, where):
+    lines = example_source.split("\n")
+    row, col = {"comment": (1, 3), "name": (13, 9), "line-start": (16, 1)}[where]  # 1-based
+    text = lines[row - 1]
+    # non-ASCII but valid text before the bad byte: the column counts characters, not bytes
+    prefix = text[:col - 1].replace("#", "\u00e9") if where == "comment" else text[:col - 1]
+    lines[row - 1] = prefix + "\0" + text[col - 1:]
+    data = "\n".join(lines).encode().replace(b"\0", bad)
+    err, text = located(data, tmp_path)
+    head, shown, caret = text.split("\n")
+    assert head.startswith(f"p.tile:{row}:{col}: error: invalid UTF-8 byte(s) {bad[:1].hex()}")
+    assert "a .tile program is UTF-8 text" in head
+    assert caret == "  " + " " * (col - 1) + "^"
+    rc = cli_main(["check", str(tmp_path / "p.tile"), "--world", "2"])
+    assert rc == 2
+
+
+def test_cli_invalid_utf8_one_line_no_traceback(tmp_path, capsys):
+    path = tmp_path / "p.tile"
+    path.write_bytes(b"program p(world W)\n  dims M = 64\xff\n")
+    assert cli_main(["check", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "Traceback" not in err
+    assert err.splitlines()[0] == f"{path}:2:14: error: invalid UTF-8 byte(s) ff: a .tile program is UTF-8 text"
+
+
+DEEP = {  # a tile expression nested n levels deep around `e`, in every way the grammar nests
+    "sum-chain": lambda e, n: " + ".join([f"({e})"] * (n + 1)),
+    "product-chain": lambda e, n: "(" + e + ")" + " * 1.0" * n,
+    "right-products": lambda e, n: "1.0 * (" * n + e + ")" * n,
+    "negations": lambda e, n: "-" * n + "(" + e + ")",
+    "calls": lambda e, n: "exp(" * n + e + ")" * n,
+    "binary-calls": lambda e, n: "max(0.0, " * n + e + ")" * n,
+}
+ELEMENTWISE = "tests/programs/elementwise.tile"
+
+
+def _elementwise(n: int, kind: str) -> tuple[str, str]:
+    src = (ROOT / ELEMENTWISE).read_text()
+    m = re.search(r"^(\s+\w+\[[^\]]*\] = )(.+)$", src, re.M)
+    return src, src[:m.start(2)] + DEEP[kind](m.group(2), n) + src[m.end(2):]
+
+
+def _levels_for(kind: str, depth: int) -> int:
+    """n such that _elementwise(n, kind) is `depth` deep (the nested statement is the deepest from n = 20 on)."""
+    return depth - (_depth_of(_elementwise(20, kind)[1]) - 20)
+
+
+def _depth_of(src: str) -> int:
+    from tilec.frontend.parser import _EXPR_RULES, _parser
+
+    def depth(t):
+        kids = [depth(c) for c in t.children if hasattr(c, "data")]
+        return (t.data in _EXPR_RULES) + max(kids, default=0)
+
+    return depth(_parser().parse(src))
+
+
+@pytest.mark.parametrize("kind", sorted(DEEP))
+def test_expressions_up_to_the_depth_limit_compile_under_every_schedule(kind):
+    n = _levels_for(kind, limits.MAX_DEPTH)
+    _, src = _elementwise(n, kind)
+    assert _depth_of(src) == limits.MAX_DEPTH
+    for s in SCHEDULES:
+        try:
+            prog = tilec.compile(ELEMENTWISE, world=2, schedule=s, source=src)
+        except ScheduleError:
+            continue
+        compile(prog.source, s, "exec")  # the generated module is valid Python (its parser has limits of its own)
+
+
+@pytest.mark.parametrize("kind", sorted(DEEP))
+@pytest.mark.parametrize("extra", [1, 300, 1000])
+def test_deeper_expressions_are_located_errors(tmp_path, kind, extra):
+    n = _levels_for(kind, limits.MAX_DEPTH + extra)
+    _, src = _elementwise(n, kind)
+    err, text = located(src, tmp_path)
+    msg = err.diagnostics[0].message
+    assert f"expression nested too deeply: {limits.MAX_DEPTH + extra} levels" in msg
+    assert f"tilec's limit is {limits.MAX_DEPTH}" in msg
+
+
+def test_a_300_term_sum_says_what_is_wrong(tmp_path):
+    src = (ROOT / ELEMENTWISE).read_text()
+    m = re.search(r"^(\s+\w+\[[^\]]*\] = )(.+)$", src, re.M)
+    ref = re.search(r"\w+\[[^\]]*\]", m.group(2)).group(0)
+    src = src[:m.start(2)] + " + ".join([ref] * 300) + src[m.end(2):]
+    err, text = located(src, tmp_path)
+    d = err.diagnostics[0]
+    assert "expression nested too deeply: 300 levels" in d.message and "a chain like `a + b + c`" in d.message
+    assert (d.loc.line, d.loc.col) == (src[:m.start(2)].count("\n") + 1, len(m.group(1)) + 1)
+
+
+def test_deep_index_and_shape_expressions(tmp_path, example_source):
+    deep = " + ".join(["0"] * 100)
+    err, _ = located(example_source.replace("Ag[r*M/W + m, k]", f"Ag[r*M/W + m + {deep}, k]"), tmp_path)
+    assert "nested too deeply" in err.diagnostics[0].message
+    err, _ = located(example_source.replace("f16[M/W, K]", f"f16[M/W + {deep}, K]"), tmp_path)
+    assert "nested too deeply" in err.diagnostics[0].message and err.diagnostics[0].loc.line == 8
+
+
+@pytest.mark.parametrize("literal", ["1" + "0" * 30, "9" * 5000, str(2**40 + 1), "0" * 50 + str(2**41)])
+@pytest.mark.parametrize("where", ["dim", "tile", "expr"])
+def test_huge_integer_literals(tmp_path, example_source, literal, where):
+    old = {"dim": "M = 256", "tile": "BN = 64", "expr": "r*M/W + m"}[where]
+    new = {"dim": f"M = {literal}", "tile": f"BN = {literal}", "expr": f"r*M/W + m + {literal}"}[where]
+    err, text = located(example_source.replace(old, new, 1), tmp_path)
+    d = err.diagnostics[0]
+    assert "is too large (tilec's limit is 2**40" in d.message
+    assert text.split("\n")[2].strip() == "^" * len(literal)
+
+
+def test_float_literal_overflow(tmp_path, example_source):
+    src = example_source.replace("Ag[m, k] @ B[k, n]", "Ag[m, k] @ B[k, n] * 1e999")
+    err, _ = located(src, tmp_path)
+    assert "number 1e999 is too large for a float" in err.diagnostics[0].message
+
+
+@pytest.mark.parametrize("define,phrase", [
+    ({"M": 2**31}, "stage 'gather' has 134217728 tasks: too many (tilec's limit is 2**24"),
+    ({"M": 2**40 + 1}, "dim 'M' = 1099511627777 is too large"),
+    ({"M": 2**40, "K": 2**20}, "'A' has 576460752303423488 elements: too many"),
+    ({"BM": 2**21}, "tile size 'BM' = 2097152 is too large (Triton's limit is 2**20"),
+    ({"BM": 2**11, "BK": 2**10}, "a [2048, 1024] tile has 2097152 elements: too many"),
+    ({"K": 2**30, "BK": 32}, "loop 'k' makes 33554432 trips: too many"),
+])
+def test_sizes_are_checked_before_anything_is_allocated(example_source, define, phrase):
+    with pytest.raises(CompileError) as info:
+        tilec.compile("examples/ag_gemm.tile", world=2, schedule="flags", dims=define, source=example_source)
+    msgs = [d.message for d in info.value.diagnostics]
+    assert any(phrase in m for m in msgs), msgs
+    assert all(d.loc.line >= 1 and d.loc.col >= 1 for d in info.value.diagnostics)
+
+
+def test_sizes_at_the_limits_are_accepted(example_source):
+    """A real program's largest sizes compile: the limits are not where programs live."""
+    prog = tilec.compile("examples/ag_gemm.tile", world=8, schedule="bsp", source=example_source,
+                         dims={"M": 8192, "N": 28672, "K": 36864, "BM": 256, "BN": 256, "BK": 128})
+    assert dict(prog.program.dims)["K"] == 36864
+
+
+def test_too_many_loops_in_a_stage(tmp_path):
+    src = (ROOT / "examples" / "flash_decode.tile").read_text()
+    # every `:` slice is a one-trip loop of its stage: 40 of them exceed the limit
+    m = re.search(r"O\[b, h, :\], _ = lse_merge\((.+)\)$", src, re.M)
+    og = m.group(1).split(", Lg")[0]
+    many = " + ".join([og] * 40)
+    src = src[:m.start(1)] + many + ", Lg" + m.group(1).split(", Lg")[1] + src[m.end(1):]
+    err, _ = located(src, tmp_path)
+    assert f"(tilec's limit is {limits.MAX_LOOPS} together)" in err.diagnostics[0].message
+
+
+def test_program_text_too_long(tmp_path, example_source):
+    src = example_source + ("#" + "x" * 99 + "\n") * (limits.MAX_SOURCE // 100 + 1)
+    err, _ = located(src, tmp_path)
+    d = err.diagnostics[0]
+    assert "too long (tilec's limit is" in d.message and d.loc.line > example_source.count("\n")
+
+
+@pytest.mark.parametrize("sep", ["\x0c", "\x0b", "\x1c", "\u2028", "\x85", "\r"])
+def test_caret_line_matches_the_parser_lines(tmp_path, example_source, sep):
+    """Characters Python's splitlines() splits at, but the parser does not: the excerpt is the line it counted."""
+    src = example_source.replace("# examples", f"#{sep} examples", 1).replace("A@r[m, k]", "A@r[m, k] $")
+    err, text = located(src, tmp_path)
+    assert "unexpected character '$'" in text and "A@r[m, k] $" in text.split("\n")[1]
+
+
+def test_syntax_error_where_lark_match_examples_fails(tmp_path):
+    """lark's match_examples raises TypeError (a %d of a ParserState in a debug message) on some states."""
+    src = (ROOT / "examples" / "flash_decode.tile").read_text().replace("over b in B by 1, h", "over b in B 1, h", 1)
+    err, text = located(src, tmp_path)
+    assert text.startswith("p.tile:23:27: error: unexpected '1'")

@@ -8,7 +8,7 @@ from tilec.codegen.emit import build_model
 from tilec.codegen.render import render
 from tilec.errors import ArgumentError, ScheduleError
 from tilec.frontend.parser import parse, parse_file
-from tilec.frontend.sema import check
+from tilec.frontend.sema import check, check_arguments
 from tilec.passes.base import run_pipeline
 from tilec.passes.lower import Lower
 from tilec.passes.schedules import SCHEDULES, pipeline
@@ -60,6 +60,7 @@ def compile(  # noqa: A001 - the public name the docs promise
                             f"(or `tilec compile --schedule auto`), or name one of {', '.join(SCHEDULES)}")
     if schedule not in SCHEDULES:
         raise ScheduleError(f"unknown schedule '{schedule}' (choose from {', '.join(SCHEDULES)})")
+    world, dims = check_arguments(world, dims)  # before the program is read: a bad argument is named first
     ast = parse(source, str(program)) if source is not None else parse_file(program)
     if retype:
         ast = _retype(ast, retype)

@@ -32,10 +32,10 @@ class Diagnostic:
         head = f"{where}: error: {self.message}"
         if not source or self.loc.line <= 0:
             return head
-        lines = source.splitlines()
+        lines = source.split("\n")  # as the parser counts lines (splitlines would also split at \f, \x1c, ...)
         if self.loc.line > len(lines):
             return head
-        text = lines[self.loc.line - 1]
+        text = lines[self.loc.line - 1].rstrip("\r")
         width = 1
         if self.loc.end_line == self.loc.line and self.loc.end_col > self.loc.col:
             width = self.loc.end_col - self.loc.col

@@ -21,8 +21,14 @@ def _dims(items: list[str]) -> dict[str, int]:
 
 
 def _world(args) -> int:
+    from tilec.errors import ArgumentError
+    from tilec.frontend.limits import MAX_WORLD
+
     if args.world is not None:
-        if args.world < 1:
-            raise TilecError(f"--world {args.world}: must be >= 1")
+        if not 1 <= args.world <= MAX_WORLD:
+            raise ArgumentError(f"--world {args.world}: must be >= 1 and <= {MAX_WORLD} (tilec's limit)")
         return args.world
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    env = os.environ.get("WORLD_SIZE", "1")
+    if not env.strip().isdigit() or not 1 <= int(env) <= MAX_WORLD:
+        raise ArgumentError(f"WORLD_SIZE={env!r}: must be an integer >= 1 and <= {MAX_WORLD}")
+    return int(env)

@@ -5,11 +5,16 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from tilec.errors import CompileError, Diagnostic, Loc
 from tilec.frontend import ast
+from tilec.frontend.limits import MAX_DEPTH, MAX_LITERAL, MAX_SOURCE
+
+# Expression rules of the grammar: the parse tree nests one of these per operator, call or reduction (parentheses
+# add none). Everything after the parser recurses over expressions, so their depth is bounded before it does.
+_EXPR_RULES = frozenset({"add", "sub", "mul", "div", "mod", "matmul", "neg", "call", "reduce", "ref"})
 
 _MESSAGES = {
     "loop": "a tile loop is `VAR in EXTENT by TILE` (or `VAR in ranks`)",
@@ -92,12 +97,12 @@ class _ToAst(Transformer):
 
     @v_args(meta=True)
     def dimdef(self, meta, children):
-        default = int(children[1]) if len(children) > 1 else None
+        default = self._int(children[1]) if len(children) > 1 else None
         return ast.DimDef(str(children[0]), default, self._loc(meta))
 
     @v_args(meta=True)
     def tiledef(self, meta, children):
-        return ast.TileDef(str(children[0]), int(children[1]), self._loc(meta))
+        return ast.TileDef(str(children[0]), self._int(children[1]), self._loc(meta))
 
     @v_args(meta=True)
     def tensor_decl(self, meta, children):
@@ -159,24 +164,64 @@ class _ToAst(Transformer):
     def call(self, meta, children):
         return ast.Call(str(children[0]), tuple(children[1:]), self._loc(meta))
 
+    def _int(self, t: Token) -> int:
+        digits = str(t).lstrip("0")
+        if len(digits) > len(str(MAX_LITERAL)) or int(digits or "0") > MAX_LITERAL:  # int() of 5000 digits raises
+            raise _Located(self._loc(t), f"integer {_abbrev(t)} is too large (tilec's limit is 2**40 = {MAX_LITERAL})")
+        return int(digits or "0")
+
     def int(self, children):
         t = children[0]
-        return ast.Int(int(t), self._loc(t))
+        return ast.Int(self._int(t), self._loc(t))
 
     def float(self, children):
         t = children[0]
-        return ast.Float(float(t), self._loc(t))
+        v = float(t)
+        if v == float("inf"):
+            raise _Located(self._loc(t), f"number {_abbrev(t)} is too large for a float")
+        return ast.Float(v, self._loc(t))
 
     def name(self, children):
         t = children[0]
         return ast.Name(str(t), self._loc(t))
 
 
+class _Located(Exception):
+    """A problem the transformer finds at a node (raised through lark's VisitError)."""
+
+    def __init__(self, loc: Loc, msg: str):
+        super().__init__(msg)
+        self.loc, self.msg = loc, msg
+
+
+def _abbrev(tok: str) -> str:
+    tok = str(tok)
+    return tok if len(tok) <= 24 else f"{tok[:10]}...{tok[-6:]} ({len(tok)} digits)"
+
+
+def _too_deep(tree: Tree) -> tuple[Tree, int] | None:
+    """The first expression node nested deeper than MAX_DEPTH and the depth of the expression that holds it, found
+    without recursion: a RecursionError must not be the way a deep expression is reported."""
+    stack: list[tuple[Tree, int, int]] = [(tree, 0, 0)]  # node, depth, id of its outermost expression node
+    first: tuple[Tree, int] | None = None
+    deepest: dict[int, int] = {}
+    while stack:
+        node, depth, root = stack.pop()
+        if node.data in _EXPR_RULES:
+            depth += 1
+            root = root or id(node)
+            deepest[root] = max(deepest.get(root, 0), depth)
+            if depth > MAX_DEPTH and first is None:
+                first = (node, root)
+        stack.extend((c, depth, root) for c in reversed(node.children) if isinstance(c, Tree))
+    return (first[0], deepest[first[1]]) if first else None
+
+
 def _by_expectation(e: UnexpectedInput, source: str) -> str | None:
     """The same friendly messages for mistakes inside real programs, which lark's match_examples misses (it
     compares whole parser states, stack depth included): judged from what the parser expected and the line."""
     expected = set(getattr(e, "expected", ()) or ())
-    lines = source.splitlines()
+    lines = source.split("\n")  # lines as lark counts them
     at = lines[e.line - 1].strip() if 0 < e.line <= len(lines) else ""
     if getattr(e, "token", None) is not None and e.token.type == "$END":
         at = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
@@ -189,6 +234,13 @@ def _by_expectation(e: UnexpectedInput, source: str) -> str | None:
     return None
 
 
+def _match_examples(e: UnexpectedInput) -> str | None:
+    try:
+        return e.match_examples(_parser().parse, _EXAMPLES, use_accepts=True)
+    except TypeError:  # lark formats a debug message with %d of a ParserState when two examples share a state
+        return None
+
+
 def _describe(tok: Token | None) -> str:
     if tok is None or tok.type == "$END":
         return "end of file"
@@ -197,10 +249,15 @@ def _describe(tok: Token | None) -> str:
 
 def parse(source: str, file: str = "<string>") -> ast.Program:
     """Parse .tile source text; raises CompileError with one located, caret-marked diagnostic."""
+    if len(source) > MAX_SOURCE:  # parse time and memory grow with the text: refuse before lexing it
+        line = source.count("\n", 0, MAX_SOURCE) + 1
+        col = MAX_SOURCE - (source.rfind("\n", 0, MAX_SOURCE) + 1) + 1
+        raise CompileError([Diagnostic(Loc(file, line, col), f"program text is {len(source)} characters long: too"
+                                       f" long (tilec's limit is {MAX_SOURCE}, reached here)")], source)
     try:
         tree = _parser().parse(source)
     except UnexpectedInput as e:
-        friendly = e.match_examples(_parser().parse, _EXAMPLES, use_accepts=True) or _by_expectation(e, source)
+        friendly = _match_examples(e) or _by_expectation(e, source)
         line, col = max(e.line, 1), max(e.column, 1)
         if isinstance(e, UnexpectedCharacters):
             msg = f"unexpected character {source[e.pos_in_stream]!r}"
@@ -209,7 +266,7 @@ def parse(source: str, file: str = "<string>") -> ast.Program:
         elif isinstance(e, UnexpectedToken):
             msg = f"unexpected {_describe(e.token)}"
             if e.token.type == "$END":
-                lines = source.rstrip().splitlines() or [""]
+                lines = source.rstrip().split("\n")
                 line, col = len(lines), len(lines[-1]) + 1
             expected = sorted(x for x in e.expected if not x.startswith("_") and x.isupper())[:6]
             if expected and not friendly:
@@ -219,16 +276,40 @@ def parse(source: str, file: str = "<string>") -> ast.Program:
         if friendly:
             msg += f": {friendly}"
         raise CompileError([Diagnostic(Loc(file, line, col), msg)], source) from None
+    deep = _too_deep(tree)
+    if deep is not None:
+        node, depth = deep
+        loc = Loc(file, node.meta.line, node.meta.column, node.meta.end_line, node.meta.end_column)
+        msg = (f"expression nested too deeply: {depth} levels of operators, calls and sums (tilec's limit is"
+               f" {MAX_DEPTH}; a chain like `a + b + c` nests one level per operator, parentheses none): split it"
+               " over intermediate tensors")
+        raise CompileError([Diagnostic(loc, msg)], source)
     try:
         return _ToAst(file, source).transform(tree)
-    except VisitError as e:  # pragma: no cover - transformer bugs surface as compile errors, not tracebacks
-        raise CompileError([Diagnostic(Loc(file, 1, 1), f"internal parse error: {e.orig_exc}")], source) from None
+    except VisitError as e:
+        if isinstance(e.orig_exc, _Located):
+            raise CompileError([Diagnostic(e.orig_exc.loc, e.orig_exc.msg)], source) from None
+        raise  # a transformer bug: a traceback, so that it gets fixed
+
+
+def decode(data: bytes, file: str) -> str:
+    """UTF-8 program text; a byte that is not UTF-8 is an error at its line and column."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        before = data[:e.start]
+        line = before.count(b"\n") + 1
+        col = len(before[before.rfind(b"\n") + 1:].decode("utf-8")) + 1
+        shown = data[e.start:e.end].hex(" ")
+        loc = Loc(file, line, col, line, col + 1)
+        raise CompileError([Diagnostic(loc, f"invalid UTF-8 byte(s) {shown}: a .tile program is UTF-8 text")],
+                           data.decode("utf-8", "replace")) from None
 
 
 def parse_file(path: str | Path) -> ast.Program:
     p = Path(path)
     try:
-        text = p.read_text()
+        data = p.read_bytes()
     except OSError as e:
         raise CompileError([Diagnostic(Loc(str(path), 0, 0), f"cannot read program: {e.strerror}")]) from None
-    return parse(text, str(path))
+    return parse(decode(data, str(path)), str(path))

@@ -6,11 +6,14 @@ Every problem is collected (with its location) and reported together as one Comp
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from tilec.errors import CompileError, Diagnostic, Loc
+from tilec.errors import ArgumentError, CompileError, Diagnostic, Loc
 from tilec.frontend import ast
+from tilec.frontend.limits import MAX_LOOPS, MAX_SIZE, MAX_TASKS, MAX_TILE, MAX_WORLD
 from tilec.ir.builtins import TILE_FNS
 from tilec.ir.types import (
     ME,
@@ -135,8 +138,6 @@ class _Checker:
     # -- declarations ---------------------------------------------------------------------------
     def declare(self) -> None:
         p = self.prog
-        if self.world < 1:
-            self.err(p.loc, f"world size must be >= 1, got {self.world}")
         seen: dict[str, Loc] = {p.world: p.loc}
         for d in (*p.dims, *p.tiles):
             if d.name in seen:
@@ -150,12 +151,19 @@ class _Checker:
             elif v < 1:
                 self.err(d.loc, f"dim '{d.name}' must be >= 1, got {v}")
                 v = 1  # keeps later checks from cascading on a zero
+            elif v > MAX_SIZE:
+                self.err(d.loc, f"dim '{d.name}' = {v} is too large (tilec's limit is 2**40 = {MAX_SIZE})")
+                v = 1
             self.consts[d.name] = v
             self.dims.append((d.name, v))
         for t in p.tiles:
             v = self.overrides.pop(t.name, t.value)
             if v < 1 or v & (v - 1):
                 self.err(t.loc, f"tile size '{t.name}' = {v} must be a power of two (Triton block shapes are)")
+            elif v > MAX_TILE:
+                self.err(t.loc, f"tile size '{t.name}' = {v} is too large (Triton's limit is 2**20 = {MAX_TILE}"
+                                " elements per block)")
+                v = 1
             self.consts[t.name] = v
             self.tiles.append((t.name, v))
         for name in self.overrides:
@@ -169,10 +177,18 @@ class _Checker:
                     n = _const(s, self.consts, "tensor size")
                     if n < 1:
                         self.err(s.loc, f"size of '{t.name}' must be >= 1, got {n}")
+                    elif n > MAX_SIZE:
+                        self.err(s.loc, f"size of '{t.name}' = {n} is too large (tilec's limit is 2**40 ="
+                                        f" {MAX_SIZE})" + self._values_hint(s))
+                        n = 1
                     shape.append(max(n, 1))
                 except _Err as e:
                     self.err(e.loc, f"{e.msg} in the shape of '{t.name}'" + self._values_hint(s))
                     shape.append(1)
+            numel = _prod(shape)
+            if numel > MAX_SIZE:
+                self.err(t.loc, f"'{t.name}' has {numel} elements: too many (tilec's limit is 2**40 = {MAX_SIZE})")
+                shape = [1] * len(shape)
             self.tensors[t.name] = Tensor(t.name, t.kind, t.dtype, tuple(shape), t.symmetric, t.loc)
 
     def _values_hint(self, e: ast.Expr) -> str:
@@ -197,6 +213,11 @@ class _Checker:
                 v = Var(lp.var, lp.kind, 1, 1, lp.loc)  # placeholder keeps later uses from cascading
             vars_[lp.var] = v
             loops.append(v)
+        tasks = _prod(v.trips for v in loops)
+        if tasks > MAX_TASKS:
+            self.err(s.loc, f"stage '{s.name}' has {tasks} tasks: too many (tilec's limit is 2**24 = {MAX_TASKS}"
+                            " per stage; use larger tiles)")
+            return StageIR(s.name, (), (), s.loc)
         body = []
         self.implicit: list[Var] = []  # `:` slices become one-trip tile loops over the whole dimension
         for a in s.body:
@@ -204,6 +225,9 @@ class _Checker:
                 body += self.assign(a, vars_, tuple(loops), s.name)
             except _Err as e:
                 self.err(e.loc, e.msg)
+        if len(loops) + len(self.implicit) > MAX_LOOPS:
+            self.err(s.loc, f"stage '{s.name}' has {len(loops)} loops and {len(self.implicit)} `:` slices: too many"
+                            f" (tilec's limit is {MAX_LOOPS} together)")
         return StageIR(s.name, tuple(loops) + tuple(self.implicit), tuple(body), s.loc)
 
     def _tile_var(self, name: str, extent: ast.Expr, step: ast.Expr, loc: Loc) -> Var:
@@ -217,7 +241,16 @@ class _Checker:
         tile_name = isinstance(step, ast.Name) and step.id in dict(self.tiles)  # already reported at its definition
         if (b < 1 or b & (b - 1)) and not tile_name:
             raise _Err(step.loc, f"tile size of '{name}' = {b} must be a power of two")
-        return Var(name, "tile", n, b, loc)
+        if n > MAX_SIZE:
+            raise _Err(extent.loc, f"loop extent of '{name}' = {n} is too large (tilec's limit is 2**40 = {MAX_SIZE})"
+                                   + self._values_hint(extent))
+        if b > MAX_TILE and not tile_name:
+            raise _Err(step.loc, f"tile size of '{name}' = {b} is too large (Triton's limit is 2**20 = {MAX_TILE})")
+        v = Var(name, "tile", n, max(b, 1), loc)
+        if v.trips > MAX_TASKS:
+            raise _Err(loc, f"loop '{name}' makes {v.trips} trips: too many (tilec's limit is 2**24 = {MAX_TASKS};"
+                            " use a larger tile)")
+        return v
 
     def assign(self, a: ast.Assign, vars_: dict[str, Var], loops: tuple[Var, ...], stage: str) -> list[Store]:
         value = self.expr(a.value, vars_, top=True)
@@ -307,9 +340,16 @@ class _Checker:
             index.append(aff)
             tiles.append(tv)
             shape.append(ext)
+        _check_tile(shape, r.loc)
         return Access(t.name, rank, tuple(index), tuple(tiles), tuple(shape), r.loc)
 
     def expr(self, e: ast.Expr, vars_: dict[str, Var], top: bool = False) -> TExpr:
+        x = self._expr(e, vars_, top)
+        if not isinstance(x, TupleCall):
+            _check_tile(x.shape, e.loc)
+        return x
+
+    def _expr(self, e: ast.Expr, vars_: dict[str, Var], top: bool = False) -> TExpr:
         if isinstance(e, ast.Call) and e.fn in TUPLE_FNS:
             if not top:
                 raise _Err(e.loc, f"'{e.fn}' returns several results: use it as `X[...], Y[...] = {e.fn}(...)`")
@@ -425,6 +465,41 @@ def _names(e: ast.Expr):
             yield from _names(getattr(e, f))
 
 
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def _check_tile(shape, loc: Loc) -> None:
+    if _prod(shape) > MAX_TILE:
+        raise _Err(loc, f"a {_shp(shape)} tile has {_prod(shape)} elements: too many (Triton's limit is 2**20 ="
+                        f" {MAX_TILE} per block; use smaller tiles)")
+
+
+def _integer(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)  # numpy ints yes; True, 2.0, "256" no
+
+
+def check_arguments(world, dims) -> tuple[int, dict[str, int]]:
+    """`world` and `dims` as a caller gave them, as plain ints; ArgumentError naming the bad one."""
+    if not _integer(world):
+        raise ArgumentError(f"world={world!r}: must be an integer number of ranks, not {type(world).__name__}")
+    if not 1 <= world <= MAX_WORLD:
+        raise ArgumentError(f"world={world}: must be >= 1 and <= {MAX_WORLD} (tilec's limit)")
+    if dims is None:
+        return int(world), {}
+    if not isinstance(dims, Mapping):
+        raise ArgumentError(f"dims={dims!r}: must be a dict of dim or tile names to integers")
+    for k, v in dims.items():
+        if not isinstance(k, str):
+            raise ArgumentError(f"dims: key {k!r} is not a dim or tile name")
+        if not _integer(v):
+            raise ArgumentError(f"dims[{k!r}] = {v!r}: must be an integer, not {type(v).__name__}")
+    return int(world), {k: int(v) for k, v in dims.items()}
+
+
 def _shp(s: tuple[int, ...]) -> str:
     return "[" + ", ".join(map(str, s)) + "]"
 
@@ -444,7 +519,8 @@ def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None
 
 def check(prog: ast.Program, world: int, dims: dict[str, int] | None = None) -> BoundProgram:
     """Resolve and check `prog` for `world` ranks; raises CompileError with every problem found."""
-    c = _Checker(prog, world, dims or {})
+    world, dims = check_arguments(world, dims)
+    c = _Checker(prog, world, dims)
     c.declare()
     items: list[StageIR | BarrierIR] = []
     names: set[str] = set()
