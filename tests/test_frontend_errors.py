@@ -387,8 +387,8 @@ def test_float_literal_overflow(tmp_path, example_source):
     ({"M": 2**31}, "stage 'gather' has 134217728 tasks: too many (tilec's limit is 2**24"),
     ({"M": 2**40 + 1}, "dim 'M' = 1099511627777 is too large"),
     ({"M": 2**40, "K": 2**20}, "'A' has 576460752303423488 elements: too many"),
-    ({"BM": 2**21}, "tile size 'BM' = 2097152 is too large (Triton's limit is 2**20"),
-    ({"BM": 2**11, "BK": 2**10}, "a [2048, 1024] tile has 2097152 elements: too many"),
+    ({"BM": 2**25}, "tile size 'BM' = 33554432 is too large (tilec's limit is 2**24"),
+    ({"BM": 2**13, "BK": 2**12}, "a [8192, 4096] tile has 33554432 elements: too many"),
     ({"K": 2**30, "BK": 32}, "loop 'k' makes 33554432 trips: too many"),
 ])
 def test_sizes_are_checked_before_anything_is_allocated(example_source, define, phrase):

@@ -7,7 +7,9 @@ below what breaks the compiler (Python's recursion limit, NumPy's array limits, 
 MAX_WORLD = 1024  # ranks
 MAX_LITERAL = 2**40  # an integer literal
 MAX_SIZE = 2**40  # a dim, a tensor dimension, a tensor's elements
-MAX_TILE = 2**20  # elements of one tile (Triton's largest block, TRITON_MAX_TENSOR_NUMEL)
+# elements of one tile: Triton materializes at most 2**20 in one block (TRITON_MAX_TENSOR_NUMEL), but a tile that
+# codegen streams (the keys of an attend, in blocks of attend_block) may be larger: 1M-key decode splits use 2**21
+MAX_TILE = 2**24
 MAX_TASKS = 2**24  # tasks of one stage, trips of one reduction
 MAX_LOOPS = 32  # loops of one stage, `:` slices included (NumPy arrays have at most 64 dims)
 MAX_SOURCE = 2**16  # characters of one program (real ones have a few thousand; lark parses ~20K a second)

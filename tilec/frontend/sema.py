@@ -161,8 +161,8 @@ class _Checker:
             if v < 1 or v & (v - 1):
                 self.err(t.loc, f"tile size '{t.name}' = {v} must be a power of two (Triton block shapes are)")
             elif v > MAX_TILE:
-                self.err(t.loc, f"tile size '{t.name}' = {v} is too large (Triton's limit is 2**20 = {MAX_TILE}"
-                                " elements per block)")
+                self.err(t.loc, f"tile size '{t.name}' = {v} is too large (tilec's limit is 2**24 = {MAX_TILE}"
+                                " elements per tile)")
                 v = 1
             self.consts[t.name] = v
             self.tiles.append((t.name, v))
@@ -245,7 +245,7 @@ class _Checker:
             raise _Err(extent.loc, f"loop extent of '{name}' = {n} is too large (tilec's limit is 2**40 = {MAX_SIZE})"
                                    + self._values_hint(extent))
         if b > MAX_TILE and not tile_name:
-            raise _Err(step.loc, f"tile size of '{name}' = {b} is too large (Triton's limit is 2**20 = {MAX_TILE})")
+            raise _Err(step.loc, f"tile size of '{name}' = {b} is too large (tilec's limit is 2**24 = {MAX_TILE})")
         v = Var(name, "tile", n, max(b, 1), loc)
         if v.trips > MAX_TASKS:
             raise _Err(loc, f"loop '{name}' makes {v.trips} trips: too many (tilec's limit is 2**24 = {MAX_TASKS};"
@@ -474,8 +474,8 @@ def _prod(xs) -> int:
 
 def _check_tile(shape, loc: Loc) -> None:
     if _prod(shape) > MAX_TILE:
-        raise _Err(loc, f"a {_shp(shape)} tile has {_prod(shape)} elements: too many (Triton's limit is 2**20 ="
-                        f" {MAX_TILE} per block; use smaller tiles)")
+        raise _Err(loc, f"a {_shp(shape)} tile has {_prod(shape)} elements: too many (tilec's limit is 2**24 ="
+                        f" {MAX_TILE} per tile; use smaller tiles)")
 
 
 def _integer(v) -> bool:
