@@ -388,6 +388,8 @@ class _Gen:
     def stage(self, i: int) -> Stage:
         rng = self.rng
         kind = rng.choices(["copy", "pull", "push", "math", "gemm", "rsum"], [2, 5, 3, 3, 3, 2])[0]
+        if i == 0 and rng.random() < 0.4:  # a gather first, often: what fused-pull and fused-push transform
+            kind = "pull"
         # go on from the last result most of the time: walk its shape, read it first
         last = self.tensors[self.stages[-1].dest.tensor] if self.stages else None
         rect = self.defined_rect(last.name) if last and rng.random() < 0.75 else None
@@ -511,7 +513,7 @@ class _Gen:
         sym = kind == "push" or rng.random() < 0.6
         if shape[0] * shape[1] > MAX_ELEMS:
             raise Invalid(f"{name} too large")
-        t = Tensor(name, "buf" if rng.random() < 0.7 else "out", self.dtype(), shape, sym)
+        t = Tensor(name, "buf" if rng.random() < (0.9 if kind == "pull" else 0.7) else "out", self.dtype(), shape, sym)
         self.tensors[name] = t
         return Stage(f"s{i}", loops, outer, Load(name, peer, didx), value)
 
