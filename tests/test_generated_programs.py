@@ -10,6 +10,7 @@ TILEC_GEN_SEED).
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 
 import pytest
@@ -18,7 +19,7 @@ import torch
 import tilec
 from tests import _workers
 from tests._util import SCHEDULES, make_calls
-from tests.gen_programs import generate
+from tests.gen_programs import Frame, GenProgram, Idx, Invalid, Load, Node, Stage, Tensor, generate
 from tilec.errors import ScheduleError
 from tilec.runtime import spawn
 
@@ -101,3 +102,122 @@ def test_generated_programs_match_torch(world):
 def test_many_generated_programs_match_torch(world):
     first = int(os.environ.get("TILEC_GEN_SEED", "1000"))
     _check(world, range(first, first + int(os.environ.get("TILEC_GEN_LONG", "40"))))
+
+
+# -- the generator itself (no spawn) ---------------------------------------------------------------------------------
+
+
+def test_generator_is_deterministic_and_varied():
+    texts = [generate(seed, 3).text for seed in range(30)]
+    assert texts == [generate(seed, 3).text for seed in range(30)]
+    assert len(set(texts)) == 30
+
+
+# what the generated programs must contain between them: every stage kind and every index form
+FEATURES = {
+    "pull whose source index has `rank`": r"= [^\n]*X\d+@r\[[^\]]*rank",
+    "rank loop var in a destination": r"\n    T\d+\[[^\]]*\*?r\b",
+    "push into a peer": r"\n    T\d+@r\[",
+    "push whose destination has `rank`": r"\n    T\d+@r\[[^\]]*rank",
+    "a stage result read on a peer": r"T\d+@[rs]\[",
+    "sum over ranks": r"sum s in ranks: ",
+    "GEMM": r"sum k in [^:]+: [^\n]*@ ",
+    "scalar loop": r"\b[ij] in [^,:]+ by 1\b",
+    "split loop `j*BS + m`": r"j\*BS \+ m",
+    "`R/BS` trips": r"in R/BS by 1",
+    "`M/W` in an index": r"\*M/W",
+    "offset": r"[mn] \+ \d+[,\]]",
+    "elementwise math": r"(exp|log|sqrt|relu|sigmoid|tanh|silu|max|min)\(",
+    "`rank` as a value": r"\(rank \+ 1\)",
+    "a [1, N] row broadcast": r"X\d+\[[01], ",
+    "stages without a barrier between them": r"\n  stage [^\n]*\n[^\n]*\n  stage ",
+    "f16": r"f16\[", "bf16": r"bf16\[", "f32": r"f32\[",
+}
+
+
+def test_generator_covers_the_language():
+    seen: Counter = Counter()
+    ragged = exact = 0
+    for world in WORLDS:
+        for seed in range(40):
+            g = generate(seed, world)
+            seen.update(f for f, rx in FEATURES.items() if re.search(rx, g.text))
+            for st in g.stages:
+                for ix in st.dest.index:
+                    if ix.frame and ix.frame.kind != "scalar":
+                        ragged += ix.frame.length % ix.frame.step != 0
+                        exact += ix.frame.length % ix.frame.step == 0
+    missing = [f for f in FEATURES if seen[f] < 2]
+    assert not missing, f"the generator never made: {missing} ({dict(seen)})"
+    assert ragged > 20 and exact > 20
+
+
+def test_generated_programs_compile_under_every_schedule_or_say_why():
+    """Compile only (no run), more programs than the run: a schedule may refuse with a reason, nothing else fails,
+    and bsp takes every program (they are all valid)."""
+    failures, applied = [], Counter()
+    for world in WORLDS:
+        for seed in range(100, 125):
+            g = generate(seed, world)
+            for s in SCHEDULES:
+                try:
+                    _compile(g, s)
+                    applied[s] += 1
+                except ScheduleError as e:
+                    if s == "bsp" or f"{s}" not in str(e) and "replace-barriers" not in str(e):
+                        failures.append(f"seed {seed} world {world} {s}: {e}")
+                except Exception as e:
+                    failures.append(f"seed {seed} world {world} {s}: {type(e).__name__}: {e}\n{g.text}")
+    assert not failures, "\n".join(failures)
+    assert all(applied[s] >= 10 for s in SCHEDULES), applied
+
+
+def _tile(var: str, n: int) -> Frame:
+    return Frame("tile", var, None, 1, n, 2, (f"{var} in {n} by 2",), var)
+
+
+def _model(world, tensors, dest, value, loops):
+    g = GenProgram("t", world, 0, "", tensors, [Stage("s", [], loops, dest, value)])
+    ins = [{n: torch.randn(t.shape) for n, t in tensors.items() if t.kind == "in"} for _ in range(world)]
+    return ins, g.expect(ins)
+
+
+def test_model_all_to_all_reduce_scatter_and_push():
+    """The model against torch written by hand: `Y[r*R + m, n] = X@r[rank*R + m, n]` (and the same as a push,
+    `Y@r[rank*R + m, n] = X[r*R + m, n]`) is a block transpose; `sum s in ranks: X@s[rank*R + m, n]` a
+    reduce-scatter."""
+    W, R, C = 3, 2, 4
+    m, n = _tile("m", R), _tile("n", C)
+    tensors = {"X": Tensor("X", "in", "f32", (W * R, C), True), "Y": Tensor("Y", "out", "f32", (W * R, C), True)}
+    at = lambda v: (Idx(m, ((v, R, "R"),), 0), Idx(n, (), 0))  # noqa: E731
+    pull = _model(W, tensors, Load("Y", None, at("r")), Load("X", "r", at("rank")), [("r", W)])
+    push = _model(W, tensors, Load("Y", "r", at("rank")), Load("X", None, at("r")), [("r", W)])
+    for ins, outs in (pull, push):
+        for p, out in enumerate(outs):
+            y, mask = out["Y"]
+            assert bool(mask.all())
+            assert torch.equal(y, torch.cat([ins[q]["X"][p * R:(p + 1) * R] for q in range(W)]))
+    tensors["Y"] = Tensor("Y", "out", "f32", (R, C), False)
+    ins, outs = _model(W, tensors, Load("Y", None, (Idx(m, (), 0), Idx(n, (), 0))),
+                       Node("rsum", (Load("X", "s", at("rank")),), "s"), [])
+    for p, out in enumerate(outs):
+        assert torch.allclose(out["Y"][0], sum(ins[q]["X"][p * R:(p + 1) * R] for q in range(W)))
+
+
+def test_model_rejects_what_is_not_well_defined():
+    """A read of elements nobody wrote, and two tasks writing one element, are not programs the generator makes."""
+    W, R, C = 2, 2, 4
+    m, n = _tile("m", R), _tile("n", C)
+    plain = (Idx(m, (), 0), Idx(n, (), 0))
+    placed = Tensor("P", "buf", "f32", (W * R, C), True)
+    tensors = {"X": Tensor("X", "in", "f32", (R, C), True), "P": placed,
+               "Y": Tensor("Y", "out", "f32", (W * R, C), False)}
+    place = Stage("a", [], [], Load("P", None, (Idx(m, (("rank", R, "R"),), 0), Idx(n, (), 0))), Load("X", None, plain))
+    read_all = Stage("b", [], [("r", W)], Load("Y", None, (Idx(m, (("r", R, "R"),), 0), Idx(n, (), 0))),
+                     Load("P", "r", (Idx(m, (("rank", R, "R"),), 0), Idx(n, (), 0))))  # block `rank` of every peer
+    ins = [{"X": torch.randn(R, C)} for _ in range(W)]
+    with pytest.raises(Invalid, match="nobody wrote"):
+        GenProgram("t", W, 0, "", tensors, [place, read_all]).expect(ins)
+    twice = Stage("c", [], [("r", W)], Load("Y", None, plain), Load("X", "r", plain))  # every r writes Y[m, n]
+    with pytest.raises(Invalid, match="twice"):
+        GenProgram("t", W, 0, "", tensors, [twice]).expect(ins)
