@@ -42,7 +42,7 @@ class Frame:
     """How a stage walks one dim: `m in E by B` (tile), `j in NB by 1, m in S by B` (split: `j*S + m`), `j in E by
     1` (scalar: one element per task). `length` elements per value of the scalar var."""
 
-    kind: str  # tile | split | scalar
+    kind: str  # tile | split | scalar | point (no loop: the index is its other terms, e.g. `T[r, n]`)
     tile: str | None
     scalar: str | None
     nb: int
@@ -53,7 +53,7 @@ class Frame:
 
     @property
     def total(self) -> int:
-        return self.nb * self.length if self.kind == "split" else self.nb if self.kind == "scalar" else self.length
+        return {"split": self.nb * self.length, "scalar": self.nb, "point": 1}.get(self.kind, self.length)
 
     def offset(self, env: dict[str, int]) -> int:
         j = env[self.scalar] if self.scalar else 0
@@ -66,7 +66,7 @@ class Frame:
 
     @property
     def span(self) -> int:  # elements one task (all tiles of the tile var) covers per scalar value
-        return 1 if self.kind == "scalar" else self.length
+        return 1 if self.kind in ("scalar", "point") else self.length
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class Idx:
         parts = [v if k == 1 else f"{v}*{t}" for v, k, t in self.terms]
         if self.const:
             parts.append(str(self.const))
-        if self.frame:
+        if self.frame and self.frame.part:
             parts.insert(len(parts) if self.frame_last else 0, self.frame.part)
         return " + ".join(parts) or "0"
 
@@ -302,7 +302,10 @@ class _Gen:
         e = extent or rng.choice([self.R, self.C, self.K, self.R * self.world, rng.randint(1, 20)])
         step_name = rng.choice(["BM", "BN", "BM", "BN", "BK"] if tile != "k" else ["BK", "BK", "BM"])
         step = self.tile_vals[step_name]
-        kind = "tile" if tile_only else rng.choices(["tile", "split", "scalar"], [6, 2, 1])[0]
+        kind = "tile" if tile_only else rng.choices(["tile", "split", "scalar", "point"],
+                                                    [6, 2, 1, 1 if tile == "m" and not extent else 0])[0]
+        if kind == "point":  # rows picked by `rank` / a rank loop alone, as in gemm_rs.tile's `P@o[rank, m, n]`
+            return Frame("point", None, None, 1, 1, 1, (), "")
         s = self.bs
         if kind == "split" and (not extent or extent % s == 0):
             nb = extent // s if extent else rng.randint(1, 3)

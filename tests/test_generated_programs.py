@@ -26,7 +26,7 @@ from tilec.runtime import spawn
 pytestmark = pytest.mark.usefixtures("no_shm_leftovers")
 
 WORLDS = (1, 2, 3, 4)
-SHORT = 3  # programs per world in the default run
+SHORT = 4  # programs per world in the default run (seeds 0-3: at worlds 2 and 3 they include all-to-all pulls)
 CALLS = 2
 
 # (seed, world): programs that found compiler bugs; they run with the default run of their world
@@ -120,6 +120,7 @@ FEATURES = {
     "push into a peer": r"\n    T\d+@r\[",
     "push whose destination has `rank`": r"\n    T\d+@r\[[^\]]*rank",
     "a stage result read on a peer": r"T\d+@[rs]\[",
+    "a row picked by a rank variable alone": r"\n    T\d+(@r)?\[(r|rank)(\*\d+)?( \+ \d+)?, ",
     "sum over ranks": r"sum s in ranks: ",
     "GEMM": r"sum k in [^:]+: [^\n]*@ ",
     "scalar loop": r"\b[ij] in [^,:]+ by 1\b",
