@@ -68,6 +68,17 @@ def rewrite(ins, r):
     return {"C": ins[r]["X"].float() * 3}
 
 
+def all_to_all(ins, r):
+    rows = ins[r]["X"].shape[0] // len(ins)
+    return {"C": torch.cat([d["X"].float()[r * rows:(r + 1) * rows] for d in ins]) * 2 + 1}
+
+
+def all_to_all_offset(ins, r):
+    rows = ins[r]["X"].shape[0] - len(ins) + 1
+    y = torch.cat([d["X"].float()[r:r + rows] for d in ins])
+    return {"C": torch.relu(y) - y * 0.5}
+
+
 def _partial_sum(ins):
     return sum(d["A"].float() @ d["B"].float() for d in ins)
 
@@ -127,6 +138,9 @@ def cases(w: int):
         ("place_gather", "place_gather", None, place_gather, "f32", (), {}),
         ("place_gather_sym", "place_gather_sym", None, place_gather, "f32", (), {}),
         ("rewrite", "rewrite", None, rewrite, "f32", (), {}),
+        # issue 16: fused-pull took `rank` in a copy's source index as 0 (wrong on every rank but 0); ragged tiles
+        ("all_to_all", "all_to_all", {"M": 20 * w}, all_to_all, "f32", (), {}),
+        ("all_to_all_offset", "all_to_all_offset", {"R": 9}, all_to_all_offset, "f32", (), {}),
         ("ag_gemm_local", "ag_gemm_local", {"M": 32 * w}, ag_gemm_rows, "f16", (), {}),
         # other tile sizes of the example: 9 m-tiles for W = 3 (more than group_m = 8), K in one 64-wide step + a
         # ragged one; and tiles larger than the whole problem
@@ -206,7 +220,8 @@ def new_run(request):
 
 # a few programs at one rank and at more than four (every rank loop of one trip; five ranks' shards)
 OTHER_WORLDS = (1, 5)
-FEW = ("chain-ragged", "push_scale", "gemm_rs", "place_gather_sym", "gemm_rs-ragged", "ag_gemm-grouped-ragged")
+FEW = ("chain-ragged", "push_scale", "gemm_rs", "place_gather_sym", "gemm_rs-ragged", "ag_gemm-grouped-ragged",
+       "all_to_all_offset")
 FEW_ALL = [(cid, s) for cid, program, _d, _e, _t, _p, _kw in cases(2) if cid in FEW for s in schedules_of(program)]
 
 
