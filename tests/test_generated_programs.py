@@ -84,10 +84,10 @@ def run_world(world: int, specs) -> tuple[list[str], Counter]:
         for c, ins in enumerate(calls):
             for r, want in enumerate(g.expect(ins)):
                 got = results[r][(name, s)][c]
-                for name, (w, mask) in want.items():
-                    err = _rel_err(got[name].float()[mask], w[mask])
+                for out, (value, mask) in want.items():
+                    err = _rel_err(got[out].float()[mask], value[mask])
                     if not err <= g.tol:
-                        bad.append(f"rank {r} call {c + 1} {name}: relative error {err:.3g} > {g.tol:g}")
+                        bad.append(f"rank {r} call {c + 1} {out}: relative error {err:.3g} > {g.tol:g}")
         stats[s, "ran" if not bad else "WRONG"] += 1
         if bad:
             failures.append(f"{name} schedule {s}: " + "; ".join(bad[:4]) + f"\n{g.text}")
