@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+import tilec
 from tests import _workers
 from tests._util import (
+    ROOT,
     SCHEDULES,
     cat_shards,
     check_close,
@@ -66,6 +68,32 @@ def rewrite(ins, r):
     return {"C": ins[r]["X"].float() * 3}
 
 
+def all_to_all(ins, r):
+    rows = ins[r]["X"].shape[0] // len(ins)
+    return {"C": torch.cat([d["X"].float()[r * rows:(r + 1) * rows] for d in ins]) * 2 + 1}
+
+
+def all_to_all_offset(ins, r):
+    rows = ins[r]["X"].shape[0] - len(ins) + 1
+    y = torch.cat([d["X"].float()[r:r + rows] for d in ins])
+    return {"C": torch.relu(y) - y * 0.5}
+
+
+def _partial_sum(ins):
+    return sum(d["A"].float() @ d["B"].float() for d in ins)
+
+
+def example_gemm_rs(ins, r):
+    """examples/gemm_rs.tile: rank r's rows of the sum of every rank's A @ B."""
+    full = _partial_sum(ins)
+    rows = full.shape[0] // len(ins)
+    return {"C": full[r * rows:(r + 1) * rows]}
+
+
+def example_gemm_ar(ins, r):
+    return {"C": _partial_sum(ins)}
+
+
 # (program, schedule) pairs that do not apply, and phrases their ScheduleError must contain (which schedule, which
 # stage or tensor, why). Every other pair must compile and match torch.
 NOT_APPLICABLE = {
@@ -77,6 +105,7 @@ NOT_APPLICABLE = {
     ("elementwise", "specialized"): ["specialized does not apply", "data-movement stage"],
     ("gemm_rs", "fused-pull"): ["fused-pull does not apply", "no stage is a pure tile copy"],
     ("gemm_rs", "fused-push"): ["fused-push does not apply", "no stage is a pure tile copy"],
+    ("place_gather", "fused-pull"): ["fused-pull does not apply", "'X' is not symmetric"],
     ("place_gather", "fused-push"): ["fused-push does not apply", "stage 'place'"],
     ("place_gather", "specialized"): ["specialized does not apply", "data-movement stage"],
     ("place_gather_sym", "fused-push"): ["fused-push does not apply", "stage 'place'"],
@@ -87,11 +116,10 @@ NOT_APPLICABLE = {
     ("rewrite", "specialized"): ["'C' is written by stages 'first' and 'again'"],
     ("ag_gemm_local", "fused-push"): ["fused-push does not apply", "'Ag' is not symmetric, so peers cannot store into "
                                       "it"],
+    ("examples/gemm_rs", "fused-pull"): ["fused-pull does not apply", "no stage is a pure tile copy"],
+    ("examples/gemm_ar", "fused-pull"): ["fused-pull does not apply", "stage 'gather' copies 'Cs', which the program "
+                                         "computes"],
 }
-
-# pairs that compile but are known to be wrong (see the xfail tests at the end): left out of the runs against torch,
-# where a race makes them fail only sometimes
-KNOWN_BUGS = {("place_gather", "fused-pull"), ("place_gather_sym", "fused-pull")}
 
 
 # (case id, program (None: examples/ag_gemm.tile), dims for world w, expected, dtype for the tolerance,
@@ -110,11 +138,22 @@ def cases(w: int):
         ("place_gather", "place_gather", None, place_gather, "f32", (), {}),
         ("place_gather_sym", "place_gather_sym", None, place_gather, "f32", (), {}),
         ("rewrite", "rewrite", None, rewrite, "f32", (), {}),
+        # issue 16: fused-pull took `rank` in a copy's source index as 0 (wrong on every rank but 0); ragged tiles
+        ("all_to_all", "all_to_all", {"M": 20 * w}, all_to_all, "f32", (), {}),
+        ("all_to_all_offset", "all_to_all_offset", {"R": 9}, all_to_all_offset, "f32", (), {}),
         ("ag_gemm_local", "ag_gemm_local", {"M": 32 * w}, ag_gemm_rows, "f16", (), {}),
         # other tile sizes of the example: 9 m-tiles for W = 3 (more than group_m = 8), K in one 64-wide step + a
         # ragged one; and tiles larger than the whole problem
         ("ag_gemm-small-tiles", None, {"M": 48 * w, "N": 40, "K": 72, "BM": 16, "BN": 32, "BK": 64}, ag_gemm_rows,
          "f16", (), {}),
+        # more than 8 m-tiles (group_m) at every world, ragged: a partial last group of rows, and two groups
+        ("ag_gemm-grouped-ragged", None, {"M": 70 * w, "N": 40, "K": 32, "BM": 16, "BN": 16, "BK": 32}, ag_gemm_rows,
+         "f16", (), {}),
+        ("ag_gemm-grouped-17", None, {"M": 68 * w, "N": 24, "K": 16, "BM": 8, "BN": 16, "BK": 16}, ag_gemm_rows,
+         "f16", (), {}),
+        # GEMM + Reduce-Scatter / All-Reduce with every size ragged against its tiles (33 rows and 15 k per rank)
+        *[(f"{e}-ragged", f"examples/{e}", {"M": 33 * w, "N": 40, "K": 15 * w, "BM": 16, "BN": 32, "BK": 16}, f,
+           "f16", (), {}) for e, f in (("gemm_rs", example_gemm_rs), ("gemm_ar", example_gemm_ar))],
         ("ag_gemm-big-tiles", None, {"M": 32 * w, "N": 64, "K": 48, "BM": 128, "BN": 128, "BK": 128}, ag_gemm_rows,
          "f16", (), {}),
         # bf16 (dots run in f32 on the interpreter), and the plain row-major task order (group_m=1)
@@ -130,12 +169,17 @@ def cases(w: int):
 
 
 def schedules_of(program) -> list[str]:
-    return [s for s in SCHEDULES if ((program or "ag_gemm"), s) not in {*NOT_APPLICABLE, *KNOWN_BUGS}]
+    return [s for s in SCHEDULES if ((program or "ag_gemm"), s) not in NOT_APPLICABLE]
 
 
-def _compile(program, world, schedule, dims, dtype, kw):
+def _compile(program, world, schedule, dims=None, dtype="f16", kw=None):
+    """program None: examples/ag_gemm.tile; "examples/NAME": that example; else tests/programs/NAME.tile."""
+    kw = kw or {}
     if program is None:
         return compile_example(world, schedule, dims, dtype if dtype == "bf16" else "f16", **kw)
+    if program.startswith("examples/"):
+        return tilec.compile(f"{program}.tile", world=world, schedule=schedule, dims=dims,
+                             source=(ROOT / f"{program}.tile").read_text(), **kw)
     return compile_program(program, world, schedule, dims, **kw)
 
 
@@ -147,12 +191,13 @@ ALL = [(cid, s) for cid, program, _d, _e, _t, _p, kw in cases(2) for s in schedu
        if not _granular(kw) or s != "bsp"]
 
 
-@pytest.fixture(scope="module", params=WORLDS, ids=lambda w: f"w{w}")
-def new_run(request):
-    """Compile every applicable (case, schedule) for this world and run them all in one spawn."""
-    world = request.param
+def _run(world: int, only: tuple[str, ...] | None = None):
+    """Compile every applicable (case, schedule) for this world (the cases in `only`, if given) and run them all
+    in one spawn."""
     batch, meta = [], {}
     for i, (cid, program, dims, expect, dtype, plain, kw) in enumerate(cases(world)):
+        if only is not None and cid not in only:
+            continue
         for j, s in enumerate(schedules_of(program)):
             if _granular(kw) and s == "bsp":
                 continue
@@ -168,10 +213,37 @@ def new_run(request):
     return world, meta, results
 
 
+@pytest.fixture(scope="module", params=WORLDS, ids=lambda w: f"w{w}")
+def new_run(request):
+    return _run(request.param)
+
+
+# a few programs at one rank and at more than four (every rank loop of one trip; five ranks' shards)
+OTHER_WORLDS = (1, 5)
+FEW = ("chain-ragged", "push_scale", "gemm_rs", "place_gather_sym", "gemm_rs-ragged", "ag_gemm-grouped-ragged",
+       "all_to_all_offset")
+FEW_ALL = [(cid, s) for cid, program, _d, _e, _t, _p, _kw in cases(2) if cid in FEW for s in schedules_of(program)]
+
+
+@pytest.fixture(scope="module", params=OTHER_WORLDS, ids=lambda w: f"w{w}")
+def few_run(request):
+    return _run(request.param, FEW)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case,schedule", FEW_ALL, ids=[f"{c}-{s}" for c, s in FEW_ALL])
+def test_few_programs_at_other_worlds_match_torch(few_run, case, schedule):
+    _check(few_run, case, schedule)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case,schedule", ALL, ids=[f"{c}-{s}" for c, s in ALL])
 def test_new_program_matches_torch(new_run, case, schedule):
-    world, meta, results = new_run
+    _check(new_run, case, schedule)
+
+
+def _check(run, case, schedule):
+    world, meta, results = run
     if isinstance(meta[(case, schedule)], Exception):
         raise meta[(case, schedule)]
     calls, expect, dtype = meta[(case, schedule)]
@@ -191,7 +263,7 @@ def test_new_program_matches_torch(new_run, case, schedule):
 @pytest.mark.parametrize("program,schedule", list(NOT_APPLICABLE), ids=[f"{p}-{s}" for p, s in NOT_APPLICABLE])
 def test_schedule_does_not_apply(program, schedule):
     with pytest.raises(ScheduleError) as info:
-        compile_program(program, 2, schedule)
+        _compile(program, 2, schedule)
     for phrase in NOT_APPLICABLE[(program, schedule)]:
         assert phrase in str(info.value)
 

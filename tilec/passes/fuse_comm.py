@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.errors import ScheduleError
-from tilec.ir.graph import Pull, rebuild_edges, sid, stages, tid
+from tilec.ir.graph import Pull, Stage, phases, rebuild_edges, sid, stages, tid
 from tilec.ir.queries import copy_stages
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Access, Load, Var, map_expr
@@ -115,6 +115,13 @@ class FuseComm(Pass):
             if bad:
                 why.append(f"'{bad[0]}' is not symmetric, so peers cannot store into it")
                 continue
+            # a reader with no barrier after the copy relied on the copy being this rank's own earlier task; a push
+            # comes from a peer at any time
+            racy = _same_phase_readers(g, cp)
+            if racy:
+                why.append(f"stage '{racy[0].name}' reads '{racy[1]}' in the phase of stage '{cp.name}' (no barrier"
+                           " between them), so tiles pushed by peers could arrive after it reads them")
+                continue
             body = tuple(replace(st, access=_swap_rank(st.access, rv),
                                  value=replace(st.value, access=_swap_rank(st.value.access, rv))) for st in cp.body)
             dsts = ", ".join(f"{st.access.tensor}@{rv}" for st in cp.body)
@@ -126,6 +133,17 @@ class FuseComm(Pass):
             raise ScheduleError("fused-push does not apply: " + ("; ".join(why) or "no stage is a pure tile copy"))
         rebuild_edges(g)
         return g
+
+
+def _same_phase_readers(g: nx.DiGraph, cp: Stage) -> tuple[Stage, str] | None:
+    """A stage other than `cp` that reads a tensor `cp` writes in the same phase (no barrier between them)."""
+    written = {st.access.tensor for st in cp.body}
+    phase = next(p for p in phases(g) if any(s.name == cp.name for s in p))
+    for s in phase:
+        hit = [r.access.tensor for r in s.reads() if isinstance(r, Load) and r.access.tensor in written]
+        if s.name != cp.name and hit:
+            return s, hit[0]
+    return None
 
 
 def src_dtype(g: nx.DiGraph, a: Access) -> str:
