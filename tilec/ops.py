@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import operator
 import os
+import re
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -102,16 +103,15 @@ def op(program: str | os.PathLike | None = None, *, source: str | None = None, n
 
 
 def _positive_int(v, what: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        try:
-            if isinstance(v, bool):
-                raise TypeError
-            v = operator.index(v)  # numpy integers are fine
-        except TypeError:
-            raise ArgumentError(f"{what}={v!r}: must be an int, got {type(v).__name__}") from None
+    try:
+        if isinstance(v, bool):  # an int to Python, never meant as a size
+            raise TypeError
+        v = operator.index(v)  # numpy integers are fine
+    except TypeError:
+        raise ArgumentError(f"{what}={v!r}: must be an int, got {type(v).__name__}") from None
     if v < 1:
         raise ArgumentError(f"{what}={v}: must be >= 1")
-    return int(v)
+    return v
 
 
 def _check_dims(dims, tree: ast.Program) -> dict[str, int]:
@@ -340,6 +340,7 @@ class TileOp:
         for d in self.tree.dims:
             if d.name not in env:
                 env[d.name] = d.default
+        self._check_whole(env, world)
         for a in self.inputs:
             want = tuple(_size(e, env) for e in a.shape)
             got = shapes[a.name]
@@ -352,6 +353,17 @@ class TileOp:
                 else:
                     torch._check(g == w, lambda a=a: f"{self.qualname}: input {a.name!r} shape")
         return {d.name: env[d.name] for d in self.tree.dims}
+
+    def _check_whole(self, env: Mapping[str, Num], world) -> None:
+        """Every declared size (outputs and internal buffers too) must be a whole number >= 1 under these dims."""
+        for t in self.tree.tensors:
+            for axis, e in enumerate(t.shape):
+                v = _size(e, env)
+                if _concrete(v) and (Fraction(v).denominator != 1 or v < 1):
+                    bound = ", ".join(f"{d.name}={env[d.name]}" for d in self.tree.dims)
+                    raise ArgumentError(f"{self.qualname}: with {bound} (world {world}, from the inputs' shapes) "
+                                        f"{t.kind} {t.name!r} would have size {v} along axis {axis}; sizes must "
+                                        "be whole numbers >= 1")
 
     def _source_of(self, d: str, env: Mapping) -> tuple[_Arg, int, ast.Expr]:
         for a in self.inputs:
@@ -525,16 +537,17 @@ def _solve_symbolic(size, coef, const):
 
 def _program_bytes(prog) -> int:
     """Heap bytes a program allocates at its first call on a heap (CompiledProgram._buffers: its `buf` tensors,
-    flags, ERR, EPOCH and timeline records), each rounded to the heap's alignment."""
-    mod = prog.module
-    total = 0
-    for _n, (kind, dtype, shape, _sym) in mod.TENSORS.items():
-        if kind == "buf":
-            total += _align(math.prod(shape) * TORCH_DTYPE[dtype].itemsize)
-    total += sum(_align(size * 4) for size, *_r in mod.FLAGS.values())
+    flags, ERR, EPOCH and timeline records), each rounded to the heap's alignment. Read from the program and its
+    graph, so sizing a heap loads no Triton module."""
+    from tilec.ir.graph import flags
+
+    total = sum(_align(math.prod(t.shape) * TORCH_DTYPE[t.dtype].itemsize)
+                for t in prog.program.tensors if t.kind == "buf")
+    total += sum(_align(f.size * 4) for f in flags(prog.graph))
     total += _align(8 * 4) + _align(4)
-    if getattr(mod, "TIMELINE_SLOTS", 0):
-        total += _align(mod.TIMELINE_SLOTS * 5 * 8)
+    slots = re.search(r"^TIMELINE_SLOTS = (\d+)", prog.source, re.M)  # the module's table, without importing it
+    if slots and int(slots.group(1)):
+        total += _align(int(slots.group(1)) * 5 * 8)
     return total + ALIGN
 
 
