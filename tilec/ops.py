@@ -108,9 +108,9 @@ def _positive_int(v, what: str) -> int:
             raise TypeError
         v = operator.index(v)  # numpy integers are fine
     except TypeError:
-        raise ArgumentError(f"{what}={v!r}: must be an int, got {type(v).__name__}") from None
+        raise ArgumentError(f"{what} = {v!r}: must be an int, got {type(v).__name__}") from None
     if v < 1:
-        raise ArgumentError(f"{what}={v}: must be >= 1")
+        raise ArgumentError(f"{what} = {v}: must be >= 1")
     return v
 
 
