@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from tilec.errors import ArgumentError, ScheduleError, TilecError
+from tilec.errors import ArgumentError, ScheduleError
 from tilec.frontend import ast
 from tilec.frontend.parser import parse
 from tilec.reference import TORCH_DTYPE
@@ -442,12 +442,11 @@ class TileOp:
     def _staging(self, prog) -> list[tuple[tuple, int]]:
         """(pool key, bytes) of the heap buffers a call of `prog` may copy symmetric inputs / outputs through."""
         out, seen = [], {}
-        for n, (kind, dtype, shape, sym) in prog.signature().items():
-            if sym:
+        for _kind, dtype, shape, sym in prog.signature().values():
+            if sym:  # two arguments of one dtype and shape get two buffers
                 k = (dtype, tuple(shape))
                 seen[k] = seen.get(k, 0) + 1
                 out.append(((*k, seen[k] - 1), _align(math.prod(shape) * TORCH_DTYPE[dtype].itemsize)))
-                del n, kind
         return out
 
     # -- calls ---------------------------------------------------------------------------------------------------
@@ -577,4 +576,4 @@ def registered() -> dict[str, TileOp]:
     return dict(_OPS)
 
 
-__all__ = ["op", "empty", "TileOp", "registered", "SCHEDULE_PREFERENCE", "TilecError"]
+__all__ = ["op", "empty", "TileOp", "registered", "SCHEDULE_PREFERENCE"]
