@@ -76,6 +76,7 @@ def test_gemm_bench_cpu(tmp_path, monkeypatch):
     assert all(r["heap_bytes"] > 0 for r in rows if r["kind"] == "tilec")
 
 
+@pytest.mark.slow  # a multi-rank run of many seconds: not in the quick selection
 def test_decode_bench_cpu(tmp_path):
     rows = bench.run_bench(DECODE, 1, "decode-small", None, "bf16", 2, False, str(tmp_path), "cpu")
     js = json.loads((tmp_path / "flash_decode_decode-small_bf16.json").read_text())
@@ -228,6 +229,7 @@ def _nccl_path_on_gloo(heap, dims):
     return [(op.name, op.kind, bench_decode.rel_err(op.fn(), ref)) for op in ops]
 
 
+@pytest.mark.slow  # a multi-rank run of many seconds: not in the quick selection
 def test_distributed_baseline_on_gloo():
     from tilec.runtime import spawn
 
@@ -257,6 +259,7 @@ def _gemm_baselines_on_gloo(heap, dims):
     return out
 
 
+@pytest.mark.slow  # a multi-rank run of many seconds: not in the quick selection
 def test_gemm_baselines_on_gloo():
     """The distributed GEMM baselines' code paths (they only run with one GPU per rank) on 2 CPU ranks."""
     from tilec.runtime import spawn

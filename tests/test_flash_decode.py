@@ -54,6 +54,7 @@ def test_single_persistent_kernel_is_verified():
     assert not any(k.barrier_before for k in kernels)
 
 
+@pytest.mark.slow  # a multi-rank run of many seconds: not in the quick selection
 def test_streaming_options_match_torch():
     """noinline task functions, and streamed attend with 32-key blocks (4 per split): same results."""
     dims = dict(B=2, HKV=1, G=8, D=32, S=256, BS=128)
@@ -67,6 +68,7 @@ def test_streaming_options_match_torch():
         tilec.compile(EXAMPLE, attend_block=48)
 
 
+@pytest.mark.slow  # a multi-rank run of many seconds: not in the quick selection
 def test_position_major_cache_matches_torch(tmp_path):
     """The same program over a position-major cache (K, V [B, S, HKV, D], as FlashAttention's KV cache): each
     split then reads rows one KV-head apart instead of one contiguous run; the results must not change."""

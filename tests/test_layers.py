@@ -23,7 +23,7 @@ LAYERS = [
     ("tilec.passes",),
     ("tilec.codegen", "tilec.device"),
     ("tilec.runtime",),
-    ("tilec.program", "tilec.reference", "tilec.api", "tilec.run_vs_reference", "tilec"),
+    ("tilec.program", "tilec.reference", "tilec.api", "tilec.run_vs_reference", "tilec.ops", "tilec"),
     ("tilec.perf",),
     ("tilec.cli", "tilec.__main__"),
 ]

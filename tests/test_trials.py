@@ -40,6 +40,7 @@ def test_tune_cli_reports_the_pick(tmp_path, monkeypatch, capsys):
     assert compile_auto(AG, 1, {"M": 32, "N": 32, "K": 32}).schedule == picked
 
 
+@pytest.mark.slow  # a multi-rank run of many seconds: not in the quick selection
 def test_run_auto_times_the_candidates_when_asked(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TILEC_CACHE", str(tmp_path))
     argv = ["run", AG, "--world", "1", "-D", "M=32", "-D", "N=32", "-D", "K=32", "--backend", "cpu", "-s", "auto"]

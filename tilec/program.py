@@ -142,6 +142,10 @@ class CompiledProgram:
 
         write_atomic(path, self.source)
 
+    def __repr__(self) -> str:  # one line: the dataclass repr prints the whole source and graph
+        dims = ", ".join(f"{k}={v}" for k, v in (*self.program.dims, *self.program.tiles))
+        return f"<CompiledProgram {self.program.name} schedule={self.schedule} world={self.world} dims({dims})>"
+
     def __getstate__(self):
         d = dict(self.__dict__)
         d["_state"] = {}

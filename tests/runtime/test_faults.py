@@ -186,7 +186,7 @@ def test_launcher_killed_during_startup(tmp_path):
         proc.communicate()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)])
 def test_launcher_killed_during_run(tmp_path, sig):
     """SIGKILL of the launcher while its ranks run: they notice within a poll and exit, removing the run's folder
     (their heap files were unlinked once every rank had mapped them). SIGTERM: the launcher itself kills and reaps

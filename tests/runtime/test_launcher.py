@@ -27,7 +27,7 @@ def no_leftover_shm():
     assert _leftovers() == []
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("world", [2, pytest.param(3, marks=pytest.mark.slow)])  # world 3: full run only
 def test_ring_kernel_matches_torch(world):
     tiles = 3
     n = tiles * rank_workers.BLOCK

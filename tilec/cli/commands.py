@@ -330,6 +330,9 @@ def cmd_tune(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tilec", description=__doc__, epilog=EXIT_CODES,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    from tilec._version import __version__
+
+    ap.add_argument("--version", action="version", version=f"tilec {__version__}", help="print the version and exit")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("compile", help="emit the Triton source of a program")
     _common(p)

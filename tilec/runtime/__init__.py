@@ -9,7 +9,7 @@ from .cpu_heap import ShmHeap
 from .errors import HeapError, LaunchTimeout, PeerLost, RankError, TilecRuntimeError
 from .heap import Heap
 from .iris_heap import IrisHeap
-from .launcher import default_backend, from_env, spawn, under_torchrun
+from .launcher import default_backend, from_env, from_process_group, spawn, under_torchrun
 
 __all__ = [
     "Heap",
@@ -17,6 +17,7 @@ __all__ = [
     "IrisHeap",
     "spawn",
     "from_env",
+    "from_process_group",
     "active_heap",
     "use_heap",
     "default_backend",

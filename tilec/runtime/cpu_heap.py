@@ -124,12 +124,13 @@ class ShmHeap(Heap):
     _destroy_group_on_close = False  # from_env (torchrun) sets it when it made the process group
 
     def __init__(self, rank: int, world: int, paths: list[str], nbytes: int, *, unlink: bool = True,
-                 timeout: float = BARRIER_TIMEOUT_S):
+                 timeout: float = BARRIER_TIMEOUT_S, group=None):
         if len(paths) != world:
             raise TilecRuntimeError(f"ShmHeap needs one file per rank: {len(paths)} files for world {world}")
         if nbytes % ALIGN:
             raise TilecRuntimeError(f"ShmHeap size {nbytes} is not a multiple of {ALIGN}")
         self.timeout = timeout
+        self.group = group  # barriers run over this torch.distributed group (None: the default group)
         self._peers: dict[int, int] | None = None  # rank -> pid of every peer, from the first barrier
         self._maps: list[mmap.mmap] = []
         for p in paths:
@@ -157,14 +158,16 @@ class ShmHeap(Heap):
 
         if dist.is_available() and dist.is_initialized():
             if self.world == 1:
-                dist.barrier()
+                dist.barrier(group=self.group)
             elif self._peers is None:  # the first barrier also tells every rank its peers' pids
                 pids = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
-                work = dist.all_gather(pids, torch.tensor([os.getpid()], dtype=torch.int64), async_op=True)
+                work = dist.all_gather(pids, torch.tensor([os.getpid()], dtype=torch.int64), group=self.group,
+                                       async_op=True)
                 wait_work(work, self.rank, "heap set-up barrier", self.timeout, None)
                 self._peers = {r: int(p) for r, p in enumerate(pids) if r != self.rank}
             else:
-                wait_work(dist.barrier(async_op=True), self.rank, "barrier", self.timeout, self._peers)
+                wait_work(dist.barrier(group=self.group, async_op=True), self.rank, "barrier", self.timeout,
+                          self._peers)
         elif self.world > 1:
             raise TilecRuntimeError("ShmHeap.barrier needs a torch.distributed process group when world > 1")
 

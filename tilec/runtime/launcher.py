@@ -510,3 +510,67 @@ def _shm_heap(heap_bytes: int):
     except BaseException:
         unlink_quietly(mine)
         raise
+
+
+# -- an existing process group ---------------------------------------------------------------------------------
+
+
+def from_process_group(group=None, *, backend: str | None = None, heap_bytes: int = 1 << 26, timeout: float = 300.0,
+                       activate: bool = True):
+    """This process's heap over an existing torch.distributed process group (default: the default group), whatever
+    launched the processes (torchrun, a job scheduler, a serving engine): rank and world come from the group, and
+    its ranks set the heap up together. Every op of the process then shares this heap (activate=True makes it the
+    active heap). backend: "iris" (GPU, needs the group to be the whole default group: Iris sets itself up over it)
+    or "cpu" (the /dev/shm emulation: every rank on one host, barriers over `group`, gloo); default: iris where a
+    GPU is. The group is the caller's: closing the heap leaves it alone."""
+    import torch.distributed as dist
+
+    backend = _resolve_backend(backend)
+    if not (dist.is_available() and dist.is_initialized()):
+        raise TilecRuntimeError("from_process_group needs torch.distributed initialized first "
+                                "(dist.init_process_group(...)); or use from_env() under torchrun")
+    group = group if group is not None else dist.group.WORLD
+    if heap_bytes < 1:
+        raise TilecRuntimeError(f"heap_bytes={heap_bytes}: must be >= 1")
+    if backend == "cpu":
+        if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+            raise TilecRuntimeError("the cpu backend runs kernels in Triton's interpreter: set TRITON_INTERPRET=1 "
+                                    "before triton is imported")
+        os.environ["TRITON_INTERPRET"] = "1"
+        heap = _group_shm_heap(group, heap_bytes, timeout)
+    else:
+        if dist.get_world_size(group) != dist.get_world_size():
+            raise TilecRuntimeError("the iris backend sets its heap up over the default process group: pass the "
+                                    f"whole group (this one has {dist.get_world_size(group)} of "
+                                    f"{dist.get_world_size()} ranks)")
+        import torch
+
+        from .iris_heap import IrisHeap, rank_device
+
+        torch.cuda.set_device(rank_device(dist.get_rank()))
+        heap = IrisHeap(heap_bytes)
+    if activate:
+        _install(heap)
+    return heap
+
+
+def _group_shm_heap(group, heap_bytes: int, timeout: float):
+    """Each rank of `group` creates its /dev/shm heap file under a name rank 0 picks and broadcasts, then maps every
+    rank's; files are unlinked once all have mapped them (a crash later leaks nothing)."""
+    import torch.distributed as dist
+
+    from .cpu_heap import ShmHeap
+    from .heap import _align
+
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    tag = [f"pg_{os.getpid()}_{uuid.uuid4().hex[:8]}" if rank == 0 else None]
+    dist.broadcast_object_list(tag, src=dist.get_global_rank(group, 0), group=group)
+    nbytes = _align(heap_bytes)
+    mine = create_shm_files(1, nbytes, f"{tag[0]}_of{rank}")
+    try:
+        dist.barrier(group=group)  # every rank's file exists
+        paths = [mine[0].replace(f"_of{rank}_r0", f"_of{r}_r0") for r in range(world)]
+        return ShmHeap(rank, world, paths, nbytes, unlink=True, timeout=timeout, group=group)
+    except BaseException:
+        unlink_quietly(mine)
+        raise

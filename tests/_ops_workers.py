@@ -1,0 +1,117 @@
+"""Rank functions of tests/test_ops.py (tilec ops inside torch code). One spawn runs them all: a spawn costs a
+process start per rank, and every op compiles its variants once per process."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from tests._util import ROOT
+
+
+def tp_block_module():
+    """examples/tp_block.py (examples/ is not a package), registered in sys.modules: torch.compile looks its
+    functions' module up by name."""
+    if "tp_block" in sys.modules:
+        return sys.modules["tp_block"]
+    spec = importlib.util.spec_from_file_location("tp_block", ROOT / "examples" / "tp_block.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["tp_block"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _shared(seed: int, *shape, dtype=torch.float16) -> torch.Tensor:
+    """The same tensor on every rank."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+
+
+def _err(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.float() - want.float()).abs().max()) / max(1.0, float(want.float().abs().max()))
+
+
+def ops_world(heap, cases: dict) -> dict:
+    """Every case of test_ops.py on this rank; returns {case: result}. The torch references are computed here from
+    the full (unsharded) inputs, which every rank can rebuild from the seeds."""
+    import tilec
+
+    rank, world = heap.rank, heap.world
+    out = {}
+    ag = tilec.op(ROOT / "examples" / "ag_gemm.tile", name="t_ag_gemm", dims={"BM": 32})
+    rs = tilec.op(ROOT / "examples" / "gemm_rs.tile", name="t_gemm_rs", dims={"BM": 32})
+    ar = tilec.op(ROOT / "examples" / "gemm_ar.tile", name="t_gemm_ar", dims={"BM": 32})
+
+    # eager calls of three programs, against torch, at shapes the cases give (ragged tiles included)
+    errs = []
+    for m, n, k in cases["shapes"]:
+        a, b = _shared(m * 7 + 1, m, k), _shared(n * 7 + 2, k, n)
+        errs.append(("ag", m, _err(ag(a.chunk(world)[rank].contiguous(), b), a.float() @ b.float())))
+        a_cols = a.chunk(world, dim=1)[rank].contiguous()
+        b_rows = b.chunk(world, dim=0)[rank].contiguous()
+        errs.append(("rs", m, _err(rs(a_cols, b_rows), (a.float() @ b.float()).chunk(world)[rank])))
+        errs.append(("ar", m, _err(ar(a_cols, b_rows), a.float() @ b.float())))
+    out["eager"] = errs
+
+    # torch.compile(fullgraph=True) through two ops and torch code between them; a new M compiles a new variant
+    def mlp(x, w1, w2):
+        h = ag(x, w1)
+        return rs(F.silu(h.float()).to(h.dtype), w2)
+
+    f = torch.compile(mlp, backend="eager", fullgraph=True)
+    k, n = 40, 24  # a shape the eager calls above did not compile
+    w1, w2 = _shared(11, k, n * world), _shared(12, n * world, k)
+    runs = []
+    for m in cases["compile_m"]:
+        before = (ag.stats["compiles"], rs.stats["compiles"])
+        x = _shared(m, m, k)
+        got = f(x.chunk(world)[rank].contiguous(), w1[:, rank * n:(rank + 1) * n].contiguous(),
+                w2[rank * n:(rank + 1) * n].contiguous())
+        want = (F.silu((x.float() @ w1.float()).half().float()).half().float() @ w2.float()).chunk(world)[rank]
+        runs.append((m, _err(got, want), (ag.stats["compiles"] - before[0], rs.stats["compiles"] - before[1])))
+    out["compile"] = runs
+
+    # heap tensors are used in place, others are copied into the heap
+    a, b = _shared(5, 64, 32), _shared(6, 32, 48)
+    mine = a.chunk(world)[rank].contiguous()
+    on_heap = tilec.empty(mine.shape, mine.dtype)
+    on_heap.copy_(mine)
+    copies = ag.stats["copies"]
+    c_heap = ag(on_heap, b)
+    heap_run = (ag.last_args["A"] == on_heap.data_ptr(), ag.stats["copies"] - copies)
+    c_plain = ag(mine, b)
+    plain_run = (ag.last_args["A"] == mine.data_ptr(), _on_heap(heap, ag.last_args["A"]),
+                 ag.stats["copies"] - copies)
+    out["placement"] = {"heap": heap_run, "plain": plain_run, "same": bool(torch.equal(c_heap, c_plain)),
+                        "err": _err(c_heap, a.float() @ b.float())}
+
+    # an op that does not fit in what is left of the heap: a clear error, on every rank alike
+    big = tilec.op(ROOT / "examples" / "ag_gemm.tile", name="t_ag_gemm_big")
+    m = 1 << 14  # its gathered buffer alone is 16 MiB, the whole heap of the test
+    try:
+        big(torch.zeros(m // world, 512, dtype=torch.float16), torch.zeros(512, 64, dtype=torch.float16))
+        out["too_big"] = None
+    except Exception as e:
+        out["too_big"] = (type(e).__name__, str(e))
+
+    # the TP block of examples/tp_block.py, compiled, against the unsharded model
+    tp = tp_block_module()
+    out["block"] = tp.run(heap, {**cases["block"], "compile": True})
+    return out
+
+
+def _on_heap(heap, ptr: int) -> bool:
+    base = heap.heap_bases()[heap.rank].item()
+    return base <= ptr < base + heap.capacity
+
+
+def sized_heap(heap, m: int, n: int, k: int) -> dict:
+    """The heap is exactly what op.heap_bytes asked for (spawn rounds it up to whole pages): the op must fit."""
+    import tilec
+
+    ag = tilec.op(ROOT / "examples" / "ag_gemm.tile", name="t_ag_gemm_sized")
+    a, b = _shared(1, m, k), _shared(2, k, n)
+    c = ag(a.chunk(heap.world)[heap.rank].contiguous(), b)
+    return {"err": _err(c, a.float() @ b.float()), "used": heap.used, "capacity": heap.capacity}

@@ -1,0 +1,579 @@
+"""tilec programs as PyTorch operators: `tilec.op(program)` registers `tilec::<name>`, a `torch.library.custom_op`.
+
+The op takes the program's `in` tensors (in declaration order) and returns its `out` tensors (one tensor, or a tuple).
+Dims given in `dims=` are fixed; every other dim follows the inputs' shapes (`M` from `A: f16[M/W, K]` is
+`A.shape[0] * W`), and a dim no input determines keeps its default. Each distinct set of bound dims (and world)
+compiles one variant, cached on the op, so a new batch size just works. A fake kernel computes the outputs' shapes
+from the declarations, so `torch.compile(fullgraph=True)` traces through the op.
+
+Symmetric inputs must live on the symmetric heap at the same offset on every rank: a tensor from `tilec.empty` (made
+on every rank in the same order) is passed as is; any other is copied into a staging buffer on the heap. Staging
+buffers of every op on a heap come from one pool keyed by dtype and shape, so ops that never run at the same time
+share them. Every op call is a collective: all ranks call the same ops in the same order.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import os
+import re
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import torch
+
+from tilec.errors import ArgumentError, ScheduleError
+from tilec.frontend import ast
+from tilec.frontend.parser import parse
+from tilec.reference import TORCH_DTYPE
+from tilec.runtime import active_heap
+from tilec.runtime.errors import HeapError
+from tilec.runtime.heap import ALIGN, _align
+
+# schedules tried in this order when none is named: one persistent kernel first (no host barrier inside a call)
+SCHEDULE_PREFERENCE = ("fused-push", "specialized", "flags", "bsp")
+
+_OPS: dict[str, TileOp] = {}  # registered op name -> its TileOp (torch.library names are process-wide)
+
+
+def empty(shape, dtype: torch.dtype = torch.float32, *, heap=None) -> torch.Tensor:
+    """An uninitialized tensor on the symmetric heap (the active one by default): pass it to a tilec op as a
+    symmetric input and the op uses it in place. Collective like every heap allocation: every rank allocates the
+    same shapes in the same order. Heap memory is only given back by `heap.release(mark)`, so keep such tensors
+    for the model's lifetime rather than making new ones every step."""
+    if not isinstance(dtype, torch.dtype):
+        raise ArgumentError(f"tilec.empty: dtype={dtype!r} is not a torch.dtype")
+    if isinstance(shape, int | torch.SymInt):
+        shape = (shape,)
+    try:
+        dims = tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise ArgumentError(f"tilec.empty: shape={shape!r} must be a sequence of ints") from None
+    if any(d < 0 for d in dims):
+        raise ArgumentError(f"tilec.empty: shape={list(dims)} has a negative size")
+    return (heap or active_heap()).alloc(dims, dtype, zero=False)
+
+
+def op(program: str | os.PathLike | None = None, *, source: str | None = None, name: str | None = None,
+       dims: Mapping[str, int] | None = None, schedule: str | None = None, world: int | None = None,
+       retype: Mapping[str, str] | None = None, **compile_kw) -> TileOp:
+    """The PyTorch operator `tilec::<name>` of a .tile program (a path, or `source=` text).
+
+    dims: fixed dims and tile sizes; the other dims follow the inputs' shapes. schedule: a named schedule, or the
+    first of SCHEDULE_PREFERENCE that applies. world: fixed world size (default: the active heap's, at each call).
+    retype: e.g. {"f16": "bf16"}. Other keyword arguments go to tilec.compile (num_warps, ...).
+    The same name asked for again with the same settings returns the same op; with others, an ArgumentError."""
+    if source is None:
+        if program is None:
+            raise ArgumentError("tilec.op: give a .tile path or source=")
+        path = Path(program)
+        try:
+            source = path.read_text()
+        except OSError as e:
+            raise ArgumentError(f"tilec.op: cannot read {str(path)!r}: {e.strerror or e}") from None
+        file = str(program)
+    else:
+        if not isinstance(source, str):
+            raise ArgumentError(f"tilec.op: source= must be the program text, got {type(source).__name__}")
+        file = str(program) if program is not None else "<string>"
+    tree = parse(source, file)
+    name = tree.name if name is None else name
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ArgumentError(f"tilec.op: name={name!r} must be a Python identifier (it becomes tilec::<name>)")
+    if schedule is not None and not isinstance(schedule, str):
+        raise ArgumentError(f"tilec.op: schedule={schedule!r} must be a schedule name")
+    if world is not None:
+        world = _positive_int(world, "world")
+    fixed = _check_dims(dims, tree)
+    settings = (source, tuple(sorted(fixed.items())), schedule, world, tuple(sorted((retype or {}).items())),
+                tuple(sorted(compile_kw.items())))
+    known = _OPS.get(name)
+    if known is not None:
+        if known.settings == settings:
+            return known
+        raise ArgumentError(f"tilec.op: tilec::{name} is already registered with other settings (program, dims, "
+                            "schedule, world or retype); give this one another name=")
+    made = TileOp(tree, file, name, fixed, schedule, world, dict(retype or {}), compile_kw, settings)
+    _OPS[name] = made
+    return made
+
+
+def _positive_int(v, what: str) -> int:
+    try:
+        if isinstance(v, bool):  # an int to Python, never meant as a size
+            raise TypeError
+        v = operator.index(v)  # numpy integers are fine
+    except TypeError:
+        raise ArgumentError(f"{what} = {v!r}: must be an int, got {type(v).__name__}") from None
+    if v < 1:
+        raise ArgumentError(f"{what} = {v}: must be >= 1")
+    return v
+
+
+def _check_dims(dims, tree: ast.Program) -> dict[str, int]:
+    """dims= as the program can take it: known names, positive ints (a clear error naming the dim otherwise)."""
+    if dims is None:
+        return {}
+    if not isinstance(dims, Mapping):
+        raise ArgumentError(f"dims={dims!r}: must be a dict of name -> int")
+    names = [d.name for d in tree.dims] + [t.name for t in tree.tiles]
+    out = {}
+    for k, v in dims.items():
+        if k not in names:
+            raise ArgumentError(f"dims: {tree.name} has no dim or tile size named {k!r}; it has {', '.join(names)}")
+        out[k] = _positive_int(v, f"dims[{k!r}]")
+    return out
+
+
+# -- sizes: declared shapes as functions of the dims -------------------------------------------------------------
+
+Num = int | Fraction | torch.SymInt
+
+
+class _NotAffine(Exception):
+    """The expression is not affine in the one unknown dim (or mixes symbolic sizes in a way we do not invert)."""
+
+
+def _concrete(x) -> bool:
+    return isinstance(x, int | Fraction)
+
+
+def _norm(x):
+    return int(x) if isinstance(x, Fraction) and x.denominator == 1 else x
+
+
+def _mul(a, b):
+    return _norm(Fraction(a) * Fraction(b)) if _concrete(a) and _concrete(b) else _norm(a) * _norm(b)
+
+
+def _div(a, b):
+    """Exact division of sizes: rational when both are known numbers, floor division of symbolic sizes (exact for
+    programs sema accepted)."""
+    if _concrete(a) and _concrete(b):
+        if b == 0:
+            raise _NotAffine
+        return _norm(Fraction(a) / Fraction(b))
+    a, b = _norm(a), _norm(b)
+    if isinstance(a, Fraction) or isinstance(b, Fraction):
+        raise _NotAffine
+    return a // b
+
+
+def _affine(e: ast.Expr, env: Mapping[str, Num], unknown: str | None) -> tuple[Num, Num]:
+    """e = coef * unknown + const, with the other names' values from env."""
+    if isinstance(e, ast.Int):
+        return 0, e.value
+    if isinstance(e, ast.Name):
+        if e.id == unknown:
+            return 1, 0
+        if e.id in env:
+            return 0, env[e.id]
+        raise _NotAffine
+    if isinstance(e, ast.Neg):
+        c, k = _affine(e.operand, env, unknown)
+        return _mul(c, -1), _mul(k, -1)
+    if isinstance(e, ast.BinOp) and e.op in "+-*/":
+        lc, lk = _affine(e.lhs, env, unknown)
+        rc, rk = _affine(e.rhs, env, unknown)
+        if e.op in "+-":
+            s = 1 if e.op == "+" else -1
+            return _norm(lc + _mul(rc, s)), _norm(lk + _mul(rk, s))
+        if e.op == "*":
+            if not _is_zero(lc) and not _is_zero(rc):
+                raise _NotAffine
+            return _norm(_mul(lc, rk) + _mul(rc, lk)), _mul(lk, rk)
+        if not _is_zero(rc):
+            raise _NotAffine
+        return _div(lc, rk) if not _is_zero(lc) else 0, _div(lk, rk)
+    raise _NotAffine
+
+
+def _is_zero(x) -> bool:
+    return _concrete(x) and x == 0
+
+
+def _names(e: ast.Expr) -> set[str]:
+    if isinstance(e, ast.Name):
+        return {e.id}
+    if isinstance(e, ast.BinOp):
+        return _names(e.lhs) | _names(e.rhs)
+    if isinstance(e, ast.Neg):
+        return _names(e.operand)
+    return set()
+
+
+def _size(e: ast.Expr, env: Mapping[str, Num]) -> Num:
+    return _affine(e, env, None)[1]
+
+
+@dataclass(frozen=True)
+class _Arg:
+    name: str
+    dtype: str
+    shape: tuple[ast.Expr, ...]
+    symmetric: bool
+
+
+# -- the op ------------------------------------------------------------------------------------------------------
+
+
+class TileOp:
+    """One .tile program as `torch.ops.tilec.<name>`; call it like a function of the program's inputs."""
+
+    def __init__(self, tree: ast.Program, file: str, name: str, fixed: dict[str, int], schedule: str | None,
+                 world: int | None, retype: dict[str, str], compile_kw: dict, settings: tuple):
+        self.tree, self.file, self.name, self.fixed = tree, file, name, fixed
+        self.schedule, self.world, self.retype, self.compile_kw, self.settings = (schedule, world, retype,
+                                                                                   compile_kw, settings)
+        self.inputs = [_Arg(t.name, retype.get(t.dtype, t.dtype), t.shape, t.symmetric)
+                       for t in tree.tensors if t.kind == "in"]
+        self.outputs = [_Arg(t.name, retype.get(t.dtype, t.dtype), t.shape, t.symmetric)
+                        for t in tree.tensors if t.kind == "out"]
+        if not self.outputs:
+            raise ArgumentError(f"tilec.op: {tree.name} declares no out tensor; an op must return something")
+        self.follows = self._followed_dims()
+        self.variants: dict[tuple, object] = {}  # (world, dims) -> CompiledProgram
+        self.stats = {"calls": 0, "copies": 0, "compiles": 0}
+        self.last_args: dict[str, int] = {}  # argument name -> data_ptr of what the program ran on, last call
+        schema = "(" + ", ".join(f"Tensor {a.name}" for a in self.inputs) + ") -> "
+        schema += "Tensor" if len(self.outputs) == 1 else "(" + ", ".join("Tensor" for _ in self.outputs) + ")"
+        self.qualname = f"tilec::{name}"
+        self.custom_op = torch.library.custom_op(self.qualname, self._run, mutates_args=(), schema=schema)
+        self.custom_op.register_fake(self._fake)
+
+    def __repr__(self) -> str:
+        dims = ", ".join(f"{k}={v}" for k, v in self.fixed.items())
+        return (f"<tilec op {self.qualname}({', '.join(a.name for a in self.inputs)}) follows "
+                f"[{', '.join(self.follows)}] fixed [{dims}], {len(self.variants)} variant(s)>")
+
+    def __call__(self, *args, **kwargs):
+        return self.custom_op(*self._positional(args, kwargs))
+
+    def _positional(self, args: tuple, kwargs: dict) -> list:
+        names = [a.name for a in self.inputs]
+        if len(args) > len(names):
+            raise ArgumentError(f"{self.qualname}: takes {len(names)} inputs ({', '.join(names)}), got {len(args)}")
+        vals = dict(zip(names, args, strict=False))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise ArgumentError(f"{self.qualname}: unexpected argument {k!r}; it takes {', '.join(names)}")
+            if k in vals:
+                raise ArgumentError(f"{self.qualname}: argument {k!r} given twice")
+            vals[k] = v
+        missing = [n for n in names if n not in vals]
+        if missing:
+            raise ArgumentError(f"{self.qualname}: missing input(s) {', '.join(missing)}")
+        for a in self.inputs:
+            t = vals[a.name]
+            if not isinstance(t, torch.Tensor):
+                raise ArgumentError(f"{self.qualname}: input {a.name!r} must be a torch.Tensor, got "
+                                    f"{type(t).__name__}")
+            if t.dtype != TORCH_DTYPE[a.dtype]:
+                raise ArgumentError(f"{self.qualname}: input {a.name!r} has dtype "
+                                    f"{str(t.dtype).removeprefix('torch.')}, the program declares {a.dtype}")
+            if t.dim() != len(a.shape):
+                raise ArgumentError(f"{self.qualname}: input {a.name!r} has {t.dim()} dims, the program declares "
+                                    f"{len(a.shape)}")
+        return [vals[n] for n in names]
+
+    # -- dims ----------------------------------------------------------------------------------------------------
+
+    def _consts(self, world) -> dict[str, Num]:
+        env: dict[str, Num] = {self.tree.world: world}
+        env.update({t.name: t.value for t in self.tree.tiles})
+        env.update(self.fixed)
+        return env
+
+    def _followed_dims(self) -> list[str]:
+        """Dims an input's shape determines (with any world), in the order they are solved; a dim that none does
+        and that has no default is an error now rather than at the first call."""
+        env = dict.fromkeys([self.tree.world, *(t.name for t in self.tree.tiles), *self.fixed], 1)
+        order = self._solve_order(env)
+        for d in self.tree.dims:
+            if d.name not in self.fixed and d.name not in order and d.default is None:
+                raise ArgumentError(f"tilec.op: dim {d.name!r} of {self.tree.name} has no default and no input's "
+                                    f"shape determines it: give it in dims=")
+        return order
+
+    def _solve_order(self, env: dict) -> list[str]:
+        free = {d.name for d in self.tree.dims} - set(self.fixed)
+        order: list[str] = []
+        progress = True
+        while progress:
+            progress = False
+            for a in self.inputs:
+                for e in a.shape:
+                    left = (_names(e) & free) - set(order)
+                    if len(left) == 1 and _names(e) <= set(env) | free:
+                        d = left.pop()
+                        try:
+                            coef, _ = _affine(e, {**env, **dict.fromkeys(order, 1)}, d)
+                        except _NotAffine:
+                            continue
+                        if not _is_zero(coef):
+                            order.append(d)
+                            progress = True
+        return order
+
+    def bind(self, tensors: Sequence[torch.Tensor], world) -> dict[str, Num]:
+        """The dims of a call: fixed ones, those the inputs' shapes give, defaults for the rest. Concrete sizes are
+        checked (a whole number >= 1, and every input's shape as declared); symbolic ones (torch.compile with
+        dynamic shapes) are solved alike and left to the runtime check."""
+        env = self._consts(world)
+        shapes = {a.name: tuple(t.shape) for a, t in zip(self.inputs, tensors, strict=True)}
+        for d in self.follows:
+            a, axis, e = self._source_of(d, env)
+            coef, const = _affine(e, env, d)
+            size = shapes[a.name][axis]
+            if _concrete(size) and _concrete(coef) and _concrete(const):
+                v = (Fraction(size) - Fraction(const)) / Fraction(coef)
+                if v.denominator != 1 or v < 1:
+                    raise ArgumentError(f"{self.qualname}: input {a.name!r} has size {size} along axis {axis}, which"
+                                        f" gives {d} = {v} (world {world}); {d} must be a whole number >= 1")
+                env[d] = int(v)
+            else:
+                env[d] = _solve_symbolic(size, coef, const)
+        for d in self.tree.dims:
+            if d.name not in env:
+                env[d.name] = d.default
+        self._check_whole(env, world)
+        for a in self.inputs:
+            want = tuple(_size(e, env) for e in a.shape)
+            got = shapes[a.name]
+            for w, g in zip(want, got, strict=True):
+                if _concrete(w) and _concrete(g):
+                    if w != g:
+                        bound = ", ".join(f"{d.name}={env[d.name]}" for d in self.tree.dims)
+                        raise ArgumentError(f"{self.qualname}: input {a.name!r} has shape {list(got)}, the program "
+                                            f"declares {list(want)} (world {world}, {bound})")
+                else:
+                    torch._check(g == w, lambda a=a: f"{self.qualname}: input {a.name!r} shape")
+        return {d.name: env[d.name] for d in self.tree.dims}
+
+    def _check_whole(self, env: Mapping[str, Num], world) -> None:
+        """Every declared size (outputs and internal buffers too) must be a whole number >= 1 under these dims."""
+        for t in self.tree.tensors:
+            for axis, e in enumerate(t.shape):
+                v = _size(e, env)
+                if _concrete(v) and (Fraction(v).denominator != 1 or v < 1):
+                    bound = ", ".join(f"{d.name}={env[d.name]}" for d in self.tree.dims)
+                    raise ArgumentError(f"{self.qualname}: with {bound} (world {world}, from the inputs' shapes) "
+                                        f"{t.kind} {t.name!r} would have size {v} along axis {axis}; sizes must "
+                                        "be whole numbers >= 1")
+
+    def _source_of(self, d: str, env: Mapping) -> tuple[_Arg, int, ast.Expr]:
+        for a in self.inputs:
+            for axis, e in enumerate(a.shape):
+                if d in _names(e) and _names(e) - {d} <= set(env):
+                    try:
+                        coef, _ = _affine(e, env, d)
+                    except _NotAffine:
+                        continue
+                    if not _is_zero(coef):
+                        return a, axis, e
+        raise AssertionError(f"dim {d} has no source")  # _followed_dims found one with the same rules
+
+    def out_shapes(self, dims: Mapping[str, Num], world) -> list[tuple]:
+        env = {**self._consts(world), **dims}
+        return [tuple(_norm(_size(e, env)) for e in o.shape) for o in self.outputs]
+
+    def _world(self, heap=None) -> int:
+        if self.world is not None:
+            return self.world
+        return (heap or active_heap()).world
+
+    # -- variants ------------------------------------------------------------------------------------------------
+
+    def variant(self, world: int, dims: Mapping[str, int]):
+        """The compiled program for these dims (compiled once per op and process)."""
+        key = (world, tuple(sorted(dims.items())))
+        prog = self.variants.get(key)
+        if prog is None:
+            prog = self._compile(world, {**dims, **{t.name: v for t, v in self._tiles()}})
+            self.variants[key] = prog
+            self.stats["compiles"] += 1
+        return prog
+
+    def _tiles(self):
+        return [(t, self.fixed.get(t.name, t.value)) for t in self.tree.tiles]
+
+    def _compile(self, world: int, dims: dict):
+        from tilec.api import compile as tilec_compile
+
+        names = [self.schedule] if self.schedule else list(SCHEDULE_PREFERENCE)
+        reasons = []
+        for s in names:
+            try:
+                return tilec_compile(self.file, world=world, schedule=s, dims=dims, source=self.tree.source,
+                                     retype=self.retype or None, **self.compile_kw)
+            except ScheduleError as e:
+                if self.schedule:
+                    raise
+                reasons.append(f"{s}: {e}")
+        raise ScheduleError(f"{self.qualname}: no schedule applies: " + "; ".join(reasons))
+
+    def heap_bytes(self, world: int | None = None, **shapes) -> int:
+        """Symmetric-heap bytes one variant needs (its buffers, flags and staging), for sizing a heap before it
+        exists: `op.heap_bytes(2, A=(128, 64), B=(64, 96))` (input shapes) or with dims: `op.heap_bytes(2, M=256)`."""
+        world = _positive_int(world if world is not None else self._world(), "world")
+        names = {a.name for a in self.inputs}
+        if shapes and set(shapes) <= names and len(shapes) == len(names):
+            dims = self.bind([torch.empty(s, device="meta") for s in (shapes[a.name] for a in self.inputs)], world)
+        else:
+            env = self._consts(world)
+            for d in self.tree.dims:
+                if d.name in shapes:
+                    env[d.name] = _positive_int(shapes.pop(d.name), f"dims[{d.name!r}]")
+                elif d.name not in env:
+                    env[d.name] = d.default
+            if shapes:
+                raise ArgumentError(f"{self.qualname}.heap_bytes: unknown {', '.join(shapes)}: give every input's "
+                                    "shape, or dims by name")
+            if any(v is None for v in env.values()):
+                raise ArgumentError(f"{self.qualname}.heap_bytes: give the dims without a default")
+            dims = {d.name: env[d.name] for d in self.tree.dims}
+        return _program_bytes(self.variant(world, dims)) + sum(nbytes for _k, nbytes in self._staging(
+            self.variant(world, dims)))
+
+    def _staging(self, prog) -> list[tuple[tuple, int]]:
+        """(pool key, bytes) of the heap buffers a call of `prog` may copy symmetric inputs / outputs through."""
+        out, seen = [], {}
+        for _kind, dtype, shape, sym in prog.signature().values():
+            if sym:  # two arguments of one dtype and shape get two buffers
+                k = (dtype, tuple(shape))
+                seen[k] = seen.get(k, 0) + 1
+                out.append(((*k, seen[k] - 1), _align(math.prod(shape) * TORCH_DTYPE[dtype].itemsize)))
+        return out
+
+    # -- calls ---------------------------------------------------------------------------------------------------
+
+    def _fake(self, *tensors):
+        world = self._world()
+        dims = self.bind(tensors, world)
+        like = tensors[0]
+        outs = [like.new_empty(s, dtype=TORCH_DTYPE[o.dtype])
+                for s, o in zip(self.out_shapes(dims, world), self.outputs, strict=True)]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _run(self, *tensors):
+        heap = active_heap()
+        world = self._world(heap)
+        if world != heap.world:
+            raise ArgumentError(f"{self.qualname}: made for world {world}, the active heap has {heap.world} ranks")
+        if heap.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise ArgumentError(f"{self.qualname}: called while a CUDA graph is being captured; tilec ops start "
+                                "every call with a host barrier, which a graph cannot hold: capture the program "
+                                "itself (op.variant(...).capture(...)), or leave this op outside the graph")
+        dims = self.bind(tensors, world)
+        prog = self.variant(world, dims)
+        pool = _pool(heap)
+        staging = self._staged(prog, heap, pool)
+        args, copies = {}, 0
+        for a, t in zip(self.inputs, tensors, strict=True):
+            if a.symmetric and not (heap.owns(t) and t.is_contiguous()):
+                args[a.name] = staging[a.name].copy_(t)
+                copies += 1
+            elif not a.symmetric and (t.device != heap.device or not t.is_contiguous()):
+                args[a.name] = t.to(heap.device).contiguous()
+            else:
+                args[a.name] = t
+        shapes = self.out_shapes(dims, world)
+        for o, s in zip(self.outputs, shapes, strict=True):
+            args[o.name] = staging[o.name] if o.symmetric else torch.empty(s, dtype=TORCH_DTYPE[o.dtype],
+                                                                           device=heap.device)
+        self.last_args = {n: t.data_ptr() for n, t in args.items()}
+        prog(heap, sync=heap.interpret, **args)
+        outs = []
+        for o in self.outputs:
+            if o.symmetric:  # the staging buffer is reused by the next call: the caller gets its own copy
+                outs.append(args[o.name].clone())
+                copies += 1
+            else:
+                outs.append(args[o.name])
+        self.stats["calls"] += 1
+        self.stats["copies"] += copies
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _staged(self, prog, heap, pool: _Pool) -> dict[str, torch.Tensor]:
+        """Staging buffers of every symmetric argument, allocated on the first call of a variant on every rank alike
+        (whether or not this rank needs them: heap offsets must agree across ranks)."""
+        keys = self._staging(prog)
+        names = [n for n, (_k, _d, _s, sym) in prog.signature().items() if sym]
+        need = sum(b for k, b in keys if k not in pool.bufs)
+        if id(prog) not in pool.programs:
+            need += _program_bytes(prog)
+        free = heap.capacity - _align(heap.used)
+        if need > free:
+            raise HeapError(
+                f"{self.qualname} ({', '.join(f'{k}={v}' for k, v in prog.dims.items())}, world {prog.world}): needs "
+                f"{need} B more of the symmetric heap on rank {heap.rank}, {free} of {heap.capacity} B are free; "
+                f"raise heap_bytes= of tilec.runtime.from_process_group / from_env / spawn (size it with "
+                f"op.heap_bytes(...) summed over the model's ops), or --heap-mb")
+        pool.programs.add(id(prog))  # variants live as long as their op
+        out = {}
+        for n, (key, _b) in zip(names, keys, strict=True):
+            if key not in pool.bufs:
+                dtype, shape, _i = key
+                pool.bufs[key] = heap.alloc(shape, TORCH_DTYPE[dtype], zero=False)
+                pool.end = heap.mark()
+            out[n] = pool.bufs[key]
+        return out
+
+
+def _solve_symbolic(size, coef, const):
+    """unknown = (size - const) / coef for symbolic sizes (coef a known rational or a symbolic size)."""
+    if isinstance(coef, Fraction) and isinstance(const, int | Fraction):
+        num = _norm(size * coef.denominator - _norm(const * coef.denominator))
+        if isinstance(num, Fraction):
+            raise _NotAffine
+        return num // coef.numerator
+    return (_norm(size) - _norm(const)) // _norm(coef)
+
+
+def _program_bytes(prog) -> int:
+    """Heap bytes a program allocates at its first call on a heap (CompiledProgram._buffers: its `buf` tensors,
+    flags, ERR, EPOCH and timeline records), each rounded to the heap's alignment. Read from the program and its
+    graph, so sizing a heap loads no Triton module."""
+    from tilec.ir.graph import flags
+
+    total = sum(_align(math.prod(t.shape) * TORCH_DTYPE[t.dtype].itemsize)
+                for t in prog.program.tensors if t.kind == "buf")
+    total += sum(_align(f.size * 4) for f in flags(prog.graph))
+    total += _align(8 * 4) + _align(4)
+    slots = re.search(r"^TIMELINE_SLOTS = (\d+)", prog.source, re.M)  # the module's table, without importing it
+    if slots and int(slots.group(1)):
+        total += _align(int(slots.group(1)) * 5 * 8)
+    return total + ALIGN
+
+
+class _Pool:
+    """Staging buffers of one heap shared by every op, and the programs whose buffers that heap holds."""
+
+    def __init__(self, heap):
+        self.bufs: dict[tuple, torch.Tensor] = {}
+        self.programs: set[int] = set()
+        self.releases, self.end = heap.releases, 0  # end: just past the last staging buffer
+
+
+_POOLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _pool(heap) -> _Pool:
+    p = _POOLS.get(heap)
+    if p is not None and heap.freed_since(p.releases, p.end):
+        p = None  # heap.release() went below our buffers: allocate new ones
+    if p is None:
+        p = _POOLS[heap] = _Pool(heap)
+    return p
+
+
+def registered() -> dict[str, TileOp]:
+    """Every op made in this process, by name."""
+    return dict(_OPS)
+
+
+__all__ = ["op", "empty", "TileOp", "registered", "SCHEDULE_PREFERENCE"]
