@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 
 MAX_PROGRAMS_PER_SM = int(os.environ.get("TILEC_PROGRAMS_PER_SM", "2"))
 
@@ -177,6 +178,15 @@ def _plan(ctx, buffers, i, entry):
     return i if concurrent else 0, barrier_before, runner, k, nprog, args
 
 
+def adversary_delay(rank: int, world: int, epoch: int) -> None:
+    """TILEC_CPU_ADVERSARY=SECONDS (CPU emulation only): in call `epoch`, rank `epoch % world` starts each kernel
+    SECONDS late, so its peers' tasks reach their flag waits before the tiles they wait for exist. The interpreter
+    runs a rank's tasks in order, so without this a missing or stale wait on a peer's tile would be hidden by luck."""
+    late = os.environ.get("TILEC_CPU_ADVERSARY")
+    if late and rank == epoch % world:
+        time.sleep(float(late))
+
+
 def launch(ctx, mod, buffers, epoch, entry_barrier=True, only=None) -> None:
     """One call of the module's program on this rank: a barrier so every rank's inputs are ready, then the kernels
     (and a closing barrier where peers touch this rank's inputs/outputs). entry_barrier=False skips both: the
@@ -191,6 +201,8 @@ def launch(ctx, mod, buffers, epoch, entry_barrier=True, only=None) -> None:
             continue
         if barrier_before:
             ctx.barrier()
+        if ctx.interpret:
+            adversary_delay(ctx.rank, mod.WORLD, epoch)
         args[_EPOCH] = epoch
         with ctx.stream(stream):
             if runner is not None:  # straight to the compiled kernel: skips the JIT's per-call argument binding
