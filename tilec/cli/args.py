@@ -32,3 +32,24 @@ def _world(args) -> int:
     if not env.strip().isdigit() or not 1 <= int(env) <= MAX_WORLD:
         raise ArgumentError(f"WORLD_SIZE={env!r}: must be an integer >= 1 and <= {MAX_WORLD}")
     return int(env)
+
+
+def run_command(args) -> int:
+    """Run a parsed subcommand: a TilecError or a rank's runtime error is one line on stderr and its exit code."""
+    import sys
+
+    try:
+        return args.fn(args)
+    except TilecError as e:
+        print(e.render(), file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # runtime errors from ranks: one line, no traceback
+        from tilec.runtime import TilecRuntimeError
+
+        if isinstance(e, TilecRuntimeError):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        raise

@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 
-from tilec.cli.args import _dims, _world
+from tilec.cli.args import _dims, _world, run_command
 from tilec.errors import TilecError
 from tilec.passes.schedules import DESCRIPTIONS, PASS_NAMES, SCHEDULES
 
@@ -393,22 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     add_taxes(sub)
     for sp in sub.choices.values():  # `tilec CMD --help` states the rule too
         sp.epilog, sp.formatter_class = EXIT_CODES, argparse.RawDescriptionHelpFormatter
-    args = ap.parse_args(argv)
-    try:
-        return args.fn(args)
-    except TilecError as e:
-        print(e.render(), file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:  # runtime errors from ranks: one line, no traceback
-        from tilec.runtime import TilecRuntimeError
-
-        if isinstance(e, TilecRuntimeError):
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        raise
+    return run_command(ap.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from tilec.cli.args import run_command
 from tilec.errors import TilecError
 
 
@@ -277,12 +278,7 @@ def plot(rows: list, path: str, title: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="tilec", description=__doc__)
     add_parser(ap.add_subparsers(dest="cmd", required=True))
-    args = ap.parse_args(argv)
-    try:
-        return args.fn(args)
-    except TilecError as e:
-        print(e.render(), file=sys.stderr)
-        return e.exit_code
+    return run_command(ap.parse_args(argv))
 
 
 if __name__ == "__main__":

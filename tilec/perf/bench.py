@@ -34,7 +34,7 @@ from tilec.perf.measure import (
     time_op,
     time_program,
 )
-from tilec.perf.rows import finish_shape, table_text
+from tilec.perf.rows import TimedRow, finish_shape, table_text
 from tilec.runtime import under_torchrun
 
 SHAPES = {
@@ -55,21 +55,7 @@ CPU_CONFIGS = [(64, 64, 32, 4, 1, 8)]
 
 
 @dataclass
-class Row:
-    program: str
-    shape: dict
-    world: int
-    dtype: str
-    name: str  # schedule or baseline
-    kind: str  # tilec | baseline | reference | floor (tilec.perf.rows)
-    device_us: float  # median device time (how: `timing`)
-    p10_us: float
-    p90_us: float
-    min_us: float
-    max_us: float
-    iters: int
-    timing: str
-    host_us: float | None  # one eager Python call until its device work is done (median of a few)
+class Row(TimedRow):
     tflops: float  # of the device time
     peak_mem_bytes: int | None = None  # allocator peak of one call beyond what was allocated before it
     heap_bytes: int | None = None  # symmetric heap bytes the tilec program uses (its tensors and buffers)

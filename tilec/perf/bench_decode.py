@@ -34,7 +34,7 @@ import torch
 from tilec.errors import ScheduleError, TilecError
 from tilec.perf.inputs import DECODE_DIMS, kv_layout, make_inputs
 from tilec.perf.measure import GRAPH, device_key, load_tuned, median_time, progress, store_tuned, time_op, time_program
-from tilec.perf.rows import finish_shape, table_text
+from tilec.perf.rows import TimedRow, finish_shape, table_text
 
 COPY_GBPS = 4200.0  # measured H200 device-to-device copy bandwidth (docs/GPU.md)
 # A split task's fixed cost in keys streamed (default_bs): ~one attend block. Fitted to bsp's local phase at 32K,
@@ -77,21 +77,7 @@ DECODE_SHAPES: dict[str, list[tuple[int, int, int, int, int]]] = {
 
 
 @dataclass
-class DecodeRow:
-    program: str
-    shape: dict
-    world: int
-    dtype: str
-    name: str  # schedule or baseline
-    kind: str  # tilec | baseline | reference | floor (tilec.perf.rows)
-    device_us: float  # median device time (how: `timing`)
-    p10_us: float
-    p90_us: float
-    min_us: float
-    max_us: float
-    iters: int
-    timing: str
-    host_us: float | None  # one eager Python call until its device work is done
+class DecodeRow(TimedRow):
     gbps: float  # KV bytes streamed per rank / device time
     frac_of_copy_bw: float  # gbps / the copy bandwidth (measured in the run on a GPU, else COPY_GBPS)
     tflops: float  # 4 * B * H * S * D per rank / device time

@@ -9,7 +9,29 @@ over the copy bandwidth). Ratios compare device time with device time.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 KINDS = ("tilec", "baseline", "reference", "floor")
+
+
+@dataclass
+class TimedRow:
+    """What every bench row has (the GEMM and decode rows add their own metrics after these)."""
+
+    program: str
+    shape: dict
+    world: int
+    dtype: str
+    name: str  # schedule or baseline
+    kind: str  # one of KINDS
+    device_us: float  # median device time (how: `timing`)
+    p10_us: float
+    p90_us: float
+    min_us: float
+    max_us: float
+    iters: int
+    timing: str
+    host_us: float | None  # one eager Python call until its device work is done (median of a few)
 
 
 def best_baseline(rows) -> object | None:

@@ -121,9 +121,10 @@ def _peak(intervals: list[tuple[int, int]]) -> int:
     return max(best, 1)
 
 
-def rank_timelines(heap, progs, calls: int = 2) -> dict[str, Timeline]:
+def rank_timelines(heap, progs, calls: int = 2, read=None) -> dict:
     """In each rank process: run each timeline build `calls` times (the first compiles and warms up) on bench
-    inputs and return the last call's timeline per schedule."""
+    inputs; per schedule, `read(prog, heap)` of the last call (default: its Timeline), read before the heap space
+    of the call is released."""
     from tilec.perf.inputs import bench_inputs
 
     out = {}
@@ -133,7 +134,9 @@ def rank_timelines(heap, progs, calls: int = 2) -> dict[str, Timeline]:
             args = bench_inputs(p, heap, 0)
             for _ in range(calls):
                 p(heap, **args)
-            out[p.schedule] = timeline(p, heap)
+            out[p.schedule] = (read or timeline)(p, heap)
         finally:
             heap.release(mark)
     return out
+
+

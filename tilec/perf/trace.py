@@ -89,22 +89,10 @@ def records(prog, heap) -> list[list[int]]:
 
 
 def rank_traces(heap, progs, calls: int = 2) -> dict[str, tuple]:
-    """In each rank process: run each timeline build `calls` times (the first compiles and warms up) on bench
-    inputs; per schedule, the last call's (Timeline, raw records)."""
-    from tilec.perf.inputs import bench_inputs
-    from tilec.perf.timeline import timeline
+    """In each rank process: per schedule, the last call's (Timeline, raw records) of a timeline build."""
+    from tilec.perf.timeline import rank_timelines, timeline
 
-    out = {}
-    for p in progs:
-        mark = heap.mark()
-        try:
-            args = bench_inputs(p, heap, 0)
-            for _ in range(calls):
-                p(heap, **args)
-            out[p.schedule] = (timeline(p, heap), records(p, heap))  # read before the heap space is released
-        finally:
-            heap.release(mark)
-    return out
+    return rank_timelines(heap, progs, calls, read=lambda p, h: (timeline(p, h), records(p, h)))
 
 
 # -- the trace --------------------------------------------------------------------------------------
