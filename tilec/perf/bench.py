@@ -108,7 +108,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
     every schedule, all on the same inputs, each timed by measure.time_op (device time of CUDA graph replays where
     the op can be captured, host time of one eager call) and its output checked."""
     import tilec
-    from tilec.perf.bench_baselines import gemm_floor, gemm_ops, gemm_pattern
+    from tilec.perf.bench_baselines import first_baseline, gemm_floor, gemm_ops, gemm_pattern, time_ops
 
     rows: list[Row] = []
     cache = load_tuned()
@@ -134,19 +134,11 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
         t = time_op(fl.fn, heap, iters, 3)
         shape_rows.append(timed_row(stem, dims, world, dtype, fl.name, fl.kind, t, _flops(dims, None), note=fl.note))
         del floor_in, fl
-        first = None
-        for op in gemm_ops(heap, world, pattern, a, b, log):
-            try:
-                out = op.fn()
-                t = time_op(op.fn, heap, iters, 3)
-            except Exception as e:  # noqa: BLE001 - e.g. out of memory: said, the other rows still run
-                log(f"  baselines: {op.name} failed: {type(e).__name__}: {str(e)[:160]}")
-                continue
-            if first is None and op.kind == "baseline":
-                first = out
-            shape_rows.append(timed_row(stem, dims, world, dtype, op.name, op.kind, t, flops,
-                                        rel_err=rel_err(out, ref if ref is not None else first), note=op.note))
-        ref = ref if ref is not None else first
+        timed = time_ops(gemm_ops(heap, world, pattern, a, b, log), heap, iters, log)
+        ref = ref if ref is not None else first_baseline(timed)
+        for op, t, out in timed:
+            shape_rows.append(timed_row(stem, dims, world, dtype, op.name, op.kind, t, flops, rel_err=rel_err(out, ref),
+                                        note=op.note))
         bar.step(f"{dims} baselines: " + ", ".join(f"{r.name} {r.device_us:.0f}us" for r in shape_rows))
         for s in schedules:
             key = f"{src_hash}|{s}|{m}x{n}x{k}|w{world}|{dtype}|{device}"
@@ -384,8 +376,8 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
                                  " of several L2s (tilec.perf.gpu_time.cold_time), as the run copy is timed",
                      "lens": "full: lens[b] = W * S", "tune": tune, "skipped": skipped,
                      "kv_bytes": "2 * B * S * HKV * D * element size, per rank per call",
-                     "rel_err": "max |O - O_ref| / max |O_ref|; O_ref: the first baseline's output, else the whole"
-                                " op in f32 (small shapes)"})
+                     "rel_err": "max |O - O_ref| / max |O_ref|; O_ref: the whole op in f32 recomputed from every"
+                                " rank's inputs where the cache is small, else the first baseline's output"})
     tag = f"{Path(path).stem}_{shapes.replace(',', '+')}_{dtype}"
     out = Path(out_dir or f"benchmarks/results/{machine_tag(world)}")
     js, png = save_results(rows, out, tag, meta)

@@ -118,6 +118,26 @@ class Op:
     fn: Callable[[], torch.Tensor]
 
 
+def time_ops(ops, heap, iters: int, log):
+    """Each op that runs here as (op, Timing, its output); one that fails (out of memory, say) is logged and left
+    out, and the others still run."""
+    from tilec.perf.measure import time_op
+
+    out = []
+    for op in ops:
+        try:
+            result = op.fn()
+            out.append((op, time_op(op.fn, heap, iters, 3), result))
+        except Exception as e:  # noqa: BLE001
+            log(f"  baselines: {op.name} failed: {type(e).__name__}: {str(e)[:160]}")
+    return out
+
+
+def first_baseline(timed) -> torch.Tensor | None:
+    """The output every row is checked against when no independent reference is at hand."""
+    return next((res for op, _t, res in timed if op.kind == "baseline"), None)
+
+
 def _symm_mem(grp):
     """torch's symmetric memory for the group, or None where this build or machine has none."""
     try:

@@ -1,18 +1,17 @@
 """`tilec bench` for flash-decode programs (dims B, HKV, G, D, S; tile BS), e.g. examples/flash_decode.tile.
 
-Same discipline as the GEMM path (tilec.perf.bench): every tilec schedule that applies and the external baselines
-(tilec.perf.bench_baselines.decode_baselines) run on the same Q/K/V/lens, each timed with CUDA events around the call
-only, with a cross-rank barrier before every call outside the timed region; tilec is called with
-entry_barrier=False, sync=False. Reported per row: median time, the KV bytes each rank streams
-(2 * B * S * HKV * D * element size) and the GB/s that makes, its fraction of the H200 copy bandwidth
-(COPY_GBPS; beside it, a device copy of the shape's K timed in the same run, read + write bytes as `tilec
-calibrate` counts them), the ratio to tilec's bsp schedule and to the best baseline, and the relative error of the
-output against the first baseline's (a fast wrong kernel shows up). Lengths are full (lens[b] = W * S). The bsp
-row also times its local phase alone (the kernels before its first barrier: split attention and the local merge,
-`only=`), as a kernel time (kernel_time: launches after a clean L2 flush, like the copy): how fast the local attention
-streams the KV cache without the exchange, the combine and the host's launch path. On a GPU, a schedule without
-host barriers also gets a "(CUDA graph)" row: the same call recorded once (CompiledProgram.capture) and replayed,
-under the same timer, without the Python launch path.
+Same discipline as the GEMM path (tilec.perf.bench): every tilec schedule that applies and the baselines
+(tilec.perf.bench_baselines.decode_ops: SDPA with LSE + NCCL, plain SDPA at world 1, the naive torch step as a
+labelled reference) run on the same Q/K/V/lens, each timed by measure.time_op / time_program: device time of CUDA
+graph replays where the op can be captured (else of eager calls), host time of one eager call. Reported per row:
+device and host time with their spread, the KV bytes each rank streams (2 * B * S * HKV * D * element size) and the
+GB/s that makes, its fraction of the copy bandwidth measured in the same run (a device copy of the shape's K, read +
+write bytes as `tilec calibrate` counts them), the floor (KV bytes over that bandwidth, + a measured link round
+trip at world > 1), the ratio to tilec's bsp schedule and to the best baseline, and the relative error of the
+output (a fast wrong kernel shows up). Lengths are full (lens[b] = W * S). The bsp row also times its local phase
+alone (the kernels before its first barrier: split attention and the local merge, `only=`), as a kernel time
+(kernel_time: launches after a clean L2 flush, like the copy): how fast the local attention streams the KV cache
+without the exchange, the combine and the host's launch path.
 
 Tile size BS (positions per split): one default per shape (default_bs: the split whose tasks fill the resident
 programs in the fewest waves; attend streams a split in blocks of 64 keys, so a long split costs no registers)
@@ -260,7 +259,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
     (baselines, references, schedules) on the same Q, K, V, lens, timed by measure.time_op: device time of CUDA
     graph replays where the op can be captured, host time of one eager call; outputs checked."""
     import tilec
-    from tilec.perf.bench_baselines import decode_ops
+    from tilec.perf.bench_baselines import decode_ops, first_baseline, time_ops
 
     rows: list[DecodeRow] = []
     skipped: list[dict] = []
@@ -329,19 +328,10 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
                              _sig(flops / t.device_us / 1e6), nbytes, lab, config or {}, peak_mem_bytes=t.peak_bytes,
                              rel_err=err, note=note, run_copy_gbps=_sig(copy) if copy else None)
         ref = reference_output(dims, world, dtype, heap.device)
-        first = None
-        for op in decode_ops(heap, dims, world, q, k, v, lens, layout, iters, log):
-            try:
-                out = op.fn()
-                t = time_op(op.fn, heap, iters, 3)
-            except Exception as e:  # noqa: BLE001 - e.g. out of memory: said, the other rows still run
-                log(f"  baselines: {op.name} failed: {type(e).__name__}: {str(e)[:160]}")
-                continue
-            if first is None and op.kind == "baseline":
-                first = out
-            shape_rows.append(row(op.name, op.kind, t, err=rel_err(out, ref if ref is not None else first),
-                                  note=op.note))
-        ref = ref if ref is not None else first
+        timed = time_ops(decode_ops(heap, dims, world, q, k, v, lens, layout, iters, log), heap, iters, log)
+        ref = ref if ref is not None else first_baseline(timed)
+        for op, t, out in timed:
+            shape_rows.append(row(op.name, op.kind, t, err=rel_err(out, ref), note=op.note))
         bar.step(f"{lab} baselines: " + ", ".join(f"{r.name} {r.device_us:.0f}us" for r in shape_rows)
                  + (f"; a copy of K {copy:.0f} GB/s" if copy else "") + f"; floor {floor_us:.1f}us")
         for s in schedules:
@@ -399,7 +389,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
                                               f" ({100 * r.local_frac_of_copy_bw:.1f}% of copy)")
             bar.step(f"{lab} {s}: {r.device_us:.0f}us device ({'graph' if t.how == GRAPH else 'eager'}), "
                      f"{r.host_us:.0f}us host, {100 * r.frac_of_copy_bw:.1f}% of copy BS={bs}{alone}{_wrong(r, tol)}")
-        del q, k, v, lens, data, ref, first
+        del q, k, v, lens, data, ref, timed
         heap.release(mark)
         finish_shape(shape_rows, floor_us)
         bsp = next((r.device_us for r in shape_rows if r.kind == "tilec" and r.name == "bsp"), None)
