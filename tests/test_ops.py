@@ -74,7 +74,7 @@ def test_bad_python_arguments_raise_argument_errors(kw, needle):
 
 
 def test_tilec_compile_names_the_bad_dim():
-    with pytest.raises(ArgumentError, match=re.escape("dims['M'] = '256': must be an int, got str")):
+    with pytest.raises(ArgumentError, match=re.escape("dims['M'] = '256': must be an integer, not str")):
         tilec.compile(EX / "ag_gemm.tile", world=2, dims={"M": "256"})
 
 

@@ -55,13 +55,12 @@ def compile(  # noqa: A001 - the public name the docs promise
         raise ArgumentError(f"num_stages={num_stages}: must be >= 1")
     if attend_block < 16 or attend_block & (attend_block - 1):
         raise ArgumentError(f"attend_block={attend_block}: must be a power of two >= 16 (tl.dot's smallest tile)")
-    dims = _check_dims(dims)
+    world, dims = check_arguments(world, dims)  # before the program is read: a bad argument is named first
     if schedule == "auto":  # the compiler sits below the cost model: the pick is the perf layer's
         raise ScheduleError("schedule 'auto' is chosen by the cost model: call tilec.perf.auto.compile_auto(...) "
                             f"(or `tilec compile --schedule auto`), or name one of {', '.join(SCHEDULES)}")
     if schedule not in SCHEDULES:
         raise ScheduleError(f"unknown schedule '{schedule}' (choose from {', '.join(SCHEDULES)})")
-    world, dims = check_arguments(world, dims)  # before the program is read: a bad argument is named first
     ast = parse(source, str(program)) if source is not None else parse_file(program)
     if retype:
         ast = _retype(ast, retype)
@@ -76,28 +75,6 @@ def compile(  # noqa: A001 - the public name the docs promise
     src = render(model)
     prog = CompiledProgram(bound, schedule, src, g, snaps, wait_timeout)
     return prog
-
-
-def _check_dims(dims) -> dict[str, int] | None:
-    """dims= from Python: a mapping of names to ints (numpy ints too); anything else names the offending entry."""
-    import operator
-    from collections.abc import Mapping
-
-    if dims is None:
-        return None
-    if not isinstance(dims, Mapping):
-        raise ArgumentError(f"dims={dims!r}: must be a dict of name -> int")
-    out = {}
-    for k, v in dims.items():
-        if not isinstance(k, str):
-            raise ArgumentError(f"dims: key {k!r} must be a dim or tile size name (a str)")
-        try:
-            if isinstance(v, bool):
-                raise TypeError
-            out[k] = operator.index(v)
-        except TypeError:
-            raise ArgumentError(f"dims[{k!r}] = {v!r}: must be an int, got {type(v).__name__}") from None
-    return out
 
 
 def _retype(ast, mapping: dict[str, str]):

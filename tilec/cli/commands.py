@@ -133,8 +133,9 @@ def _show_schedules(args) -> int:
 
 def cmd_check(args) -> int:
     """Parse, check and verify the program under every schedule; say which apply and why the others don't."""
-    from tilec.errors import CompileError, ScheduleError, TilecError, VerifyError
+    from tilec.errors import ArgumentError, CompileError, ScheduleError, TilecError, VerifyError
 
+    _dims(args.dims), _world(args)  # a bad -D or --world is the user's argument, said once (exit 2)
     if args.target:  # a bad target is the user's argument, said once (exit 2), not a failure per schedule
         from tilec.codegen.target_check import parse_target
 
@@ -153,7 +154,7 @@ def cmd_check(args) -> int:
             print(f"  {s:<11} REJECTED by the verifier: {e}")
             failed += 1
             continue
-        except CompileError:  # the program itself is wrong: the same for every schedule, said once (exit 2)
+        except (CompileError, ArgumentError):  # the program or an argument is wrong: said once (exit 2)
             raise
         except Exception as e:  # noqa: BLE001 - a pass that crashed is a failed schedule, like a rejection
             print(f"  {s:<11} FAILED in a pass: {type(e).__name__}: {e}")
