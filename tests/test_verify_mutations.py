@@ -366,8 +366,8 @@ def test_mutations_are_rejected_for_the_reason_they_break():
     assert "kernels run the stages in the order gemm, gather, not in program order" in rejected(m["swap kernels 0 1"])
     assert "examples/ag_gemm.tile:14:5: write conflict: tasks of stage 'gather' store Ag@r[m + 128*r, k] into the" \
         " same element Ag[0, 0] on rank 0 ('rank' takes 2 values)" in rejected(m["store Ag[m + 128*r, k] on r"])
-    assert "examples/ag_gemm.tile:10:3: output 'C' is not written everywhere: no stage stores C[0, 128] on rank 0" \
-        in rejected(m["shrink gemm.n to 128"])
+    assert "examples/ag_gemm.tile:10:3: output 'C' is not written everywhere the program writes it: no stage" \
+        " stores C[0, 128] on rank 0" in rejected(m["shrink gemm.n to 128"])
     bsp = dict(mutants(final_graph(ROOT / "examples" / "gemm_rs.tile", 2, "bsp")))
     text = rejected(bsp["drop b:0 from the order only"])
     assert "kernel k1_reduce waits at a global barrier before it, but the program has no barrier" in text
@@ -530,9 +530,7 @@ def _oracle(c: dict, world: int) -> str | None:
         return "write conflict"
     if any(k not in wa for k in rb):
         return "no earlier stage writes"
-    if any((r, x) not in wz for r in range(world) for x in range(c["SZ"])):
-        return "is not written everywhere"
-    return None
+    return None  # an output written in part is the program's choice (the rest keeps what the caller put there)
 
 
 @pytest.mark.parametrize("world", [1, 2, 3])

@@ -429,14 +429,25 @@ def _writes(ctx: _Ctx) -> None:
                 who = f"stage '{s1.name}' stores" if s1 is s2 else f"stages '{s1.name}' and '{s2.name}' store"
                 ctx.err(st2.loc, f"write conflict: {who} {ctx.element(t, p)} ({st1.access} and {st2.access}) with"
                                  " no barrier between them")
+    # a program may leave parts of an output alone (they keep what the caller put there); a pass may not: every
+    # element the program as written stores must still be stored
+    written = {}
+    for it in ctx.g.graph["program"].items:
+        for st in getattr(it, "body", ()):
+            if ctx.tensors.get(st.access.tensor) is not None and ctx.tensors[st.access.tensor].kind == "out":
+                src = Stage(it.name, it.loops, it.body, it.loc)
+                written.setdefault(st.access.tensor, []).append(
+                    ctx.region(st.access, ctx.loops(src), f"src:{it.name}"))
     for t in ctx.tensors.values():
-        if t.kind != "out":
+        if t.kind != "out" or t.name not in written:
             continue
         ws = by_tensor.get(t.name, [])
-        hole = _decide(ctx, t.loc, f"output '{t.name}'", regions.uncovered, [r for _, _, r in ws],
-                       regions.full((ctx.world, *t.shape)))
-        if hole:
-            ctx.err(t.loc, f"output '{t.name}' is not written everywhere: no stage stores {ctx.element(t.name, hole)}")
+        for want in written[t.name]:
+            hole = _decide(ctx, t.loc, f"output '{t.name}'", regions.uncovered, [r for _, _, r in ws], want)
+            if hole:
+                ctx.err(t.loc, f"output '{t.name}' is not written everywhere the program writes it: no stage stores"
+                               f" {ctx.element(t.name, hole)}")
+                break
 
 
 def _decide(ctx: _Ctx, loc, what: str, fn, *args):
