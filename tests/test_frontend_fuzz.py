@@ -220,6 +220,7 @@ def test_fuzz_short(tmp_path):
     assert stats.get("CompileError", 0) > 100 and stats.get("ok", 0) > 20, stats
 
 
+@pytest.mark.slow
 @pytest.mark.fuzz_long
 def test_fuzz_long(tmp_path):
     count = int(os.environ.get("TILEC_FUZZ_MUTANTS", "20000"))

@@ -106,6 +106,7 @@ def test_generated_programs_match_torch(world):
     _check(world, list(dict.fromkeys(specs)))
 
 
+@pytest.mark.slow
 @pytest.mark.gen_long
 @pytest.mark.parametrize("world", WORLDS, ids=lambda w: f"w{w}")
 def test_many_generated_programs_match_torch(world):
