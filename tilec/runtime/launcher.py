@@ -397,21 +397,27 @@ def _collect(procs: list, conns: list, deadline: float, timeout: float) -> list:
             else:
                 msg = None  # sentinel ready and nothing sent
             if msg is None:
-                procs[r].join(1.0)
-                code = procs[r].exitcode
-                raise RankError(
-                    r,
-                    f"{_exit_text(code)} before reporting a result (its stderr may say why)",
-                    exitcode=code,
-                    details=f"rank {r} {_exit_text(code)} without sending a result or an error",
-                )
+                raise _died(procs, r)
             if msg[0] == "ok":
                 results[r] = msg[1]
                 pending.discard(r)
             else:
                 _, exc_type, text, details = msg
+                if exc_type == "PeerLost":  # a symptom: the peer that died first is the error to report
+                    for other in sorted(pending - {r}):
+                        procs[other].join(0.5)
+                        if procs[other].exitcode is not None and not conns[other].poll():
+                            raise _died(procs, other)
                 raise RankError(r, text, details=details, exc_type=exc_type)
     return results
+
+
+def _died(procs: list, r: int) -> RankError:
+    """Rank r's process ended without sending a result or an error."""
+    procs[r].join(1.0)
+    code = procs[r].exitcode
+    return RankError(r, f"{_exit_text(code)} before reporting a result (its stderr may say why)", exitcode=code,
+                     details=f"rank {r} {_exit_text(code)} without sending a result or an error")
 
 
 # -- torchrun ------------------------------------------------------------------------------------
