@@ -403,13 +403,26 @@ def _collect(procs: list, conns: list, deadline: float, timeout: float) -> list:
                 pending.discard(r)
             else:
                 _, exc_type, text, details = msg
-                if exc_type == "PeerLost":  # a symptom: the peer that died first is the error to report
+                if exc_type == "PeerLost":  # a symptom: the peer that ended first is the error to report
                     for other in sorted(pending - {r}):
                         procs[other].join(0.5)
-                        if procs[other].exitcode is not None and not conns[other].poll():
+                        if procs[other].exitcode is None:
+                            continue
+                        first = _message(conns[other])
+                        if first is None:
                             raise _died(procs, other)
+                        if first[0] != "ok" and first[1] != "PeerLost":
+                            raise RankError(other, first[2], details=first[3], exc_type=first[1])
                 raise RankError(r, text, details=details, exc_type=exc_type)
     return results
+
+
+def _message(conn):
+    """What a rank that has ended sent, or None (a pipe at EOF: it sent nothing)."""
+    try:
+        return pickle.loads(conn.recv_bytes()) if conn.poll() else None
+    except (EOFError, OSError):
+        return None
 
 
 def _died(procs: list, r: int) -> RankError:
