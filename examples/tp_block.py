@@ -300,6 +300,7 @@ def main(argv=None) -> int:
             finally:
                 heap.close()
         finally:
+            dist.barrier()  # no rank tears the group down while a peer's last collective is still in flight
             dist.destroy_process_group()
         return 0
     backend = a.backend if a.backend != "auto" else tilec.runtime.default_backend()
