@@ -57,3 +57,16 @@ def test_spread_is_median_and_nearest_rank_percentiles():
     assert p10 == 3.0 and p90 == 18.0
     with pytest.raises(ValueError):
         spread([])
+
+
+def test_rel_err_never_lets_a_nan_or_a_wrong_shape_pass():
+    import torch
+
+    from tilec.perf.rows import rel_err
+
+    ref = torch.tensor([[1.0, -2.0], [4.0, 0.5]])
+    assert rel_err(ref + 0.04, ref) == pytest.approx(0.01)
+    assert rel_err(ref, None) is None
+    assert rel_err(torch.full_like(ref, float("nan")), ref) == float("inf")
+    assert rel_err(ref.T.reshape(4), ref) == float("inf")
+    assert rel_err(torch.zeros(0), torch.zeros(0)) == 0.0

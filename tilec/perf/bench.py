@@ -34,7 +34,7 @@ from tilec.perf.measure import (
     time_op,
     time_program,
 )
-from tilec.perf.rows import TimedRow, finish_shape, table_text
+from tilec.perf.rows import TimedRow, finish_shape, rel_err, table_text
 from tilec.runtime import under_torchrun
 
 SHAPES = {
@@ -75,17 +75,6 @@ def timed_row(program: str, dims: dict, world: int, dtype: str, name: str, kind:
                round(t.p90_us, 3), round(t.min_us, 3), round(t.max_us, 3), t.iters, t.how,
                round(t.host_us, 3) if t.host_us is not None else None, float(f"{flops / t.device_us / 1e6:.4g}"),
                peak_mem_bytes=t.peak_bytes, **kw)
-
-
-def rel_err(out: torch.Tensor | None, ref: torch.Tensor | None) -> float | None:
-    if out is None or ref is None:
-        return None
-    out, ref = out.float(), ref.float().to(out.device)
-    if out.shape != ref.shape:
-        return float("inf")
-    scale = float(ref.abs().max()) if ref.numel() else 0.0
-    diff = float((out - ref).abs().max()) if ref.numel() else 0.0
-    return round(diff / scale, 6) if scale > 0 else diff
 
 
 def wrong_rows(rows: list[dict], dtype: str) -> list[dict]:

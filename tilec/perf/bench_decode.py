@@ -33,7 +33,7 @@ import torch
 from tilec.errors import ScheduleError, TilecError
 from tilec.perf.inputs import DECODE_DIMS, kv_layout, make_inputs
 from tilec.perf.measure import GRAPH, device_key, load_tuned, median_time, progress, store_tuned, time_op, time_program
-from tilec.perf.rows import TimedRow, finish_shape, table_text
+from tilec.perf.rows import TimedRow, finish_shape, rel_err, table_text
 
 COPY_GBPS = 4200.0  # measured H200 device-to-device copy bandwidth (docs/GPU.md)
 # A split task's fixed cost in keys streamed (default_bs): ~one attend block. Fitted to bsp's local phase at 32K,
@@ -245,14 +245,6 @@ def _wrong(r: DecodeRow, tol: float) -> str:
     return f"  WRONG: {r.note}"
 
 
-def rel_err(out: torch.Tensor, ref: torch.Tensor | None) -> float | None:
-    if ref is None:
-        return None
-    diff = float((out.float() - ref.float()).abs().max())
-    scale = float(ref.float().abs().max())
-    return _sig(diff / scale) if scale > 0 else diff
-
-
 def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, schedules: list[str], dtype: str,
                iters: int, tune: bool, log) -> dict:
     """Runs on every rank; returns {"rows": [...], "skipped": [...]} (rank 0's are the ones reported). Every row
@@ -461,11 +453,6 @@ def copy_gbps(src: torch.Tensor, heap, iters: int) -> float:
     `tilec calibrate`'s copy (kernel_time)."""
     dst = torch.empty_like(src)
     return 2 * src.numel() * src.element_size() / kernel_time(lambda: dst.copy_(src), heap, iters, None) / 1e9
-
-
-def capturable(prog, heap) -> bool:
-    """Whether CompiledProgram.capture takes this program here: a GPU, and no host barrier inside a call."""
-    return not heap.interpret and not prog.has_host_barrier
 
 
 def local_phase_time(prog, heap, args: dict, iters: int, timer=None) -> float | None:

@@ -52,26 +52,34 @@ def store_tuned(found: dict) -> None:
         update_json(tune_cache(), lambda d: d.update(found))
 
 
-def median_time(fn, heap, iters: int, warmup: int) -> float:
-    """Median of per-call times (seconds); a barrier before each call, outside the timed region."""
+def _samples_us(fn, heap, iters: int, warmup: int, before=None) -> list[float]:
+    """Microseconds of `iters` runs of fn after `warmup` untimed ones, a cross-rank barrier (and `before()`, e.g.
+    an L2 flush) ahead of each, outside the timer: CUDA events on a GPU, the wall clock on the CPU emulation."""
     for _ in range(warmup):
         heap.barrier()
         fn()
-    times = []
+    out = []
     for _ in range(iters):
         heap.barrier()
+        if before is not None:
+            before()
         if heap.interpret:
             t0 = time.perf_counter()
             fn()
-            times.append(time.perf_counter() - t0)
+            out.append((time.perf_counter() - t0) * 1e6)
         else:
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
             fn()
-            e.record()
-            e.synchronize()
-            times.append(s.elapsed_time(e) / 1e3)
-    return statistics.median(times)
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end) * 1e3)
+    return out
+
+
+def median_time(fn, heap, iters: int, warmup: int) -> float:
+    """Median of per-call times (seconds); a barrier before each call, outside the timed region."""
+    return statistics.median(_samples_us(fn, heap, iters, warmup)) / 1e6
 
 
 def time_checked(prog, heap, args: dict, iters: int, warmup: int) -> float:
@@ -146,16 +154,7 @@ def time_op(fn, heap, iters: int = 20, warmup: int = 3, replay=None, capture: bo
     eager call of fn from Python until its device work is done. On the CPU emulation both are wall clock."""
     iters = max(1, iters)
     if heap.interpret:
-        for _ in range(warmup):
-            heap.barrier()
-            fn()
-        samples = []
-        for _ in range(iters):
-            heap.barrier()
-            t0 = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - t0) * 1e6)
-        med, p10, p90, lo, hi = spread(samples)
+        med, p10, p90, lo, hi = spread(_samples_us(fn, heap, iters, warmup))
         return Timing(med, p10, p90, lo, hi, iters, WALL, host_us=med)
     from tilec.perf.gpu_time import flush_l2
 
@@ -172,20 +171,7 @@ def time_op(fn, heap, iters: int = 20, warmup: int = 3, replay=None, capture: bo
     if replay is None and capture:
         graph = capture_graph(fn)
         replay = graph.replay if graph is not None else None
-    run = replay or fn
-    for _ in range(warmup):
-        heap.barrier()
-        run()
-    samples = []
-    for _ in range(iters):
-        heap.barrier()
-        flush_l2()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3)
+    samples = _samples_us(replay or fn, heap, iters, warmup, before=flush_l2)
     host = []
     for _ in range(host_iters):
         heap.barrier()
@@ -229,13 +215,18 @@ class progress:  # noqa: N801 - used like tqdm
             self.bar.close()
 
 
+def capturable(prog, heap) -> bool:
+    """Whether CompiledProgram.capture takes this program here: a GPU, and no host barrier inside a call."""
+    return not heap.interpret and not prog.has_host_barrier
+
+
 def time_program(prog, heap, args: dict, iters: int, warmup: int = 2, host_iters: int = 5) -> Timing:
     """A compiled program's Timing on `args` (tensors on the heap): device time of its CUDA graph's replays where
     the schedule can be captured (no host barrier inside a call), else of eager calls; bracketed by synchronous
     calls, so a wait that timed out during the unsynchronized timed calls is raised, not missed."""
     prog(heap, **args)  # compiles, checks the arguments, sizes the grids
     replay = None
-    if not heap.interpret and not prog.has_host_barrier:
+    if capturable(prog, heap):
         call = prog.capture(heap, **args)
         replay = lambda: call.replay(entry_barrier=False, sync=False)  # noqa: E731
     t = time_op(lambda: prog(heap, entry_barrier=False, sync=False, **args), heap, iters, warmup, replay=replay,

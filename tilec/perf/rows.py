@@ -34,6 +34,23 @@ class TimedRow:
     host_us: float | None  # one eager Python call until its device work is done (median of a few)
 
 
+def rel_err(out, ref) -> float | None:
+    """max |out - ref| / max |ref| (5 significant digits) of a row's output against the reference; None without a
+    reference. A shape mismatch, or a value that is not finite where the reference is, is an infinite error, so
+    a NaN never passes a tolerance check."""
+    if out is None or ref is None:
+        return None
+    out, ref = out.float(), ref.float().to(out.device)
+    if out.shape != ref.shape:
+        return float("inf")
+    if not ref.numel():
+        return 0.0
+    if not out[ref.isfinite()].isfinite().all():
+        return float("inf")
+    diff, scale = float((out - ref).abs().max()), float(ref.abs().max())
+    return float(f"{diff / scale:.5g}") if scale > 0 else diff
+
+
 def best_baseline(rows) -> object | None:
     """The fastest row of kind "baseline" by device time (references and floors never count)."""
     base = [r for r in rows if r.kind == "baseline" and r.device_us and r.device_us > 0]
