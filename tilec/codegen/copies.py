@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tilec.ir.dtypes import ESIZE
-from tilec.ir.graph import Pull, tensor
+from tilec.ir.graph import InPlace, Pull, tensor
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Access, Load, Var
 
@@ -81,14 +81,20 @@ class Copies:
         return name
 
     def pull(self, e: Pull, body_out: list[str], body_indent: str) -> str:
-        """Read the copy's source directly: solve the copy's variables per element of the buffer tile."""
+        """Read the copy's source directly: solve the copy's variables per element of the buffer tile (an InPlace
+        read: only where the copy was local, the rest from the buffer)."""
         prog = self.g.graph["program"]
         ploops = {v.name: v for v in e.producer} | {ME: Var(ME, "me", prog.world, 1, e.loc)}
         dims = invert(e.write, ploops, set(), prog.world, "fused-pull")
         nd = len(e.read.index)
         vals: dict[str, str] = {}
+        if isinstance(e, InPlace):
+            self.in_place_wait(e, dims)
+            if e.write.rank != ME:  # a pushed copy: its destination is the rank holding the buffer read here
+                vals[e.write.rank] = "rank"
         scalar_ranks: dict[str, set[str]] = {}  # rank values that are one scalar per tile -> vars they depend on
         masks = []
+        gaps = []  # masks of elements past the copy's extent (in place: only where the copy is local)
         for d, (inv, aff, tv) in enumerate(zip(dims, e.read.index, e.read.tile, strict=True)):
             span = e.read.shape[d]
             start = self.start(aff)
@@ -120,7 +126,7 @@ class Copies:
             if inv.tile_var:
                 vals[inv.tile_var] = bcast(x, d, nd) if tv else x
                 if inv.extent % span or not uniform:
-                    masks.append(bcast(f"({x} < {inv.extent})", d, nd) if tv else f"({x} < {inv.extent})")
+                    gaps.append(bcast(f"({x} < {inv.extent})", d, nd) if tv else f"({x} < {inv.extent})")
         out, indent = body_out, body_indent
         t = tensor(self.g, e.source.tensor)
         st = row_major_strides(t.shape)
@@ -135,6 +141,9 @@ class Copies:
                 ex = f"({ex}).to(tl.int64)"
             offs.append(f"({ex})" if st[j] == 1 else f"({ex}) * {st[j]}")
         ptr = self.param(e.source.tensor)
+        if isinstance(e, InPlace):
+            return self.in_place_load(e, vals, f"{ptr} + {' + '.join(offs)}", masks, gaps, out, indent)
+        masks += gaps
         m = f", mask={' & '.join(masks)}, other=0" if masks else ""
         name = self.tmp(tile_name(e.source.tensor, e.shape))
         if e.source.rank == ME:
@@ -151,5 +160,41 @@ class Copies:
         else:  # the tile straddles ranks: iris translates each row's address to its own peer
             out.append(f"{indent}{name} = iris.load({ptr} + {' + '.join(offs)}, rank, {src_rank}, heap_bases{m})")
         return name
+
+    def in_place_load(self, e: InPlace, vals: dict[str, str], src_ptr: str, masks: list[str], gaps: list[str],
+                      out: list[str], indent: str) -> str:
+        """Per element: the source in place where the copy was local (its source rank is this rank), else the
+        buffer the peers' copies filled."""
+        own = self.tmp("own")
+        out.append(f"{indent}{own} = {vals[e.source.rank]} == rank  # this rank's own rows: read in place")
+        boff, bmask = self.offsets(e.read)
+        buf_ptr = f"{self.param(e.read.tensor)} + {boff}"
+        masks = [*masks, *(f"({g} | ({own} == 0))" for g in gaps)]
+        if bmask and not masks:
+            masks = [bmask]
+        m = f", mask={' & '.join(masks)}, other=0" if masks else ""
+        name = self.tmp(tile_name(e.read.tensor, e.shape))
+        out.append(f"{indent}{name} = tl.load(tl.where({own}, {src_ptr}, {buf_ptr}){m})")
+        return name
+
+    def in_place_wait(self, e: InPlace, dims) -> None:
+        """The buffer's waits, only in tasks whose tile is a peer's rows (local-in-place keeps a read tile within
+        one rank's rows; the local rows' counters are never released)."""
+        ws = self.waits.pop(e.read, [])
+        if not ws:
+            return
+        d = next(x for x in dims if x.rank_var == e.source.rank)
+        start = self.start(e.read.index[d.dim])
+        first = len(self.wait_lines)
+        for w in ws:
+            self.wait(w, [], "    ")
+        lines = self.wait_lines[first:]
+        if not lines:
+            return
+        peer = self.tmp("peer_rows")
+        del self.wait_lines[first:]
+        self.wait_lines += [f"    {peer} = ({start} - {d.const}) // {d.rank_coef} != rank",
+                            f"    if {peer}:  # a peer's rows: wait until they have arrived",
+                            *("    " + ln for ln in lines)]
 
     # -- flags -----------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import networkx as nx
 
+from tilec.errors import TilecError
+
 from tilec.ir.graph import Kernel, Pull, flags, stage, stages, tensor, waits
 from tilec.ir.types import ME, Access, Sum, Var, walk
 
@@ -167,7 +169,7 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
     tasks: list[tuple[str, list[str], list[str]]] = []  # (task function, its buffers, its lines)
     world = g.graph["program"].world
     offset = 0
-    total = sum(_trips(stage(g, s).loops) for s in k.stages)
+    total = sum(_tasks(stage(g, s), world) for s in k.stages)
     if k.groups:  # program group i covers pids [lo_i, lo_i + n_i); every group has at least one program
         cum = [sum(k.groups[:i]) for i in range(len(k.groups) + 1)]
         bounds = ["0"] + [f"{s}_first" for s in k.stages[1:]] + ["NPROG"]
@@ -177,7 +179,7 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
                          f"  # the first program of stage {s}")
     for i, sname in enumerate(k.stages):
         st = stage(g, sname)
-        n = _trips(st.loops)
+        n = _tasks(st, world)
         em = _Emitter(g, st, flag_no, scopes, attend_block, taken)
         has_sum = any(isinstance(x.value, Sum) for x in st.body)
         mark = None if timeline_base is None else (timeline_base + offset, [x.name for x in stages(g)].index(sname))
@@ -190,16 +192,16 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
             cond = "if" if i == 0 else "elif" if i < len(k.stages) - 1 else "else"
             lines.append(f"{cond} pid < {hi}:  # stage {sname}" if cond != "else" else f"else:  # stage {sname}")
             lines.append(f"    for task in range(pid - {lo}, {n}, {hi} - {lo}):")
-            calls.append((len(lines), call, _rotated("task", n, start_local, world)))
+            calls.append((len(lines), call, _peers_only(_rotated("task", n, start_local, world), st, world)))
             lines.append("        ")
         elif len(k.stages) == 1:
-            lines += [f"t = {_rotated('task', n, start_local, world)}"] + [b[4:] for b in body]
+            lines += [f"t = {_peers_only(_rotated('task', n, start_local, world), st, world)}"] + [b[4:] for b in body]
         else:
             cond = "if" if i == 0 else "elif" if i < len(k.stages) - 1 else "else"
             test = f" task < {offset + n}" if cond != "else" else ""
             lines.append(f"{cond}{test}:")
             local = f"task - {offset}" if offset else "task"
-            calls.append((len(lines), call, _rotated(local, n, start_local, world)))
+            calls.append((len(lines), call, _peers_only(_rotated(local, n, start_local, world), st, world)))
             lines.append("    ")
         offset += n
         for p in em.params:
@@ -230,6 +232,31 @@ def _rotated(t: str, n: int, on: bool, world: int) -> str:
     if not on or world == 1 or n < world:
         return t
     return f"({t} + rank * {n // world}) % {n}"
+
+
+def _tasks(st, world: int) -> int:
+    """The tasks a stage runs: its loops' trips, less those a skip pair drops (Stage.skip_equal: one of W values)."""
+    n = _trips(st.loops)
+    return n * (world - 1) // world if st.skip_equal else n
+
+
+def _peers_only(t: str, st, world: int) -> str:
+    """The task number of the full loop nest for task t of a stage that skips its rank loop's own value
+    (Stage.skip_equal = ((r, rank),)): t counts W - 1 values of r, and r' >= rank stands for r' + 1."""
+    if not st.skip_equal:
+        return t
+    if len(st.skip_equal) != 1 or ME not in st.skip_equal[0]:
+        raise TilecError(f"codegen: stage '{st.name}' skips {st.skip_equal}; only one rank loop against `rank`")
+    a, b = st.skip_equal[0]
+    var = a if b == ME else b
+    names = [v.name for v in st.loops]
+    inner = _trips(st.loops[names.index(var) + 1:])
+    q = f"({t})" if inner == 1 else f"(({t}) // {inner})"
+    peer = f"{q} % {world - 1}" if names.index(var) else q
+    hi = f"{q} // {world - 1} * {world} + " if names.index(var) else ""
+    low = "" if inner == 1 else f" + ({t}) % {inner}"
+    # r' in 0..W-2 -> r in 0..W-1 without rank
+    return f"({hi}{peer} + ({peer} >= rank).to(tl.int32)) * {inner}{low}"
 
 
 def _trips(loops) -> int:

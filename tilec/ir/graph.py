@@ -42,12 +42,22 @@ class Pull:
 
 
 @dataclass(frozen=True)
+class InPlace(Pull):
+    """A read of buffer `read.tensor` (on this rank) that local-in-place rewrote: the elements whose copy task was
+    local (the copy's source rank, solved per element, is the rank holding the buffer) are read from the source in
+    place; the others from the buffer, which the copy stage still fills from the peers (it skips its local tasks)."""
+
+
+@dataclass(frozen=True)
 class Stage:
     name: str
     loops: tuple[Var, ...]
     body: tuple[Store, ...]
     loc: Loc = field(compare=False, repr=False)
     note: str = ""  # what a pass did to it, printed by the IR printer
+    # pairs of rank variables (loop vars or ME): the tasks where the two are equal are not run (local-in-place
+    # drops a copy's tasks from a rank to itself)
+    skip_equal: tuple[tuple[str, str], ...] = ()
 
     def reads(self) -> list[Load | Pull]:
         out, seen = [], set()
@@ -179,6 +189,8 @@ def rebuild_edges(g: nx.DiGraph) -> None:
         for r in st.reads():
             t = r.source.tensor if isinstance(r, Pull) else r.access.tensor  # a pulled buffer no longer exists
             g.add_edge(tid(t), n, kind="read")
+            if isinstance(r, InPlace):  # reads the buffer too (the rows the peers copied in)
+                g.add_edge(tid(r.read.tensor), n, kind="read")
 
 
 def copy_graph(g: nx.DiGraph) -> nx.DiGraph:

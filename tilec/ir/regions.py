@@ -109,18 +109,50 @@ def groups(axis_vars: list[set[str]]) -> list[list[int]]:
     return list(out.values())
 
 
-def region(a: Access, dom: dict[str, Var], world: int, shape: tuple[int, ...], what: str = "") -> Region:
-    """The region of access `a` over every combination of the domain's variables (`dom` includes `rank`)."""
+def skip_groups(axis_vars: list[set[str]], skip) -> list[tuple[list[int], list[str]]]:
+    """Axis groups and their variables when `skip` pairs (variables whose equal values are not run, Stage.skip_equal)
+    tie variables together: a pair joins the axes of both its variables, or adds a variable no axis uses to its
+    partner's group. A group may have no axes (pairs of variables no axis uses)."""
+    n = len(axis_vars)
+    out = []
+    for grp in groups([*axis_vars, *(set(p) for p in skip)]):
+        vs = sorted(set().union(*(axis_vars[i] if i < n else set(skip[i - n]) for i in grp)))
+        out.append(([i for i in grp if i < n], vs))
+    return out
+
+
+def grid_skip(vs: list[Var], skip, what=None) -> dict[str, np.ndarray]:
+    """grid() without the combinations where a skip pair's two variables are equal."""
+    env = grid(vs, what)
+    keep = None
+    for u, w in skip:
+        if u in env and w in env:
+            k = env[u] != env[w]
+            keep = k if keep is None else keep & k
+    return env if keep is None else {v: x[keep] for v, x in env.items()}
+
+
+def region(a: Access, dom: dict[str, Var], world: int, shape: tuple[int, ...], what: str = "",
+           skip: tuple[tuple[str, str], ...] = ()) -> Region:
+    """The region of access `a` over every combination of the domain's variables (`dom` includes `rank`), but
+    those where a `skip` pair's variables are equal (Stage.skip_equal)."""
     axes = axes_of(a)
     axis_vars = [set(aff.vars) | ({tv} if tv else set()) for aff, tv in axes]
     comps = []
-    for grp in groups(axis_vars):
-        vs = sorted(set().union(*(axis_vars[i] for i in grp)))
-        env = grid([dom[v] for v in vs], what or (lambda: str(a)))
+    used: set[str] = set()
+    for grp, vs in skip_groups(axis_vars, skip):
+        env = grid_skip([dom[v] for v in vs], skip, what or (lambda: str(a)))
         n = len(next(iter(env.values()))) if env else 1
+        if n == 0:  # every combination is skipped: nothing is accessed, which boxes cannot say
+            raise Undecidable(f"{what or a}: every task is skipped")
+        if not grp:  # variables the access does not depend on: free if they take several values together
+            if n == 1:
+                used |= set(vs)
+            continue
+        used |= set(vs)
         los, his = zip(*(interval(*axes[i], dom, env, n) for i in grp), strict=True)
         comps.append(Comp(tuple(grp), np.stack(los, axis=1), np.stack(his, axis=1)))
-    used = set().union(*axis_vars)
+    comps.sort(key=lambda c: c.axes)
     free = tuple(v for name, v in dom.items() if name not in used and v.trips > 1)
     return Region((world, *shape), tuple(comps), free)
 

@@ -6,6 +6,7 @@ from tilec.errors import ScheduleError
 
 from .base import Pass
 from .fuse_comm import FuseComm
+from .local_in_place import LocalInPlace
 from .persist import Persist
 from .replace_barriers import ReplaceBarriers
 
@@ -24,14 +25,14 @@ def pipeline(schedule: str, granularity: str = "auto", comm_share: float = 0.25)
     if schedule == "bsp":
         return [Persist(merge=False)]
     if schedule == "flags":
-        return [ReplaceBarriers(granularity), Persist(merge=False)]
+        return [ReplaceBarriers(granularity), LocalInPlace(), Persist(merge=False)]
     if schedule == "fused-pull":
         return [FuseComm("pull"), ReplaceBarriers(granularity), Persist(merge=True)]
     if schedule == "fused-push":
-        return [FuseComm("push"), ReplaceBarriers(granularity), Persist(merge=True)]
+        return [FuseComm("push"), ReplaceBarriers(granularity), LocalInPlace(), Persist(merge=True)]
     if schedule == "specialized":
-        return [ReplaceBarriers(granularity), Persist(merge=True, specialize=True, comm_share=comm_share)]
+        return [ReplaceBarriers(granularity), LocalInPlace(), Persist(merge=True, specialize=True, comm_share=comm_share)]
     raise ScheduleError(f"unknown schedule '{schedule}' (choose from {', '.join(SCHEDULES)})")
 
 
-PASS_NAMES = ("lower", "fuse-comm", "replace-barriers", "persist", "codegen")
+PASS_NAMES = ("lower", "fuse-comm", "replace-barriers", "local-in-place", "persist", "codegen")

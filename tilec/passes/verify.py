@@ -33,7 +33,7 @@ import numpy as np
 
 from tilec.errors import Loc, ScheduleError, VerifyError
 from tilec.ir import regions
-from tilec.ir.graph import BARRIERS, FLAGS, Barrier, Flag, Kernel, Pull, Stage, Wait, sid, stages, sync
+from tilec.ir.graph import BARRIERS, FLAGS, Barrier, Flag, InPlace, Kernel, Pull, Stage, Wait, sid, stages, sync
 from tilec.ir.regions import Undecidable
 from tilec.ir.tiling import DimInverse, flag_size, invert, strides
 from tilec.ir.types import ME, Access, Dot, Load, Op, Store, Sum, Tensor, TupleCall, Var
@@ -117,10 +117,10 @@ class _Ctx:
             self._scope[s.name] = sc
         return self._scope[s.name]
 
-    def region(self, a: Access, dom: dict[str, Var], key: str) -> regions.Region:
-        k = (key, a)
+    def region(self, a: Access, dom: dict[str, Var], key: str, skip: tuple = ()) -> regions.Region:
+        k = (key, a, skip)
         if k not in self._region:
-            self._region[k] = regions.region(a, dom, self.world, self.tensor(a.tensor).shape)
+            self._region[k] = regions.region(a, dom, self.world, self.tensor(a.tensor).shape, skip=skip)
         return self._region[k]
 
     def element(self, tensor: str, p: list[int]) -> str:
@@ -316,7 +316,7 @@ def _pull_form(ctx: _Ctx, s: Stage, e: Pull, sc: dict[str, Var]) -> None:
         ctx.err(e.loc, f"{what}: the read names '{e.read.tensor}' but the fused copy wrote '{e.write.tensor}'")
     if src.kind != "in":
         ctx.err(e.loc, f"{what}: '{src.name}' is computed by the program, and a pull reads it with no flag")
-    if e.write.remote:
+    if e.write.remote and not isinstance(e, InPlace):  # an in-place read's copy may push (into the reader)
         ctx.err(e.loc, f"{what}: the fused copy stored into a peer ({e.write}), not into its own buffer")
     if e.source.remote and not src.symmetric:
         ctx.err(e.loc, f"{what}: '{src.name}' is read on a peer but is not symmetric")
@@ -404,7 +404,8 @@ def _stores(ctx: _Ctx) -> dict[str, list[tuple[Stage, Store, regions.Region]]]:
     out: dict[str, list] = {}
     for s in ctx.stages:
         for st in s.body:
-            out.setdefault(st.access.tensor, []).append((s, st, ctx.region(st.access, ctx.loops(s), f"w:{s.name}")))
+            out.setdefault(st.access.tensor, []).append(
+                (s, st, ctx.region(st.access, ctx.loops(s), f"w:{s.name}", s.skip_equal)))
     return out
 
 
@@ -469,6 +470,9 @@ def _reads(ctx: _Ctx) -> None:
         sc = ctx.scope(c)
         for rd in reads_of(c):
             e = rd.expr
+            if isinstance(e, InPlace):
+                _in_place(ctx, c, rd, sc, by_tensor, dep)
+                continue
             if isinstance(e, Pull):
                 _pull_cover(ctx, c, e, sc)
                 continue
@@ -527,6 +531,78 @@ def _pull_cover(ctx: _Ctx, c: Stage, e: Pull, sc: dict[str, Var]) -> None:
     hole = _decide(ctx, e.loc, what, regions.uncovered, [w], r)
     if hole:
         ctx.err(e.loc, f"{what}, but the fused copy never writes {ctx.element(e.read.tensor, hole)}")
+
+
+def _in_place(ctx: _Ctx, c: Stage, rd: _Read, sc: dict[str, Var], by_tensor, dep: nx.DiGraph) -> None:
+    """An in-place read (local-in-place): the elements whose copy was local come from the source (covered as a
+    pull), the others from the buffer, which the copy stage fills except where it skips exactly those local copies;
+    each task's tile lies in one rank's rows, so a task reads either in place or the buffer (and then waits)."""
+    e: InPlace = rd.expr
+    what = f"stage '{c.name}' reads {e.read} in place from {e.source}"
+    if e.read.remote:
+        ctx.err(e.loc, f"{what}: the buffer is read on a peer, where this rank's rows are not local")
+        return
+    ws = by_tensor.get(e.read.tensor, [])
+    cps = {s.name: s for s, _, _ in ws}
+    if len(cps) != 1:
+        ctx.err(e.loc, f"{what}: '{e.read.tensor}' must be written by exactly one copy stage")
+        return
+    cp = next(iter(cps.values()))
+    pair = (e.source.rank, e.write.rank)
+    st = cp.body[0] if len(cp.body) == 1 else None
+    if st is None or st.access != e.write or not isinstance(st.value, Load) or st.value.access != e.source or \
+            tuple(cp.loops) != tuple(e.producer) or ME not in pair or pair[0] == pair[1] or \
+            cp.skip_equal not in ((), (pair,)):
+        ctx.err(e.loc, f"{what}: stage '{cp.name}' is not the copy {e.write} = {e.source} skipping at most its"
+                       " local tasks")
+        return
+    if ctx.pos[cp.name] >= ctx.pos[c.name]:
+        ctx.err(e.loc, f"stage '{c.name}' reads '{e.read.tensor}' before stage '{cp.name}' writes it")
+        return
+    dep.add_edge(cp.name, c.name)
+    _pull_cover(ctx, c, e, sc)
+    d = _solving_dim(ctx, e)
+    if d is None:
+        ctx.err(e.loc, f"{what}: the index of '{e.read.tensor}' does not solve the copy's source rank")
+        return
+    red = {v.name for v in rd.red}
+    aff, tv = e.read.index[d.dim], e.read.tile[d.dim]
+    if set(aff.vars) & red:
+        ctx.err(e.loc, f"{what}: dim {d.dim} moves inside a reduction, so a task's rows are not one rank's")
+        return
+    vs = sorted(set(aff.vars) | ({tv} if tv else set()))
+    env = regions.grid([sc[v] for v in vs], what)
+    n = len(next(iter(env.values()))) if env else 1
+    lo, hi = regions.interval(aff, tv, sc, env, n)
+    split = np.flatnonzero((lo - d.const) // d.rank_coef != (hi - 1 - d.const) // d.rank_coef)
+    if len(split):
+        i = int(split[0])
+        ctx.err(e.loc, f"{what}: the tile at {lo[i]}..{hi[i] - 1} of dim {d.dim} straddles two ranks' rows")
+        return
+    if ctx.flagged:
+        ctx.flag_reads.append((c, rd, cp.name))
+    elif ctx.phase[cp.name] >= ctx.phase[c.name]:
+        ctx.err(e.loc, f"read before flag: {what} without a barrier or a wait on its flag")
+
+
+def _solving_dim(ctx: _Ctx, e: InPlace) -> DimInverse | None:
+    ploops = {v.name: v for v in e.producer} | {ME: ctx.me(e.loc)}
+    try:
+        dims = invert(e.write, ploops, set(), ctx.world, "an in-place read")
+    except ScheduleError:
+        return None
+    return next((d for d in dims if d.rank_var == e.source.rank and d.rank_coef > 0), None)
+
+
+def _own(ctx: _Ctx, e: InPlace, sc: dict[str, Var], env: dict[str, np.ndarray], n: int) -> np.ndarray:
+    """Per task (env): whether its tile of the buffer is this rank's own rows, read in place (no wait)."""
+    d = _solving_dim(ctx, e)
+    lo, _ = regions.interval(e.read.index[d.dim], None, sc, env, n)
+    return (lo - d.const) // d.rank_coef == env[ME]
+
+
+def _read_access(e) -> Access:
+    return e.read if isinstance(e, InPlace) else e.access
 
 
 # ---- flags -----------------------------------------------------------------------------------------------
@@ -598,10 +674,14 @@ def _hits(ctx: _Ctx, f: Flag, p: Stage, dims: list[DimInverse]) -> np.ndarray:
     axis_vars = [{f.write.rank}] + [({d.rank_var} if d.key_rank and d.rank_var else set())
                                     | ({d.tile_var} if d.key_tile and d.tile_var else set()) for d in dims]
     hits = np.ones(shape, dtype=np.int64)
-    for grp in regions.groups(axis_vars):
-        vs = sorted(set().union(*(axis_vars[i] for i in grp)))
-        env = regions.grid([dom[v] for v in vs], f"releases of flag {f.name}")
+    used: set[str] = set()
+    for grp, vs in regions.skip_groups(axis_vars, p.skip_equal):  # skipped tasks release nothing
+        used |= set(vs)
+        env = regions.grid_skip([dom[v] for v in vs], p.skip_equal, f"releases of flag {f.name}")
         n = len(next(iter(env.values()))) if env else 1
+        if not grp:
+            hits = hits * n
+            continue
         coords = []
         for i in grp:
             if i == 0:
@@ -614,7 +694,6 @@ def _hits(ctx: _Ctx, f: Flag, p: Stage, dims: list[DimInverse]) -> np.ndarray:
         hist = np.zeros([shape[i] for i in grp], dtype=np.int64)
         np.add.at(hist, tuple(coords), 1)
         hits = hits * hist.reshape([shape[i] if i in grp else 1 for i in range(len(shape))])
-    used = set().union(*axis_vars)
     for name, v in dom.items():
         if name not in used:
             hits = hits * v.trips
@@ -628,7 +707,7 @@ def _waits(ctx: _Ctx) -> None:
     g = ctx.g
     covered: dict[tuple, str | None] = {}  # (consumer, read, wait) -> why the wait does not cover the read
     for c in ctx.stages:
-        loads = {rd.expr.access: rd for rd in reads_of(c) if isinstance(rd.expr, Load)}
+        loads = {_read_access(rd.expr): rd for rd in reads_of(c) if isinstance(rd.expr, Load | InPlace)}
         for w in _stage_waits(g, c.name):
             f = ctx.flags.get(w.flag)
             if f is None:
@@ -655,7 +734,7 @@ def _waits(ctx: _Ctx) -> None:
                                " rejected rather than trusted")
                 covered[(c.name, rd, w)] = "undecided"
     for c, rd, producer in ctx.flag_reads:
-        a = rd.expr.access
+        a = _read_access(rd.expr)
         mine = [w for w in _stage_waits(g, c.name) if w.read == a and w.flag in ctx.flags
                 and w.producer == producer == ctx.flags[w.flag].producer and w.tensor == a.tensor]
         if not mine:
@@ -691,10 +770,18 @@ def _wait_check(ctx: _Ctx, c: Stage, rd: _Read, w: Wait, f: Flag) -> str | None:
     read = w.read
     plan = plan_wait(ctx.g, f, read, red, sc, "sys")
     why = None
+    # an in-place read waits only in the tasks that read a peer's rows: its tasks are told apart by those rows
+    inplace = rd.expr if isinstance(rd.expr, InPlace) else None
+    extra: set[str] = set()
+    if inplace is not None:
+        d0 = _solving_dim(ctx, inplace)
+        if d0 is None:
+            return "its in-place read is rejected"
+        extra = (set(read.index[d0.dim].vars) | {ME}) - red
     for r in plan.reach:
         d = r.dim
         aff, tv = read.index[d.dim], read.tile[d.dim]
-        outer = sorted(v for v in set(aff.vars) if v not in red)
+        outer = sorted((set(aff.vars) - red) | extra)
         inner = sorted(v for v in set(aff.vars) if v in red)
         env = regions.grid([sc[v] for v in outer + inner], f"the wait on {f.name}")
         n = len(next(iter(env.values()))) if env else 1
@@ -705,20 +792,21 @@ def _wait_check(ctx: _Ctx, c: Stage, rd: _Read, w: Wait, f: Flag) -> str | None:
         shape = (n // n_in, n_in)
         need_lo, need_hi = need_lo.reshape(shape).min(1), need_hi.reshape(shape).max(1)
         first, last = first.reshape(shape)[:, 0], last.reshape(shape)[:, 0]
-        outside = (first <= last) & ((first < 0) | (last >= d.size))
+        waits = ~_own(ctx, inplace, sc, env, n).reshape(shape)[:, 0] if inplace is not None else True
+        outside = waits & (first <= last) & ((first < 0) | (last >= d.size))
         if outside.any():
             i = int(np.flatnonzero(outside)[0])
             ctx.err(w.loc, f"stage '{c.name}' waits on counters {first[i]}..{last[i]} of dim {d.dim} of flag {f.name},"
                            f" which has {d.size} there: the wait reads past the flag and cannot complete")
             return "its wait reaches past the flag"
-        short = (first > need_lo) | (last < need_hi)
+        short = waits & ((first > need_lo) | (last < need_hi))
         if short.any() and why is None:
             i = int(np.flatnonzero(short)[0])
             task = ", ".join(f"{v}={int(env[v].reshape(shape)[i, 0])}" for v in outer)
             why = (f"its wait on {f.name} covers counters {first[i]}..{last[i]} of dim {d.dim} where the task"
                    f"{' ' + task if task else ''} reads tiles of counters {need_lo[i]}..{need_hi[i]}")
     if info.bad.any():
-        _hang(ctx, c, w, f, plan, sc, red, info)
+        _hang(ctx, c, w, f, plan, sc, red, info, inplace, extra)
     return why
 
 
@@ -742,12 +830,14 @@ def _waited(r, env: dict[str, np.ndarray], n: int) -> tuple[np.ndarray, np.ndarr
     return r.dim.lin(first, clamp=False), r.dim.lin(last, clamp=False)
 
 
-def _hang(ctx: _Ctx, c: Stage, w: Wait, f: Flag, plan, sc, red: set[str], info: _FlagInfo) -> None:
-    """Every counter any task polls is released `count` times on the rank the task polls it on."""
+def _hang(ctx: _Ctx, c: Stage, w: Wait, f: Flag, plan, sc, red: set[str], info: _FlagInfo,
+          inplace: InPlace | None = None, extra: set[str] = frozenset()) -> None:
+    """Every counter any task polls is released `count` times on the rank the task polls it on (an in-place
+    read's tasks over this rank's own rows poll nothing)."""
     read = w.read
     owner_red = read.rank in red
     joint = sorted({v for r in plan.reach for v, _ in r.terms} | {r.tile.name for r in plan.reach if r.tile}
-                   | (set() if owner_red else {read.rank}))
+                   | (set() if owner_red else {read.rank}) | set(extra))
     env = regions.grid([sc[v] for v in joint], f"the wait on {f.name}")
     n = len(next(iter(env.values()))) if env else 1
     box_lo = [np.zeros(n, dtype=np.int64) if owner_red else env[read.rank]]
@@ -768,6 +858,8 @@ def _hang(ctx: _Ctx, c: Stage, w: Wait, f: Flag, plan, sc, red: set[str], info: 
     for corner in itertools.product((0, 1), repeat=bad.ndim):
         idx = tuple(np.where(hi_side, box_hi[j] + 1, box_lo[j]) for j, hi_side in enumerate(corner))
         total += sat[idx] * (-1) ** (bad.ndim - sum(corner))
+    if inplace is not None:
+        total[_own(ctx, inplace, sc, env, n)] = 0
     stuck = np.flatnonzero(total > 0)
     if len(stuck):
         i = int(stuck[0])
