@@ -5,8 +5,9 @@ from __future__ import annotations
 from tilec.errors import TilecError
 from tilec.ir.builtins import TILE_FNS
 from tilec.ir.dtypes import TL_DTYPE
-from tilec.ir.graph import Pull, tensor
-from tilec.ir.types import Const, Dot, Idx, Load, Op, Sum, TupleCall, logical_shape
+from tilec.ir.graph import InPlace, Pull, tensor
+from tilec.ir.tiling import invert
+from tilec.ir.types import ME, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var, logical_shape
 
 from .copies import tile_name
 from .model import UNARY
@@ -24,6 +25,28 @@ def op_name(e: Op) -> str:
 class Compute:
     """Mixin of _Emitter (emit.py): the value of a tile expression, as lines that compute it."""
 
+    def in_place_steps(self, e: InPlace, v: Var) -> tuple[int, int] | None:
+        """How far an in-place read's source and buffer pointers move per step of reduction var v, or None when
+        they do not move by a constant (v solves a rank, or the copy's tiles leave gaps along v)."""
+        world = self.g.graph["program"].world
+        dims = invert(e.write, {x.name: x for x in e.producer} | {ME: Var(ME, "me", world, 1, e.loc)}, set(), world,
+                      "in place")
+        src_st = row_major_strides(tensor(self.g, e.source.tensor).shape)
+        buf_st = row_major_strides(tensor(self.g, e.read.tensor).shape)
+        inc_src = inc_buf = 0
+        for d, aff in enumerate(e.read.index):
+            k = aff.coef(v.name)
+            if not k:
+                continue
+            inv = dims[d]
+            span = e.read.shape[d]
+            if inv.rank_var or inv.tile_var is None or inv.extent % span or (aff.const - inv.const) % span or \
+                    e.read.tile[d] not in (None, v.name):
+                return None
+            inc_buf += k * v.step * buf_st[d]
+            inc_src += sum(a.coef(inv.tile_var) * k * v.step * s for a, s in zip(e.source.index, src_st, strict=True))
+        return (inc_src, inc_buf) if inc_buf else None
+
     def expr(self, e, out: list[str], indent: str) -> str:
         if isinstance(e, Const):
             return repr(int(e.value)) if e.dtype == "i32" else repr(float(e.value))
@@ -33,6 +56,11 @@ class Compute:
             return self.tuple_call(e, out, indent)
         if isinstance(e, Load):
             return self.load(e, out, indent)
+        if isinstance(e, InPlace) and id(e) in self.walked:
+            ptrs, mask, _own = self.walked[id(e)]
+            name = self.tmp(f"{e.read.tensor.lower()}_tile")
+            out.append(f"{indent}{name} = tl.load({ptrs}{f', mask={mask}, other=0' if mask else ''})")
+            return name
         if isinstance(e, Pull):
             return self.pull(e, out, indent)
         if isinstance(e, Op):
@@ -150,9 +178,17 @@ class Compute:
         steps: list[str] = []
         if not v.is_rank:
             # local tiles walked along the reduction: pointers set up once, then advanced (as hand-written GEMMs do)
-            walked = [x for x in _direct_loads(e.body) if not x.access.remote and v.name in x.access.vars]
-            if walked:
+            walked = [x for x in _direct_loads(e.body) if isinstance(x, Load) and not x.access.remote
+                      and v.name in x.access.vars]
+            in_place = [(x, inc) for x in _direct_loads(e.body) if isinstance(x, InPlace)
+                        for inc in [self.in_place_steps(x, v)] if inc]
+            if walked or in_place:
                 out.append(f"{indent}{v.name}_r = tl.arange(0, {v.step})  # {v.name} = 0")
+            for x, (inc_src, inc_buf) in in_place:  # this rank's rows or a peer's: one pointer walks either
+                ptrs, mask, own = self.pull(x, out, indent, walk=v.name)
+                self.walked[id(x)] = (ptrs, mask, own)
+                inc = str(inc_src) if inc_src == inc_buf else f"tl.where({own}, {inc_src}, {inc_buf})"
+                steps.append(f"{inner}{ptrs} += {inc}")
             for x in walked:
                 off, _ = self.offsets(x.access, masks=False, at_zero=v.name)
                 pname = self.tmp(f"{x.access.tensor.lower()}_ptrs")
@@ -182,9 +218,9 @@ class Compute:
         return acc
 
 
-def _direct_loads(e) -> list[Load]:
-    """Loads of an expression that are not inside a nested reduction."""
-    if isinstance(e, Load):
+def _direct_loads(e) -> list[Load | InPlace]:
+    """Loads (and in-place reads) of an expression that are not inside a nested reduction."""
+    if isinstance(e, Load | InPlace):
         return [e]
     if isinstance(e, Op):
         return [x for a in e.args for x in _direct_loads(a)]

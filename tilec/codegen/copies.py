@@ -80,9 +80,11 @@ class Copies:
             self.peers[line] = name
         return name
 
-    def pull(self, e: Pull, body_out: list[str], body_indent: str) -> str:
+    def pull(self, e: Pull, body_out: list[str], body_indent: str, walk: str | None = None):
         """Read the copy's source directly: solve the copy's variables per element of the buffer tile (an InPlace
-        read: only where the copy was local, the rest from the buffer)."""
+        read: only where the copy was local, the rest from the buffer). walk=v (in place only): emit, before the
+        loop of reduction var v, the tile's pointers at v = 0 and return (pointers, mask) for the loop to load and
+        advance (Compute.sum)."""
         prog = self.g.graph["program"]
         ploops = {v.name: v for v in e.producer} | {ME: Var(ME, "me", prog.world, 1, e.loc)}
         dims = invert(e.write, ploops, set(), prog.world, "fused-pull")
@@ -97,7 +99,7 @@ class Copies:
         gaps = []  # masks of elements past the copy's extent (in place: only where the copy is local)
         for d, (inv, aff, tv) in enumerate(zip(dims, e.read.index, e.read.tile, strict=True)):
             span = e.read.shape[d]
-            start = self.start(aff)
+            start = self.scalar(aff.terms, aff.const, {walk: "0"} if walk else None)
             cm = self.mask_of(self.scope[tv]) if tv else None
             if cm:
                 masks.append(bcast(cm, d, nd))
@@ -142,7 +144,7 @@ class Copies:
             offs.append(f"({ex})" if st[j] == 1 else f"({ex}) * {st[j]}")
         ptr = self.param(e.source.tensor)
         if isinstance(e, InPlace):
-            return self.in_place_load(e, vals, f"{ptr} + {' + '.join(offs)}", masks, gaps, out, indent)
+            return self.in_place_load(e, vals, f"{ptr} + {' + '.join(offs)}", masks, gaps, out, indent, walk)
         masks += gaps
         m = f", mask={' & '.join(masks)}, other=0" if masks else ""
         name = self.tmp(tile_name(e.source.tensor, e.shape))
@@ -162,17 +164,22 @@ class Copies:
         return name
 
     def in_place_load(self, e: InPlace, vals: dict[str, str], src_ptr: str, masks: list[str], gaps: list[str],
-                      out: list[str], indent: str) -> str:
+                      out: list[str], indent: str, walk: str | None = None):
         """Per element: the source in place where the copy was local (its source rank is this rank), else the
         buffer the peers' copies filled."""
         own = self.tmp("own")
         out.append(f"{indent}{own} = {vals[e.source.rank]} == rank  # this rank's own rows: read in place")
-        boff, bmask = self.offsets(e.read)
+        boff, bmask = self.offsets(e.read, at_zero=walk, ranges={walk: f"{walk}_r"} if walk else None)
         buf_ptr = f"{self.param(e.read.tensor)} + {boff}"
         masks = [*masks, *(f"({g} | ({own} == 0))" for g in gaps)]
         if bmask and not masks:
             masks = [bmask]
-        m = f", mask={' & '.join(masks)}, other=0" if masks else ""
+        mask = " & ".join(masks) or None
+        if walk:
+            ptrs = self.tmp(f"{e.read.tensor.lower()}_ptrs")
+            out.append(f"{indent}{ptrs} = tl.where({own}, {src_ptr}, {buf_ptr})")
+            return ptrs, mask, own
+        m = f", mask={mask}, other=0" if mask else ""
         name = self.tmp(tile_name(e.read.tensor, e.shape))
         out.append(f"{indent}{name} = tl.load(tl.where({own}, {src_ptr}, {buf_ptr}){m})")
         return name

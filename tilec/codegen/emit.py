@@ -14,7 +14,6 @@ from __future__ import annotations
 import networkx as nx
 
 from tilec.errors import TilecError
-
 from tilec.ir.graph import Kernel, Pull, flags, stage, stages, tensor, waits
 from tilec.ir.types import ME, Access, Sum, Var, walk
 
@@ -72,6 +71,7 @@ class _Emitter(Copies, Compute, Flags, Tasks):
         self.flag_scope = flag_scope  # flag -> "gpu" or "sys" (flag_scopes)
         self.ptrs: dict[Access, str] = {}  # access -> pointer walked along an enclosing reduction
         self.memo: dict[int, tuple[str, str]] = {}  # tile-function calls shared by several stores
+        self.walked: dict[int, tuple] = {}  # in-place read -> (pointers, mask, own) walked along its reduction
 
     def tmp(self, stem: str) -> str:
         """A fresh local named after what it holds (text.Names)."""

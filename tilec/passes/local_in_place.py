@@ -15,7 +15,7 @@ readers of B can read those elements from S where they are. Runs after replace-b
   in place and waits for nothing, or reads B and waits as before).
 
 With one rank every copy is local: the copy stage, its flag and the buffer disappear and the readers pull from S
-(as fused-pull would).
+(as fused-pull would), unless whole=False (specialized: the copy stage is what it gives programs of their own).
 
 It applies to a copy stage when: one store, S an input (read in place with no flag), B a buffer written only by
 this stage and read only by plain local loads of stages after it, whose tile along the dim that solves the copy's
@@ -40,6 +40,7 @@ from .base import Pass
 
 @dataclass(frozen=True)
 class LocalInPlace(Pass):
+    whole: bool = True  # with one rank, remove the whole copy (specialized keeps it: its programs are split by it)
     name = "local-in-place"
 
     def apply(self, g: nx.DiGraph) -> nx.DiGraph:
@@ -52,7 +53,8 @@ class LocalInPlace(Pass):
             if why_not(g, cp, prog.world):
                 continue
             if prog.world == 1:
-                _fuse_all(g, cp)
+                if self.whole:
+                    _fuse_all(g, cp)
             else:
                 _skip_local(g, cp)
         rebuild_edges(g)

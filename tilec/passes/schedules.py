@@ -31,7 +31,8 @@ def pipeline(schedule: str, granularity: str = "auto", comm_share: float = 0.25)
     if schedule == "fused-push":
         return [FuseComm("push"), ReplaceBarriers(granularity), LocalInPlace(), Persist(merge=True)]
     if schedule == "specialized":
-        return [ReplaceBarriers(granularity), LocalInPlace(), Persist(merge=True, specialize=True, comm_share=comm_share)]
+        return [ReplaceBarriers(granularity), LocalInPlace(whole=False),
+                Persist(merge=True, specialize=True, comm_share=comm_share)]
     raise ScheduleError(f"unknown schedule '{schedule}' (choose from {', '.join(SCHEDULES)})")
 
 
