@@ -21,6 +21,7 @@ from .compute import Compute
 from .copies import Copies
 from .flags import Flags, flag_scopes
 from .model import FlagModel, KernelModel, ModuleModel, TaskFn, TensorModel
+from .order import Overlap, overlap_plan
 from .tasks import Tasks
 from .text import FIXED_NAMES, Names, ident, tidy, wrap
 
@@ -118,7 +119,7 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
         kernels.append(_kernel(g, k, flag_no, scopes, options.get("group_m", 8),
                                1.0 / nconc if k.concurrent else 1.0,
                                options.get("start_local", False), slots, options.get("attend_block", 64), taken,
-                               bool(options.get("noinline_tasks"))))
+                               bool(options.get("noinline_tasks")), options.get("overlap", True)))
         if slots is not None:
             slots += kernels[-1].total
     tensors_used = []
@@ -162,7 +163,7 @@ def _peers_touch_user_tensors(g: nx.DiGraph) -> bool:
 
 def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str, str], group_m: int, share: float,
             start_local: bool, timeline_base: int | None, attend_block: int, taken: set[str],
-            noinline: bool) -> KernelModel:
+            noinline: bool, overlap: bool = True) -> KernelModel:
     lines: list[str] = []
     params: list[str] = []
     calls: list[tuple[int, str, str]] = []  # (line, task function, its first argument): arguments added at the end
@@ -177,13 +178,15 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
         for i, s in enumerate(k.stages[1:], 1):
             lines.append(f"{bounds[i]} = {i} + (NPROG - {len(k.groups)}) * {cum[i]} // {cum[-1]}"
                          f"  # the first program of stage {s}")
+    plan = overlap_plan(g, k, group_m, lambda st: _tasks(st, world)) if overlap else None
     for i, sname in enumerate(k.stages):
         st = stage(g, sname)
         n = _tasks(st, world)
         em = _Emitter(g, st, flag_no, scopes, attend_block, taken)
         has_sum = any(isinstance(x.value, Sum) for x in st.body)
         mark = None if timeline_base is None else (timeline_base + offset, [x.name for x in stages(g)].index(sname))
-        body = em.task("t", group_m if has_sum else 1, mark)
+        gm = plan.group_m if plan is not None and sname == plan.consumer else group_m
+        body = em.task("t", gm if has_sum else 1, mark)
         call = f"{sname}_task"
         if len(k.stages) > 1:
             tasks.append((call, list(em.params), body))
@@ -207,6 +210,8 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
         for p in em.params:
             if p not in params:
                 params.append(p)
+    if plan is not None:
+        lines, calls = _overlapped(g, plan, start_local, world)
     args = [param_name(p) for p in params] + list(TASK_ARGS)
     lines = [tidy(ln) for ln in lines]
     base = "    " if k.groups else "        "  # where the template puts these lines
@@ -232,6 +237,25 @@ def _rotated(t: str, n: int, on: bool, world: int) -> str:
     if not on or world == 1 or n < world:
         return t
     return f"({t} + rank * {n // world}) % {n}"
+
+
+def _overlapped(g: nx.DiGraph, p: Overlap, start_local: bool, world: int) -> tuple[list[str], list]:
+    """The loop body of an interleaved kernel (order.py): copies spread among this rank's own tiles, then the
+    peers' tiles."""
+    cp, c = stage(g, p.copy), stage(g, p.consumer)
+    own_first = f"(({{}}) + rank * {p.own}) % {p.tiles}"  # the consumer rotated: this rank's rows first
+    lines = [f"# copies to the peers spread among this rank's own {c.name} tiles (in place, no waits), then the"
+             " peers' tiles",
+             f"if task < {p.head}:",
+             f"    copied = task * {p.copies} // {p.head}  # copies before this task",
+             f"    if (task + 1) * {p.copies} // {p.head} > copied:"]
+    calls = [(len(lines), f"{cp.name}_task", _peers_only(_rotated("copied", p.copies, start_local, world), cp, world))]
+    lines += ["        ", "    else:"]
+    calls.append((len(lines), f"{c.name}_task", own_first.format("task - copied")))
+    lines += ["        ", "else:"]
+    calls.append((len(lines), f"{c.name}_task", own_first.format(f"task - {p.copies}")))
+    lines.append("    ")
+    return [tidy(ln) for ln in lines], calls
 
 
 def _tasks(st, world: int) -> int:

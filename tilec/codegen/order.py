@@ -1,0 +1,67 @@
+"""The task order of a persistent kernel that copies to its peers and computes on what it gathers.
+
+After local-in-place, a kernel `copy (peers only); consumer (in-place reads)` has consumer tiles over this rank's
+own rows that wait for nothing. Run as written (every copy task, then every consumer task), the copies take every
+SM and nothing overlaps them. Interleaved instead: the copy tasks are spread evenly among this rank's own consumer
+tiles (the consumer's tasks rotated so that its first 1/W are this rank's rows), and the consumer's tiles over the
+peers' rows come last, by when the peers have pushed them.
+
+Deadlock freedom with a persistent grid: a task waits only for a peer's copy tasks, and every copy task comes
+before every waiting task in the order, so each program has made all its copies before it first waits (and on
+the interpreter, one program per rank, a rank's copies are all made before its first wait).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from tilec.ir.graph import InPlace, Kernel, stage
+from tilec.ir.tiling import invert
+from tilec.ir.types import ME, Sum, Var, walk
+
+
+@dataclass(frozen=True)
+class Overlap:
+    copy: str  # the copy stage (peers only)
+    consumer: str
+    copies: int  # its tasks
+    tiles: int  # the consumer's tasks
+    own: int  # of them this rank's own rows: the first `own` after rotating by rank * own
+    group_m: int  # the consumer's grouped order: rows of tiles per group, a divisor of a rank's rows
+
+    @property
+    def head(self) -> int:
+        """Tasks of the interleaved part: every copy and this rank's own tiles."""
+        return self.copies + self.own
+
+
+def overlap_plan(g: nx.DiGraph, k: Kernel, group_m: int, tasks) -> Overlap | None:
+    """The interleaved order for kernel k when its consumer's first 1/W tiles (rotated by rank) are provably this
+    rank's own rows; `tasks(stage)` counts a stage's tasks. None: keep the written order."""
+    world = g.graph["program"].world
+    if k.groups or len(k.stages) != 2 or world < 2 or not k.persistent:
+        return None
+    cp, c = stage(g, k.stages[0]), stage(g, k.stages[1])
+    if not cp.skip_equal or len(cp.body) != 1:
+        return None
+    buf = cp.body[0].access.tensor
+    reads = [x for st in c.body for x in walk(st.value) if isinstance(x, InPlace) and x.read.tensor == buf]
+    if not reads or len(c.loops) != 2 or any(v.is_rank or v.trips < 2 for v in c.loops):
+        return None
+    m = c.loops[0]
+    grouped = group_m > 1 and any(isinstance(x.value, Sum) for x in c.body)
+    group = group_m
+    for e in reads:
+        ploops = {v.name: v for v in e.producer} | {ME: Var(ME, "me", world, 1, e.loc)}
+        d = next((x for x in invert(e.write, ploops, set(), world, "overlap") if x.rank_var == e.source.rank), None)
+        if d is None or d.const or e.read.index[d.dim].terms != ((m.name, 1),) or e.read.index[d.dim].const:
+            return None
+        if d.rank_coef % m.step or m.extent != world * d.rank_coef:
+            return None
+        rows = d.rank_coef // m.step  # m-tiles per rank
+        if grouped:  # a group of rows must not straddle two ranks' rows
+            group = max(x for x in range(1, group + 1) if rows % x == 0)
+    tiles = tasks(c)
+    return Overlap(cp.name, c.name, tasks(cp), tiles, tiles // world, group)
