@@ -106,6 +106,9 @@ def why_not(g: nx.DiGraph, cp: Stage, world: int) -> str | None:
         return f"the index of '{buf.name}' does not solve the copy's source rank"
     if not all(v.name in st.access.vars for v in cp.loops if v.trips > 1):
         return "some task of it writes the same tile as another"
+    for f in flags(g):
+        if f.producer == cp.name and pair[0] not in f.key:  # e.g. granularity=tensor: one counter for every rank
+            return f"flag {f.name} counts the local copies together with the peers' copies"
     order = [s.name for s in stages(g)]
     for s in stages(g):
         if s.name == cp.name:
