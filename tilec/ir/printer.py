@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from tilec.ir.graph import Pull, flags, waits
+from tilec.ir.graph import InPlace, Pull, flags, waits
 from tilec.ir.types import ME, Const, Dot, Idx, Load, Op, Sum, TExpr, TupleCall, Var
 
 _INFIX = {"+": "+", "-": "-", "*": "*", "/": "/"}
@@ -13,6 +13,8 @@ _INFIX = {"+": "+", "-": "-", "*": "*", "/": "/"}
 def fmt_expr(e: TExpr) -> str:
     if isinstance(e, Load):
         return str(e.access)
+    if isinstance(e, InPlace):
+        return f"in_place({e.source} via {e.read})"
     if isinstance(e, Pull):
         return f"pull({e.source} via {e.read})"
     if isinstance(e, Const):
@@ -58,7 +60,8 @@ def print_graph(g: nx.DiGraph) -> str:
         k = kernel_of.get(st.name)
         where = f"  [kernel {k.name}]" if k else ""
         note = f"  # {st.note}" if st.note else ""
-        out.append(f"stage {st.name} over {', '.join(fmt_loop(v) for v in st.loops)}:{where}{note}")
+        skip = "".join(f", {a} != {b}" for a, b in st.skip_equal)
+        out.append(f"stage {st.name} over {', '.join(fmt_loop(v) for v in st.loops)}{skip}:{where}{note}")
         for w in waits(g, st.name):
             out.append(f"  wait {w.flag} before reading {w.read}")
         shown: dict[int, list] = {}  # stores of one tile function's results print as one line
