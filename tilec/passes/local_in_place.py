@@ -47,8 +47,9 @@ class LocalInPlace(Pass):
         if sync(g) != FLAGS:
             return g  # barrier schedules copy in their own kernel: nothing overlaps, nothing to gain
         prog = g.graph["program"]
-        for cp in copy_stages(g, single=True):
-            if cp.skip_equal:
+        for name in [s.name for s in copy_stages(g, single=True)]:
+            cp = g.nodes[sid(name)]["payload"] if sid(name) in g else None  # as an earlier rewrite left it
+            if cp is None or cp.skip_equal or not isinstance(cp.body[0].value, Load):
                 continue
             if why_not(g, cp, prog.world):
                 continue
@@ -101,6 +102,8 @@ def why_not(g: nx.DiGraph, cp: Stage, world: int) -> str | None:
         return f"its source '{src.name}' is computed, and an in-place read would need its flag"
     if buf.kind != "buf":
         return f"'{buf.name}' is not a buffer"
+    if buf.dtype != src.dtype:  # one pointer reads either: the copy must not convert
+        return f"the copy converts {src.dtype} to {buf.dtype}"
     d = solving_dim(st.access, pair[0], loops, world)
     if d is None or d.rank_coef <= 0:
         return f"the index of '{buf.name}' does not solve the copy's source rank"

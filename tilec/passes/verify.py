@@ -542,6 +542,8 @@ def _in_place(ctx: _Ctx, c: Stage, rd: _Read, sc: dict[str, Var], by_tensor, dep
     if e.read.remote:
         ctx.err(e.loc, f"{what}: the buffer is read on a peer, where this rank's rows are not local")
         return
+    if ctx.tensor(e.source.tensor).dtype != ctx.tensor(e.read.tensor).dtype:
+        ctx.err(e.loc, f"{what}: one pointer reads either tensor, but their dtypes differ")
     ws = by_tensor.get(e.read.tensor, [])
     cps = {s.name: s for s, _, _ in ws}
     if len(cps) != 1:
