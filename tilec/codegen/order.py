@@ -48,10 +48,10 @@ def overlap_plan(g: nx.DiGraph, k: Kernel, group_m: int, tasks) -> Overlap | Non
         return None
     buf = cp.body[0].access.tensor
     reads = [x for st in c.body for x in walk(st.value) if isinstance(x, InPlace) and x.read.tensor == buf]
-    if not reads or len(c.loops) != 2 or any(v.is_rank or v.trips < 2 for v in c.loops):
+    if not reads or len(c.loops) != 2 or any(v.is_rank for v in c.loops):
         return None
-    m = c.loops[0]
-    grouped = group_m > 1 and any(isinstance(x.value, Sum) for x in c.body)
+    m = c.loops[0]  # the rows: the outer loop, or the rows of the grouped order (codegen/tasks.py)
+    grouped = group_m > 1 and any(isinstance(x.value, Sum) for x in c.body) and all(v.trips > 1 for v in c.loops)
     group = group_m
     for e in reads:
         ploops = {v.name: v for v in e.producer} | {ME: Var(ME, "me", world, 1, e.loc)}

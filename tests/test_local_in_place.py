@@ -1,0 +1,149 @@
+"""local-in-place (passes/local_in_place.py) and the overlapped task order of fused-push (codegen/order.py).
+
+What the pass does to examples/ag_gemm.tile (the copy skips a rank's own rows, the GEMM reads them from A), where
+it declines, that the verifier rejects a wrong in-place rewrite, and runs against torch at worlds 1-4 (rows per
+rank a multiple of the tile, so the pass and the interleaved order apply, and ragged rows, where it declines), with
+the adversary starting one rank late in every call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from tests import _workers
+from tests._util import cat_shards, check_close, compile_example, make_calls
+from tilec.errors import VerifyError
+from tilec.ir.graph import InPlace, copy_graph, sid, stage, tid, waits
+from tilec.ir.types import ME, Load, map_expr
+from tilec.passes.local_in_place import why_not
+from tilec.passes.verify import verify
+from tilec.runtime import spawn
+
+pytestmark = pytest.mark.usefixtures("no_shm_leftovers")
+
+APPLIES = {"M": 256, "N": 72, "K": 40, "BM": 64}  # 128 rows per rank at world 2: whole 64-row tiles
+
+
+def in_place_reads(g):
+    return [x for x in stage(g, "gemm").reads() if isinstance(x, InPlace)]
+
+
+@pytest.mark.parametrize("schedule", ["fused-push", "flags", "specialized"])
+def test_the_copy_skips_local_rows_and_the_gemm_reads_them_in_place(schedule):
+    prog = compile_example(2, schedule, APPLIES)
+    g = prog.graph
+    assert stage(g, "gather").skip_equal in (((ME, "r"),), (("r", ME),))
+    assert len(in_place_reads(g)) == 1
+    # the wait for a peer's rows is emitted under a test of the tile's rows; the local rows are never waited on
+    assert re.search(r"peer_rows = m // 128 != rank\n\s+if peer_rows:", prog.source)
+    assert "tl.where(own, A + " in prog.source
+    if schedule == "fused-push":  # 4 copy tasks of 8 are left (the other rank's rows), spread among the own tiles
+        assert re.search(r"gather_task\(\(copied // 4 \+ \(copied // 4 >= rank\)", prog.source)
+        assert "for task in range(pid, 12, NPROG)" in prog.source  # 4 copies and 8 GEMM tiles
+
+
+def test_world_one_has_no_copy_at_all():
+    g = compile_example(1, "fused-push", APPLIES).graph
+    assert sid("gather") not in g and tid("Ag") not in g and not waits(g, "gemm")
+    assert compile_example(1, "specialized", APPLIES).graph.nodes[sid("gather")]  # its programs need the copy
+
+
+def test_it_declines_where_a_tile_straddles_ranks_or_a_counter_mixes_them():
+    g = compile_example(2, "fused-push", {"M": 66, "N": 72, "K": 40}).snapshots["replace-barriers"]
+    assert "straddles two ranks' rows" in why_not(g, stage(g, "gather"), 2)
+    g = compile_example(2, "fused-push", APPLIES, granularity="tensor").snapshots["replace-barriers"]
+    assert "counts the local copies together with the peers' copies" in why_not(g, stage(g, "gather"), 2)
+    assert not stage(compile_example(2, "fused-push", APPLIES, granularity="tensor").graph, "gather").skip_equal
+
+
+# -- the verifier against wrong in-place rewrites --------------------------------------------------------------------
+
+
+def _after(schedule: str = "fused-push", dims=APPLIES):
+    return copy_graph(compile_example(2, schedule, dims).snapshots["local-in-place"])
+
+
+def _map_gemm(g, fn):
+    st = stage(g, "gemm")
+    body = tuple(dataclasses.replace(s, value=map_expr(s.value, fn)) for s in st.body)
+    g.nodes[sid("gemm")]["payload"] = dataclasses.replace(st, body=body)
+
+
+def _rejected(g) -> str:
+    with pytest.raises(VerifyError) as e:
+        verify(g, "mutant")
+    return str(e.value)
+
+
+@pytest.mark.parametrize("schedule", ["fused-push", "flags"])
+def test_a_plain_read_of_rows_the_copy_no_longer_writes_is_rejected(schedule):
+    g = _after(schedule)
+    _map_gemm(g, lambda e: Load(e.read, e.dtype, e.shape, e.loc) if isinstance(e, InPlace) else e)
+    assert "no earlier stage writes Ag[0, 0] on rank 0" in _rejected(g)
+
+
+def test_an_in_place_read_of_another_copy_is_rejected():
+    g = _after()
+    _map_gemm(g, lambda e: dataclasses.replace(e, source=dataclasses.replace(e.source, tensor="B"))
+              if isinstance(e, InPlace) else e)
+    assert "stage 'gemm' pulls Ag[m, k] from B[m, k]" in _rejected(g)
+    g = _after()  # the copy as it was pulled, not as it was pushed
+    _map_gemm(g, lambda e: dataclasses.replace(e, source=dataclasses.replace(e.source, rank="r"))
+              if isinstance(e, InPlace) else e)
+    assert "stage 'gather' is not the copy" in _rejected(g)
+
+
+def test_an_in_place_read_without_its_wait_is_rejected():
+    g = _after()
+    g.remove_edge("f:Ag.gather", sid("gemm"))
+    assert "read before flag: stage 'gemm' reads Ag[m, k]" in _rejected(g)
+
+
+def test_an_in_place_read_whose_tiles_straddle_ranks_is_rejected():
+    g = _after(dims={"M": 66, "N": 72, "K": 40})  # the pass declined: 33 rows per rank
+    cp = stage(g, "gather")
+    st = cp.body[0]
+    g.nodes[sid("gather")]["payload"] = dataclasses.replace(cp, skip_equal=((st.value.access.rank, st.access.rank),))
+    _map_gemm(g, lambda e: InPlace(e.access, st.access, st.value.access, cp.loops, "f16", e.shape, e.loc)
+              if isinstance(e, Load) and e.access.tensor == "Ag" else e)
+    assert "straddles two ranks' rows" in _rejected(g)
+
+
+def test_a_copy_that_keeps_its_local_tasks_still_verifies():
+    g = _after()
+    g.nodes[sid("gather")]["payload"] = dataclasses.replace(stage(g, "gather"), skip_equal=())
+    verify(g, "mutant")  # the buffer then holds every row: reading some in place is still right
+
+
+# -- against torch, the adversary on ------------------------------------------------------------------------------
+
+
+def _shapes(world: int) -> dict[str, dict[str, int]]:
+    return {"whole": {"M": 128 * world, "N": 72, "K": 40, "BM": 64},  # 2 row tiles per rank, ragged N and K
+            "walked": {"M": 64 * world, "N": 64, "K": 64, "BM": 32, "BK": 32},  # k-steps walk one pointer
+            "ragged": {"M": 33 * world, "N": 40, "K": 24}}  # straddling tiles: the pass declines
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_in_place_programs_match_torch_with_a_late_rank(world, monkeypatch):
+    monkeypatch.setenv("TILEC_CPU_ADVERSARY", "0.3")
+    cases, calls = [], {}
+    for sched in ("fused-push", "flags", "specialized"):
+        for name, dims in _shapes(world).items():
+            prog = compile_example(world, sched, dims)
+            calls[(sched, name)] = make_calls(prog, 2, seed=7 * world + len(cases))
+            cases.append(((sched, name), prog, calls[(sched, name)], ()))
+            if name != "ragged" and world > 1:
+                assert "tl.where(own" in prog.source, (sched, name)
+            if sched == "fused-push" and name != "ragged" and world > 1:
+                assert "copied = task *" in prog.source  # the interleaved order
+    results = spawn(_workers.run_cases, world, heap_bytes=1 << 24, timeout=600, args=(cases,))
+    for key, ins_calls in calls.items():
+        for i, ins in enumerate(ins_calls):
+            for r in range(world):
+                want = cat_shards(ins, "A") @ ins[r]["B"].float()
+                check_close(results[r][key][i]["C"], want, "f16", f"{key} call {i} rank {r}")
