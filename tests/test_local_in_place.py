@@ -147,3 +147,25 @@ def test_in_place_programs_match_torch_with_a_late_rank(world, monkeypatch):
             for r in range(world):
                 want = cat_shards(ins, "A") @ ins[r]["B"].float()
                 check_close(results[r][key][i]["C"], want, "f16", f"{key} call {i} rank {r}")
+
+
+# -- fused-pull's re-reads -----------------------------------------------------------------------------------------
+
+
+def test_show_says_how_often_fused_pull_rereads_a_tile():
+    prog = compile_example(2, "fused-pull", {"M": 256, "N": 192, "K": 128})
+    assert "re-reads each tile of A 3 times (once per n)" in stage(prog.graph, "gemm").note
+
+
+def test_auto_leaves_out_fused_pull_where_it_rereads_much():
+    from tilec.perf.auto import REREAD_BYTES, rank_schedules, reread_bytes
+
+    ag = "examples/ag_gemm.tile"
+    big = {"M": 8192, "N": 4608, "K": 36864, "BM": 128, "BN": 256, "BK": 64}
+    # the peer's 4096 x 36864 f16 rows, pulled 18 times instead of once
+    assert reread_bytes(ag, 2, big) == 17 * 4096 * 36864 * 2 >= REREAD_BYTES
+    assert "fused-pull" not in [s for s, _ in rank_schedules(ag, 2, big)]
+    assert reread_bytes(ag, 1, big) == 0  # one rank: every re-read is local, as in any GEMM
+    small = {"M": 256, "N": 192, "K": 128}
+    assert 0 < reread_bytes(ag, 2, small) < REREAD_BYTES
+    assert "fused-pull" in [s for s, _ in rank_schedules(ag, 2, small)]

@@ -52,11 +52,14 @@ def test_bsp_static(ag_w2):
 def test_flags_static(ag_w2):
     r = ag_w2["flags"]
     assert (r.launches, r.barriers, r.barriers_between, r.barriers_exit) == (2, 2, 0, 1)  # peers read A to the end
-    assert r.roundtrip_tensors == ("Ag",) and r.roundtrip_bytes == 4 * AG_BYTES
+    # local-in-place: only the peer's rows go through Ag (written once, read once per N column), this rank's are
+    # read from A in place
+    assert r.roundtrip_tensors == ("Ag",) and r.roundtrip_bytes == 2 * AG_BYTES
+    assert r.roundtrip_write_bytes == AG_BYTES // 2 and r.roundtrip_read_bytes == 3 * AG_BYTES // 2
     assert r.remote_read_bytes == A_SHARD
-    # 2 ranks x 2 m-tiles x 4 k-tiles gather tasks release one counter each; every gemm task waits for the
-    # 1 row tile x 4 k tiles it reads, the 4 k counters polled as one block: one poll round per gemm task
-    assert (r.flag_releases, r.flag_waits) == (16, 12)
+    # the peer x 2 m-tiles x 4 k-tiles gather tasks release one counter each; every gemm task over the peer's rows
+    # waits for the 1 row tile x 4 k tiles it reads, the 4 k counters polled as one block: one poll round each
+    assert (r.flag_releases, r.flag_waits) == (8, 6)
     assert [k.share for k in r.kernel_costs] == [0.5, 0.5]
 
 
@@ -74,9 +77,9 @@ def test_fused_push_static(ag_w2):
     r = ag_w2["fused-push"]
     assert (r.launches, r.barriers, r.barriers_exit) == (1, 1, 0)
     assert r.roundtrip_bytes == 0 and r.roundtrip_tensors == ()
-    assert r.intra_roundtrip_tensors == ("Ag",) and r.intra_roundtrip_bytes == 4 * AG_BYTES
+    assert r.intra_roundtrip_tensors == ("Ag",) and r.intra_roundtrip_bytes == 2 * AG_BYTES  # the peer's rows only
     assert r.remote_read_bytes == 0 and r.remote_write_bytes == A_SHARD  # my shard pushed to the peer
-    assert (r.flag_releases, r.flag_waits) == (16, 12)  # as flags: one block of 4 k counters per gemm task
+    assert (r.flag_releases, r.flag_waits) == (8, 6)  # as flags: one block of 4 k counters per gemm task
     # Ag fits L2, so the model charges no locality tax for it
     assert r.locality_tax_us == 0
 
@@ -157,7 +160,9 @@ def test_model_matches_the_measured_world1_bench(recorded_world1):
     """On the M=8192 shapes the model is within 15% of the measured bsp, fused-pull and fused-push calls and within
     25% of flags and specialized. Before remote stores went through one peer offset per task, fused-push measured
     1.2-2.4x its prediction: each copy tile took 16.4 us instead of 1.6 us."""
-    tolerance = {"bsp": 0.15, "fused-pull": 0.15, "fused-push": 0.15, "flags": 0.25, "specialized": 0.25}
+    # recorded before local-in-place: at world 1 flags and fused-push no longer copy A (the GEMM reads it in place),
+    # so their recorded times are of other programs (re-record with `tilec bench --world 1`)
+    tolerance = {"bsp": 0.15, "fused-pull": 0.15, "specialized": 0.25}
     checked = 0
     for row, pred in recorded_world1:
         s = row["shape"]
@@ -166,7 +171,7 @@ def test_model_matches_the_measured_world1_bench(recorded_world1):
         tol = tolerance[row["name"]]
         assert 1 - tol < pred / row["median_us"] < 1 + tol, (s, row["name"], pred, row["median_us"])
         checked += 1
-    assert checked == 25
+    assert checked == 15
 
 
 def test_model_ranks_schedules_as_measured(recorded_world1):
@@ -175,10 +180,12 @@ def test_model_ranks_schedules_as_measured(recorded_world1):
     the model (on 8192x3584x14336 it swaps bsp and fused-push, measured 0.4% apart)."""
     by_shape: dict[tuple, dict[str, tuple[float, float]]] = {}
     for row, pred in recorded_world1:
+        if row["name"] in ("flags", "fused-push"):  # recorded before local-in-place (see above)
+            continue
         by_shape.setdefault(tuple(row["shape"].values()), {})[row["name"]] = (pred, row["median_us"])
     assert len(by_shape) == 6
     for shape, times in by_shape.items():
-        assert len(times) == 5, shape
+        assert len(times) == 3, shape
         assert min(times, key=lambda n: times[n][0]) == min(times, key=lambda n: times[n][1]), (shape, times)
         for a in times:
             for b in times:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import networkx as nx
 
-from tilec.ir.graph import Flag, Stage, sid, stages
+from tilec.ir.graph import Flag, InPlace, Pull, Stage, sid, stages
 from tilec.ir.tiling import invert
-from tilec.ir.types import ME, Load, Var
+from tilec.ir.types import ME, Load, Var, reduction_vars
 
 
 def flag_dims(g: nx.DiGraph, f: Flag):
@@ -21,3 +21,24 @@ def copy_stages(g: nx.DiGraph, single: bool = True) -> list[Stage]:
     """Stages whose body stores plain tile loads (one store when `single`)."""
     return [s for s in stages(g) if (len(s.body) == 1 or not single)
             and all(isinstance(x.value, Load) and x.part is None for x in s.body)]
+
+
+def pull_rereads(g: nx.DiGraph) -> list[tuple[str, Pull, int, tuple[str, ...]]]:
+    """(consumer stage, pull, N, loops) for every fused pull (not in-place reads) that reads its source N > 1 times
+    per call: once per value of the consumer's `loops`, the loop variables its read does not depend on (fused-pull
+    re-reads each remote A tile of an AG+GEMM once per column block)."""
+    out = []
+    for c in stages(g):
+        red = {v.name for st in c.body for v in reduction_vars(st.value)}
+        for r in c.reads():
+            if not isinstance(r, Pull) or isinstance(r, InPlace):
+                continue
+            used = r.read.vars | red
+            loops = tuple(v.name for v in c.loops if v.name not in used and v.trips > 1)
+            n = 1
+            for v in c.loops:
+                if v.name in loops:
+                    n *= v.trips
+            if n > 1:
+                out.append((c.name, r, n, loops))
+    return out

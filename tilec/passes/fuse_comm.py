@@ -23,7 +23,7 @@ import networkx as nx
 
 from tilec.errors import ScheduleError
 from tilec.ir.graph import Pull, Stage, phases, rebuild_edges, sid, stages, tid
-from tilec.ir.queries import copy_stages
+from tilec.ir.queries import copy_stages, pull_rereads
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Access, Load, Var, map_expr
 
@@ -93,6 +93,11 @@ class FuseComm(Pass):
                     if body != c.body:
                         note = f"pulls {buf.tensor} from {src.tensor}@{src.rank}"
                         g.nodes[sid(c.name)]["payload"] = replace(c, body=body, note=_join(c.note, note))
+            for c, _p, n, loops in pull_rereads(g):  # said where `tilec show` prints the stage (perf/auto.py acts)
+                st = g.nodes[sid(c)]["payload"]
+                note = f"re-reads each tile of {_p.source.tensor} {n} times (once per {', '.join(loops)})"
+                if note not in st.note:
+                    g.nodes[sid(c)]["payload"] = replace(st, note=_join(st.note, note))
             g.remove_node(sid(cp.name))
             g.remove_node(tid(buf.tensor))
             g.graph["order"] = _drop_dangling_barriers([n for n in g.graph["order"] if n != sid(cp.name)], g)

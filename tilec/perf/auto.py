@@ -12,8 +12,10 @@ import hashlib
 from pathlib import Path
 
 from tilec.fileio import read_json, update_json
+from tilec.ir.dtypes import ESIZE
+from tilec.ir.queries import pull_rereads
 from tilec.perf.measure import CPU_KEY, device_key, this_device  # noqa: F401 - CPU_KEY, device_key: re-exported
-from tilec.perf.taxes import TaxRow, taxes
+from tilec.perf.taxes import Skipped, TaxRow, compile_all, taxes
 from tilec.program import cache_dir
 
 
@@ -72,6 +74,29 @@ def compile_auto(program, world: int = 1, dims: dict[str, int] | None = None, *,
 
 def rank_schedules(program, world: int, dims: dict[str, int] | None = None, machine=None,
                    **kw) -> list[tuple[str, float]]:
-    """(schedule, predicted us) for every schedule that applies, fastest first (for `--schedule auto`)."""
+    """(schedule, predicted us) for every schedule that applies, fastest first (for `--schedule auto`); fused-pull
+    is left out where it re-reads REREAD_BYTES or more from the peers (pull_rereads) and another schedule applies."""
     rows = taxes(program, world, dims, machine, **kw)
-    return sorted(((r.schedule, r.predicted_us) for r in rows if isinstance(r, TaxRow)), key=lambda x: x[1])
+    ranked = sorted(((r.schedule, r.predicted_us) for r in rows if isinstance(r, TaxRow)), key=lambda x: x[1])
+    if len(ranked) > 1 and any(s == "fused-pull" for s, _ in ranked) and \
+            reread_bytes(program, world, dims, kw.get("granularity", "auto")) >= REREAD_BYTES:
+        ranked = [x for x in ranked if x[0] != "fused-pull"]
+    return ranked
+
+
+# Measured on two H200 (issue 19): fused-pull ran at 0.21-0.41x of the best baseline on every paper shape, each
+# remote A tile pulled again for every column block; the model does not see the link's cost of re-reads (they are
+# not L2 hits across NVLink). Below this many re-read bytes per rank and call (small shapes) the model decides.
+REREAD_BYTES = 16 << 20
+
+
+def reread_bytes(program, world: int, dims: dict[str, int] | None, granularity: str = "auto") -> int:
+    """Bytes per rank and call that fused-pull reads from the peers more than once (0 where it does not apply)."""
+    (p,) = compile_all(program, world, dims, ("fused-pull",), granularity)
+    if isinstance(p, Skipped):
+        return 0
+    total = 0
+    for _c, pull, n, _loops in pull_rereads(p.graph):
+        t = next(x for x in p.program.tensors if x.name == pull.source.tensor)
+        total += (n - 1) * t.numel * ESIZE[t.dtype] * (p.world - 1)  # the peers' shards, once per extra pass
+    return total

@@ -29,7 +29,7 @@ import numpy as np
 from tilec.codegen.emit import flag_scopes
 from tilec.errors import ArgumentError, CompileError, ScheduleError, TilecError, VerifyError
 from tilec.ir.dtypes import ESIZE
-from tilec.ir.graph import Pull, sid, stages, tensor, waits
+from tilec.ir.graph import InPlace, Pull, sid, stages, tensor, waits
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Dot, Load, Sum, Var
 from tilec.ir.wait_plan import WaitPlan, plan_wait
@@ -207,7 +207,7 @@ def _values_of(st) -> list:
 
 def _pull_remote(p: Pull, scope, q: int, world: int, total: int) -> int:
     """Elements of a pull read from another rank: the copy's rank var is solved per element of the buffer."""
-    if p.source.rank == ME:
+    if p.source.rank == ME or isinstance(p, InPlace):  # in place: the peers' rows come from the local buffer
         return 0
     loops = {v.name: v for v in p.producer} | {ME: Var(ME, "me", world, 1, p.loc)}
     inv = next((d for d in invert(p.write, loops, set(), world, "taxes") if d.rank_var == p.source.rank), None)
@@ -254,19 +254,23 @@ def _stage_cost(g, st, kernel: str, rt: set[str], q: int, world: int,
     scopes: flag_scopes(g), which wait plans are keyed by."""
     base = {v.name: v for v in st.loops} | {ME: Var(ME, "me", world, 1, st.loc)}
     tasks = _trips(st.loops)
+    # a stage that skips its rank loop's own value (local-in-place) runs (W-1)/W of its tasks and stores
+    skip = (lambda n: n * (world - 1) // world) if st.skip_equal else (lambda n: n)
+    tasks = skip(tasks)
     flops = flops32 = hbm = rread = rwrite = 0
     bufs: dict[str, list[int]] = {}
     for s in st.body:
         a = s.access
         n, _ = _count(a, base, q, world)
-        b = n * ESIZE[tensor(g, a.tensor).dtype]
-        far = b * (world - 1) // world if a.remote else 0
+        b = skip(n) * ESIZE[tensor(g, a.tensor).dtype]
+        far = (b if st.skip_equal else b * (world - 1) // world) if a.remote else 0  # skipped: only peers left
         rwrite += far
         if a.tensor in rt:
             bufs.setdefault(a.tensor, [0, 0, 0])[0] += b
         else:
             hbm += b - far
     red_of: dict[str, tuple[Var, ...]] = {}
+    in_place: set[str] = set()
     for value in _values_of(st):
         for e, red in _walk_red(value):
             scope = base | {v.name: v for v in red}
@@ -276,6 +280,19 @@ def _stage_cost(g, st, kernel: str, rt: set[str], q: int, world: int,
                     flops32 += n
                 else:
                     flops += n
+            elif isinstance(e, InPlace):  # the peers' rows from the buffer (waited for), this rank's from the source
+                red_of[str(e.read)] = red
+                in_place.add(str(e.read))
+                n, u = _count(e.read, scope, q, world)
+                es = ESIZE[e.dtype]
+                nb, ub = n * (world - 1) // world, u * (world - 1) // world
+                if e.read.tensor in rt:
+                    acc = bufs.setdefault(e.read.tensor, [0, 0, 0])
+                    acc[1] += nb * es
+                    acc[2] += ub * es
+                else:
+                    hbm += ub * es
+                hbm += (u - ub) * es
             elif isinstance(e, Pull):
                 n, u = _count(e.read, scope, q, world)
                 far = _pull_remote(e, scope, q, world, n)
@@ -287,8 +304,9 @@ def _stage_cost(g, st, kernel: str, rt: set[str], q: int, world: int,
                     continue
                 red_of[str(a)] = red
                 n, u = _count(a, scope, q, world)
+                n, u = skip(n), skip(u)
                 es = ESIZE[tensor(g, a.tensor).dtype]
-                far = n * es * (world - 1) // world if a.remote else 0
+                far = (n * es if st.skip_equal else n * es * (world - 1) // world) if a.remote else 0
                 rread += far
                 if a.tensor in rt:
                     acc = bufs.setdefault(a.tensor, [0, 0, 0])
@@ -308,6 +326,7 @@ def _stage_cost(g, st, kernel: str, rt: set[str], q: int, world: int,
             continue
         covered.add(plan.key)
         n = _wait_count(g, w, red, scope, q, world, plan)
+        n = n * (world - 1) // world if str(w.read) in in_place else n  # the tiles of this rank's rows do not wait
         nwait += n
         nremote += n * (world - 1) // world if w.read.remote else 0
     cost = StageCost(st.name, kernel, tasks, flops, flops32, hbm, rread, rwrite, releases, nwait, nremote)
@@ -330,8 +349,8 @@ def _buffers_read_across(g, kernel_of: dict[str, str]) -> tuple[set[str], set[st
         for s in st.body:
             writers.setdefault(s.access.tensor, set()).add(st.name)
         for r in st.reads():
-            if isinstance(r, Load):
-                readers.setdefault(r.access.tensor, set()).add(st.name)
+            if isinstance(r, Load | InPlace):
+                readers.setdefault(r.read.tensor if isinstance(r, InPlace) else r.access.tensor, set()).add(st.name)
     rt, inter = set(), set()
     for t, ws in writers.items():
         if tensor(g, t).kind != "buf" or not (readers.get(t, set()) - ws):
