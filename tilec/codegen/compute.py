@@ -25,14 +25,24 @@ def op_name(e: Op) -> str:
 class Compute:
     """Mixin of _Emitter (emit.py): the value of a tile expression, as lines that compute it."""
 
-    def in_place_steps(self, e: InPlace, v: Var) -> tuple[int, int] | None:
+    def local_pull(self, e) -> bool:
+        """A pull from this rank's own memory whose copy solves no rank (one rank: local-in-place removed the copy):
+        its pointers walk along a reduction as a load's do."""
+        if not isinstance(e, Pull) or isinstance(e, InPlace) or e.source.rank != ME or e.read.rank != ME:
+            return False
+        world = self.g.graph["program"].world
+        loops = {x.name: x for x in e.producer} | {ME: Var(ME, "me", world, 1, e.loc)}
+        return all(d.rank_var is None for d in invert(e.write, loops, set(), world, "pull"))
+
+    def in_place_steps(self, e: Pull, v: Var) -> tuple[int, int] | None:
         """How far an in-place read's source and buffer pointers move per step of reduction var v, or None when
         they do not move by a constant (v solves a rank, or the copy's tiles leave gaps along v)."""
         world = self.g.graph["program"].world
         dims = invert(e.write, {x.name: x for x in e.producer} | {ME: Var(ME, "me", world, 1, e.loc)}, set(), world,
                       "in place")
         src_st = row_major_strides(tensor(self.g, e.source.tensor).shape)
-        buf_st = row_major_strides(tensor(self.g, e.read.tensor).shape)
+        buf = next(t for t in self.g.graph["program"].tensors if t.name == e.read.tensor)  # a pull's is gone
+        buf_st = row_major_strides(buf.shape)
         inc_src = inc_buf = 0
         for d, aff in enumerate(e.read.index):
             k = aff.coef(v.name)
@@ -56,9 +66,9 @@ class Compute:
             return self.tuple_call(e, out, indent)
         if isinstance(e, Load):
             return self.load(e, out, indent)
-        if isinstance(e, InPlace) and id(e) in self.walked:
+        if isinstance(e, Pull) and id(e) in self.walked:
             ptrs, mask, _own = self.walked[id(e)]
-            name = self.tmp(f"{e.read.tensor.lower()}_tile")
+            name = self.tmp(tile_name(e.read.tensor if isinstance(e, InPlace) else e.source.tensor, e.shape))
             out.append(f"{indent}{name} = tl.load({ptrs}{f', mask={mask}, other=0' if mask else ''})")
             return name
         if isinstance(e, Pull):
@@ -180,14 +190,14 @@ class Compute:
             # local tiles walked along the reduction: pointers set up once, then advanced (as hand-written GEMMs do)
             walked = [x for x in _direct_loads(e.body) if isinstance(x, Load) and not x.access.remote
                       and v.name in x.access.vars]
-            in_place = [(x, inc) for x in _direct_loads(e.body) if isinstance(x, InPlace)
+            in_place = [(x, inc) for x in _direct_loads(e.body) if isinstance(x, InPlace) or self.local_pull(x)
                         for inc in [self.in_place_steps(x, v)] if inc]
             if walked or in_place:
                 out.append(f"{indent}{v.name}_r = tl.arange(0, {v.step})  # {v.name} = 0")
             for x, (inc_src, inc_buf) in in_place:  # this rank's rows or a peer's: one pointer walks either
                 ptrs, mask, own = self.pull(x, out, indent, walk=v.name)
                 self.walked[id(x)] = (ptrs, mask, own)
-                inc = str(inc_src) if inc_src == inc_buf else f"tl.where({own}, {inc_src}, {inc_buf})"
+                inc = str(inc_src) if inc_src == inc_buf or own is None else f"tl.where({own}, {inc_src}, {inc_buf})"
                 steps.append(f"{inner}{ptrs} += {inc}")
             for x in walked:
                 off, _ = self.offsets(x.access, masks=False, at_zero=v.name)
@@ -218,9 +228,9 @@ class Compute:
         return acc
 
 
-def _direct_loads(e) -> list[Load | InPlace]:
-    """Loads (and in-place reads) of an expression that are not inside a nested reduction."""
-    if isinstance(e, Load | InPlace):
+def _direct_loads(e) -> list[Load | Pull]:
+    """Loads (and pulls) of an expression that are not inside a nested reduction."""
+    if isinstance(e, Load | Pull):
         return [e]
     if isinstance(e, Op):
         return [x for a in e.args for x in _direct_loads(a)]

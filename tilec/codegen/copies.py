@@ -146,6 +146,10 @@ class Copies:
         if isinstance(e, InPlace):
             return self.in_place_load(e, vals, f"{ptr} + {' + '.join(offs)}", masks, gaps, out, indent, walk)
         masks += gaps
+        if walk:  # a local pull that solves no rank (Compute.local_pull): its pointers at walk = 0
+            ptrs = self.tmp(f"{e.source.tensor.lower()}_ptrs")
+            out.append(f"{indent}{ptrs} = {ptr} + {' + '.join(offs)}")
+            return ptrs, " & ".join(masks) or None, None
         m = f", mask={' & '.join(masks)}, other=0" if masks else ""
         name = self.tmp(tile_name(e.source.tensor, e.shape))
         if e.source.rank == ME:

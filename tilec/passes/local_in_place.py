@@ -33,7 +33,7 @@ from tilec.errors import ScheduleError
 from tilec.ir.graph import FLAGS, InPlace, Pull, Stage, flags, rebuild_edges, sid, stages, sync, tid
 from tilec.ir.queries import copy_stages
 from tilec.ir.tiling import DimInverse, invert
-from tilec.ir.types import ME, Access, Load, Store, Var, map_expr, reduction_vars, walk
+from tilec.ir.types import ME, Access, Affine, Load, Store, Var, map_expr, reduction_vars, walk
 
 from .base import Pass
 
@@ -184,7 +184,10 @@ def _fuse_all(g: nx.DiGraph, cp: Stage) -> None:
 
 
 def _rank_to_me(a: Access, var: str) -> Access:
-    return replace(a, rank=ME if a.rank == var else a.rank, index=tuple(i.rename({var: ME}) for i in a.index))
+    """`var` (the copy's rank loop) is the rank itself, and with one rank `rank` is 0: the index loses both."""
+    zero = Affine((), 0)
+    return replace(a, rank=ME if a.rank == var else a.rank,
+                   index=tuple(i.subst(var, zero).subst(ME, zero) for i in a.index))
 
 
 def _join(a: str, b: str) -> str:
