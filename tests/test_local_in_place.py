@@ -9,6 +9,7 @@ the adversary starting one rank late in every call.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 import pytest
@@ -169,3 +170,64 @@ def test_auto_leaves_out_fused_pull_where_it_rereads_much():
     small = {"M": 256, "N": 192, "K": 128}
     assert 0 < reread_bytes(ag, 2, small) < REREAD_BYTES
     assert "fused-pull" in [s for s, _ in rank_schedules(ag, 2, small)]
+
+
+def _simulate(source: str, kernel: str, world: int, nprog: int) -> dict[int, list[list[tuple[str, int]]]]:
+    """Run the emitted persistent loop of `kernel` in plain Python with the task functions recording their task:
+    {rank: [the (stage, task) list of each program]}."""
+    body = source.split(f"def {kernel}(")[1].split("\n\n\n")[0]
+    loop = body[body.index("    for task in range("):]
+    loop = loop.replace(".to(tl.int32)", "")  # a comparison is a bool, which adds as 0/1
+    lines = loop.splitlines()
+    code = "\n".join(ln[4:] for ln in lines)
+    out = {}
+    for rank in range(world):
+        progs = []
+        for pid in range(nprog):
+            ran: list[tuple[str, int]] = []
+            env = {"pid": pid, "rank": rank, "NPROG": nprog, "ran": ran}
+            env |= dict.fromkeys(("A", "Ag", "F_Ag_gather", "B", "C", "ERR", "heap_bases", "epoch", "timeout_ns",
+                                  "UPCAST_DOT"))
+            for name in ("gather_task", "gemm_task"):
+                env[name] = functools.partial(_record, ran, name[:-5])
+            exec(compile(code, "<loop>", "exec"), env)
+            progs.append(ran)
+        out[rank] = progs
+    return out
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_the_interleaved_order_runs_every_task_once_and_copies_before_waiting(world):
+    dims = {"M": 128 * world, "N": 192, "K": 96, "BM": 32, "BN": 64, "BK": 32}  # 4 row tiles per rank
+    prog = compile_example(world, "fused-push", dims)
+    copies, tiles = (world - 1) * 4 * 3, world * 4 * 3  # peers x m x k tiles; m x n tiles
+    rows = dims["M"] // world
+    for nprog in (1, 2, 5, 7, 16, 132):
+        for rank, progs in _simulate(prog.source, "k0_gather_gemm", world, nprog).items():
+            ran = [x for p in progs for x in p]
+            gathers = sorted(t for s, t in ran if s == "gather")
+            assert sorted(t for s, t in ran if s == "gemm") == list(range(tiles))
+            assert len(gathers) == copies and len(set(gathers)) == copies
+            assert all(t // 12 != rank for t in gathers)  # r (the outer loop, 12 tasks each) is never this rank
+            # every program computes about as many of this rank's tiles as the others (not a few programs all)
+            own = [sum(1 for s, t in p if s == "gemm" and _row_of(t, dims) // rows == rank) for p in progs]
+            assert max(own) - min(own) <= 2, (nprog, own)
+            for p in progs:  # no program waits (a peer's rows) before it has made all its copies
+                kinds = [s == "gather" for s, _ in p]
+                last_copy = max((i for i, k in enumerate(kinds) if k), default=-1)
+                waits = [i for i, (s, t) in enumerate(p) if s == "gemm" and _row_of(t, dims) // rows != rank]
+                assert not waits or waits[0] > last_copy, (nprog, rank, p)
+
+
+def _record(ran: list, stage_name: str, t, *args) -> None:
+    ran.append((stage_name, int(t)))
+
+
+def _row_of(t: int, dims) -> int:
+    """The first row of GEMM task t in the grouped order the kernel decodes (group_m 4: a rank's rows)."""
+    mt, nt = dims["M"] // dims["BM"], -(-dims["N"] // dims["BN"])
+    gm = 4
+    g_size = gm * nt
+    first = t // g_size * gm
+    rows = min(mt - first, gm)
+    return (first + t % g_size % rows) * dims["BM"]

@@ -247,11 +247,15 @@ def _overlapped(g: nx.DiGraph, p: Overlap, start_local: bool, world: int) -> tup
     lines = [f"# copies to the peers spread among this rank's own {c.name} tiles (in place, no waits), then the"
              " peers' tiles",
              f"if task < {p.head}:",
-             f"    copied = task * {p.copies} // {p.head}  # copies before this task",
-             f"    if (task + 1) * {p.copies} // {p.head} > copied:"]
+             "    # program-major: a program's tasks are one stretch of that mix (a program takes every NPROG-th task)",
+             "    at = task",
+             f"    if task < NPROG * ({p.head} // NPROG):",
+             f"        at = pid * ({p.head} // NPROG) + task // NPROG",
+             f"    copied = at * {p.copies} // {p.head}  # copies before this task",
+             f"    if (at + 1) * {p.copies} // {p.head} > copied:"]
     calls = [(len(lines), f"{cp.name}_task", _peers_only(_rotated("copied", p.copies, start_local, world), cp, world))]
     lines += ["        ", "    else:"]
-    calls.append((len(lines), f"{c.name}_task", own_first.format("task - copied")))
+    calls.append((len(lines), f"{c.name}_task", own_first.format("at - copied")))
     lines += ["        ", "else:"]
     calls.append((len(lines), f"{c.name}_task", own_first.format(f"task - {p.copies}")))
     lines.append("    ")

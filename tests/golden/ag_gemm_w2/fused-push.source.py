@@ -91,12 +91,16 @@ def k0_gather_gemm(A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeo
     for task in range(pid, 20, NPROG):
         # copies to the peers spread among this rank's own gemm tiles (in place, no waits), then the peers' tiles
         if task < 14:
-            copied = task * 8 // 14  # copies before this task
-            if (task + 1) * 8 // 14 > copied:
+            # program-major: a program's tasks are one stretch of that mix (a program takes every NPROG-th task)
+            at = task
+            if task < NPROG * (14 // NPROG):
+                at = pid * (14 // NPROG) + task // NPROG
+            copied = at * 8 // 14  # copies before this task
+            if (at + 1) * 8 // 14 > copied:
                 gather_task((copied // 8 + (copied // 8 >= rank).to(tl.int32)) * 8 + copied % 8, A, Ag, F_Ag_gather, B,
                             C, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
             else:
-                gemm_task((task - copied + rank * 6) % 12, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch,
+                gemm_task((at - copied + rank * 6) % 12, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch,
                           timeout_ns, UPCAST_DOT)
         else:
             gemm_task((task - 8 + rank * 6) % 12, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns,
