@@ -231,3 +231,15 @@ def _row_of(t: int, dims) -> int:
     first = t // g_size * gm
     rows = min(mt - first, gm)
     return (first + t % g_size % rows) * dims["BM"]
+
+
+def test_a_skip_that_is_not_a_rank_loop_against_rank_is_rejected():
+    g = _after()
+    g.nodes[sid("gather")]["payload"] = dataclasses.replace(stage(g, "gather"), skip_equal=(("m", ME),))
+    assert "skips the tasks where ('m', 'rank') are equal" in _rejected(g)
+
+
+def test_flags_and_specialized_start_with_this_ranks_rows():
+    for sched in ("flags", "specialized"):
+        src = compile_example(2, sched, APPLIES).source
+        assert "(task + rank * 4) % 8" in src, sched  # 8 GEMM tiles, this rank's 4 first

@@ -21,7 +21,7 @@ from .compute import Compute
 from .copies import Copies
 from .flags import Flags, flag_scopes
 from .model import FlagModel, KernelModel, ModuleModel, TaskFn, TensorModel
-from .order import Overlap, overlap_plan
+from .order import Overlap, overlap_plan, own_rows_first
 from .tasks import Tasks
 from .text import FIXED_NAMES, Names, ident, tidy, wrap
 
@@ -186,6 +186,11 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
         has_sum = any(isinstance(x.value, Sum) for x in st.body)
         mark = None if timeline_base is None else (timeline_base + offset, [x.name for x in stages(g)].index(sname))
         gm = plan.group_m if plan is not None and sname == plan.consumer else group_m
+        own_first = own_rows_first(g, st, group_m) if overlap and plan is None and k.persistent else None
+        if own_first is not None:  # this rank's rows first (order.py), while the copy moves the peers'
+            gm, rotate = own_first, (lambda t, n: f"({t} + rank * {n // world}) % {n}")
+        else:
+            rotate = (lambda t, n: _rotated(t, n, start_local, world))
         body = em.task("t", gm if has_sum else 1, mark)
         call = f"{sname}_task"
         if len(k.stages) > 1:
@@ -195,16 +200,16 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
             cond = "if" if i == 0 else "elif" if i < len(k.stages) - 1 else "else"
             lines.append(f"{cond} pid < {hi}:  # stage {sname}" if cond != "else" else f"else:  # stage {sname}")
             lines.append(f"    for task in range(pid - {lo}, {n}, {hi} - {lo}):")
-            calls.append((len(lines), call, _peers_only(_rotated("task", n, start_local, world), st, world)))
+            calls.append((len(lines), call, _peers_only(rotate("task", n), st, world)))
             lines.append("        ")
         elif len(k.stages) == 1:
-            lines += [f"t = {_peers_only(_rotated('task', n, start_local, world), st, world)}"] + [b[4:] for b in body]
+            lines += [f"t = {_peers_only(rotate('task', n), st, world)}"] + [b[4:] for b in body]
         else:
             cond = "if" if i == 0 else "elif" if i < len(k.stages) - 1 else "else"
             test = f" task < {offset + n}" if cond != "else" else ""
             lines.append(f"{cond}{test}:")
             local = f"task - {offset}" if offset else "task"
-            calls.append((len(lines), call, _peers_only(_rotated(local, n, start_local, world), st, world)))
+            calls.append((len(lines), call, _peers_only(rotate(local, n), st, world)))
             lines.append("    ")
         offset += n
         for p in em.params:

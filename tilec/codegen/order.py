@@ -14,6 +14,9 @@ copies and computes in the same proportion.
 Deadlock freedom with a persistent grid: a task waits only for a peer's copy tasks, and every copy task comes
 before every waiting task in the order, so each program has made all its copies before it first waits (and on
 the interpreter, one program per rank, a rank's copies are all made before its first wait).
+
+A consumer in a kernel of its own (flags) or in a program group of its own (specialized) is rotated the same way,
+this rank's rows first, while the copy's kernel or programs move the peers' rows.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from tilec.ir.graph import InPlace, Kernel, stage
+from tilec.ir.graph import InPlace, Kernel, Stage, stage
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Sum, Var, walk
 
@@ -51,9 +54,20 @@ def overlap_plan(g: nx.DiGraph, k: Kernel, group_m: int, tasks) -> Overlap | Non
     cp, c = stage(g, k.stages[0]), stage(g, k.stages[1])
     if not cp.skip_equal or len(cp.body) != 1:
         return None
-    buf = cp.body[0].access.tensor
-    reads = [x for st in c.body for x in walk(st.value) if isinstance(x, InPlace) and x.read.tensor == buf]
-    if not reads or len(c.loops) != 2 or any(v.is_rank for v in c.loops):
+    group = own_rows_first(g, c, group_m, cp.body[0].access.tensor)
+    if group is None:
+        return None
+    tiles = tasks(c)
+    return Overlap(cp.name, c.name, tasks(cp), tiles, tiles // world, group)
+
+
+def own_rows_first(g: nx.DiGraph, c: Stage, group_m: int, buf: str | None = None) -> int | None:
+    """When stage c's in-place reads (of `buf`, or of any buffer) make its first 1/W tasks, rotated by rank * 1/W,
+    exactly the tiles over this rank's own rows (which wait for nothing): the rows of tiles per group of its grouped
+    order that keep a group within one rank's rows. None: no such rotation is known to hold."""
+    world = g.graph["program"].world
+    reads = [x for st in c.body for x in walk(st.value) if isinstance(x, InPlace) and buf in (None, x.read.tensor)]
+    if world < 2 or not reads or len(c.loops) != 2 or any(v.is_rank for v in c.loops):
         return None
     m = c.loops[0]  # the rows: the outer loop, or the rows of the grouped order (codegen/tasks.py)
     grouped = group_m > 1 and any(isinstance(x.value, Sum) for x in c.body) and all(v.trips > 1 for v in c.loops)
@@ -68,5 +82,4 @@ def overlap_plan(g: nx.DiGraph, k: Kernel, group_m: int, tasks) -> Overlap | Non
         rows = d.rank_coef // m.step  # m-tiles per rank
         if grouped:  # a group of rows must not straddle two ranks' rows
             group = max(x for x in range(1, group + 1) if rows % x == 0)
-    tiles = tasks(c)
-    return Overlap(cp.name, c.name, tasks(cp), tiles, tiles // world, group)
+    return group

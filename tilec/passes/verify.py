@@ -184,6 +184,13 @@ def _structure(ctx: _Ctx) -> None:
         return
     ctx.setup()
     for s in ctx.stages:
+        loops = ctx.loops(s)
+        for pair in s.skip_equal:  # codegen drops one value of a rank loop: the one equal to `rank`
+            if len(pair) != 2 or ME not in pair or pair[0] == pair[1] or \
+                    not all(v in loops and loops[v].is_rank for v in pair):
+                ctx.err(s.loc, f"stage '{s.name}' skips the tasks where {pair} are equal: not a rank loop and `rank`")
+        if len(s.skip_equal) > 1:
+            ctx.err(s.loc, f"stage '{s.name}' skips tasks of several rank loops; codegen drops one")
         for st in s.body:
             if not isinstance(st, Store):
                 ctx.err(s.loc, f"stage '{s.name}' has a body item that is not a store")

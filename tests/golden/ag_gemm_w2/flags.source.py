@@ -57,12 +57,12 @@ def k1_gemm(F_Ag_gather, A, Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, 
     pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
     for task in range(pid, 12, NPROG):
-        t = task
+        t = (task + rank * 6) % 12
         # stage gemm (examples/ag_gemm.tile:17): C[m, n] = sum k in K by BK: Ag[m, k] @ B[k, n]
-        # grouped order: 8 rows of m-tiles share the n-tiles in L2
-        g_size = 24
-        g_first = t // g_size * 8
-        g_rows = tl.minimum(4 - g_first, 8)
+        # grouped order: 2 rows of m-tiles share the n-tiles in L2
+        g_size = 6
+        g_first = t // g_size * 2
+        g_rows = tl.minimum(4 - g_first, 2)
         m = (g_first + t % g_size % g_rows) * 64
         n = t % g_size // g_rows * 64
         m_r = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)

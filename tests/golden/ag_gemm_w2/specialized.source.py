@@ -47,10 +47,10 @@ def gather_task(t, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeo
 @triton.jit
 def gemm_task(t, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
     # stage gemm (examples/ag_gemm.tile:17): C[m, n] = sum k in K by BK: Ag[m, k] @ B[k, n]
-    # grouped order: 8 rows of m-tiles share the n-tiles in L2
-    g_size = 24
-    g_first = t // g_size * 8
-    g_rows = tl.minimum(4 - g_first, 8)
+    # grouped order: 2 rows of m-tiles share the n-tiles in L2
+    g_size = 6
+    g_first = t // g_size * 2
+    g_rows = tl.minimum(4 - g_first, 2)
     m = (g_first + t % g_size % g_rows) * 64
     n = t % g_size // g_rows * 64
     m_r = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
@@ -96,7 +96,8 @@ def k0_gather_gemm(A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeo
                         heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
     else:  # stage gemm
         for task in range(pid - gemm_first, 12, NPROG - gemm_first):
-            gemm_task(task, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
+            gemm_task((task + rank * 6) % 12, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns,
+                      UPCAST_DOT)
 
 
 # kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups, buffer arguments
