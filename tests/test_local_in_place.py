@@ -41,9 +41,10 @@ def test_the_copy_skips_local_rows_and_the_gemm_reads_them_in_place(schedule):
     # the wait for a peer's rows is emitted under a test of the tile's rows; the local rows are never waited on
     assert re.search(r"peer_rows = m // 128 != rank\n\s+if peer_rows:", prog.source)
     assert "tl.where(own, A + " in prog.source
-    if schedule == "fused-push":  # 4 copy tasks of 8 are left (the other rank's rows), spread among the own tiles
-        assert re.search(r"gather_task\(\(copied // 4 \+ \(copied // 4 >= rank\)", prog.source)
-        assert "for task in range(pid, 12, NPROG)" in prog.source  # 4 copies and 8 GEMM tiles
+    if schedule == "fused-push":  # the other rank's rows only, spread among the own tiles
+        assert re.search(r"gather_task\(\(copied // 2 \+ \(copied // 2 >= rank\)", prog.source)
+        # 2 copy tasks (the other rank's 2 row tiles, each all of K at once: coarsen-copies) and 8 GEMM tiles
+        assert "for task in range(pid, 10, NPROG)" in prog.source
 
 
 def test_world_one_has_no_copy_at_all():
@@ -200,7 +201,10 @@ def _simulate(source: str, kernel: str, world: int, nprog: int) -> dict[int, lis
 def test_the_interleaved_order_runs_every_task_once_and_copies_before_waiting(world):
     dims = {"M": 128 * world, "N": 192, "K": 96, "BM": 32, "BN": 64, "BK": 32}  # 4 row tiles per rank
     prog = compile_example(world, "fused-push", dims)
-    copies, tiles = (world - 1) * 4 * 3, world * 4 * 3  # peers x m x k tiles; m x n tiles
+    per_peer = 1  # the copy's tasks per destination (m x k tiles, coarsened by coarsen-copies)
+    for v in stage(prog.graph, "gather").loops:
+        per_peer *= 1 if v.is_rank else v.trips
+    copies, tiles = (world - 1) * per_peer, world * 4 * 3  # peers x tasks each; m x n tiles
     rows = dims["M"] // world
     for nprog in (1, 2, 5, 7, 16, 132):
         for rank, progs in _simulate(prog.source, "k0_gather_gemm", world, nprog).items():
@@ -208,7 +212,7 @@ def test_the_interleaved_order_runs_every_task_once_and_copies_before_waiting(wo
             gathers = sorted(t for s, t in ran if s == "gather")
             assert sorted(t for s, t in ran if s == "gemm") == list(range(tiles))
             assert len(gathers) == copies and len(set(gathers)) == copies
-            assert all(t // 12 != rank for t in gathers)  # r (the outer loop, 12 tasks each) is never this rank
+            assert all(t // per_peer != rank for t in gathers)  # r (the outer loop) is never this rank
             # every program computes about as many of this rank's tiles as the others (not a few programs all)
             own = [sum(1 for s, t in p if s == "gemm" and _row_of(t, dims) // rows == rank) for p in progs]
             assert max(own) - min(own) <= 2, (nprog, own)
@@ -243,3 +247,13 @@ def test_flags_and_specialized_start_with_this_ranks_rows():
     for sched in ("flags", "specialized"):
         src = compile_example(2, sched, APPLIES).source
         assert "(task + rank * 4) % 8" in src, sched  # 8 GEMM tiles, this rank's 4 first
+
+
+def test_coarse_copies_move_several_tiles_per_task():
+    g = compile_example(2, "fused-push", {"M": 256, "N": 64, "K": 1024, "BM": 64, "BK": 32}).graph
+    k = stage(g, "gather").loops[-1]
+    assert (k.name, k.step) == ("k", 512)  # 64 x 512 f16: 64 KiB per task, 16 tiles
+    f = next(iter(g.nodes[n]["payload"] for n in g if n.startswith("f:")))
+    assert f.count == 2  # two tasks per row tile, each releasing its counter once
+    ip = in_place_reads(g)[0]
+    assert ip.write == stage(g, "gather").body[0].access and ip.producer == stage(g, "gather").loops

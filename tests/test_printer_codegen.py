@@ -23,7 +23,7 @@ PASSES = {
     "bsp": ["lower", "persist"],
     "flags": ["lower", "replace-barriers", "local-in-place", "persist"],
     "fused-pull": ["lower", "fuse-comm", "replace-barriers", "persist"],
-    "fused-push": ["lower", "fuse-comm", "replace-barriers", "local-in-place", "persist"],
+    "fused-push": ["lower", "fuse-comm", "replace-barriers", "local-in-place", "coarsen-copies", "persist"],
 }
 for _s in SCHEDULES:  # schedules added later: their pipeline as declared
     PASSES.setdefault(_s, ["lower", *(p.name for p in pipeline(_s))])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tilec.errors import ScheduleError
 
 from .base import Pass
+from .coarsen_copies import CoarsenCopies
 from .fuse_comm import FuseComm
 from .local_in_place import LocalInPlace
 from .persist import Persist
@@ -29,11 +30,11 @@ def pipeline(schedule: str, granularity: str = "auto", comm_share: float = 0.25)
     if schedule == "fused-pull":
         return [FuseComm("pull"), ReplaceBarriers(granularity), Persist(merge=True)]
     if schedule == "fused-push":
-        return [FuseComm("push"), ReplaceBarriers(granularity), LocalInPlace(), Persist(merge=True)]
+        return [FuseComm("push"), ReplaceBarriers(granularity), LocalInPlace(), CoarsenCopies(), Persist(merge=True)]
     if schedule == "specialized":
         return [ReplaceBarriers(granularity), LocalInPlace(whole=False),
                 Persist(merge=True, specialize=True, comm_share=comm_share)]
     raise ScheduleError(f"unknown schedule '{schedule}' (choose from {', '.join(SCHEDULES)})")
 
 
-PASS_NAMES = ("lower", "fuse-comm", "replace-barriers", "local-in-place", "persist", "codegen")
+PASS_NAMES = ("lower", "fuse-comm", "replace-barriers", "local-in-place", "coarsen-copies", "persist", "codegen")
