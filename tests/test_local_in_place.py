@@ -142,7 +142,7 @@ def test_in_place_programs_match_torch_with_a_late_rank(world, monkeypatch):
             if name != "ragged" and world > 1:
                 assert "tl.where(own" in prog.source, (sched, name)
             if sched == "fused-push" and name != "ragged" and world > 1:
-                assert "copied = task *" in prog.source  # the interleaved order
+                assert "copied = at *" in prog.source  # the interleaved order
     results = spawn(_workers.run_cases, world, heap_bytes=1 << 24, timeout=600, args=(cases,))
     for key, ins_calls in calls.items():
         for i, ins in enumerate(ins_calls):
