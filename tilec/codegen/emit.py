@@ -11,6 +11,8 @@ kernels (the persistent loop, merged stages, program groups) and the module mode
 
 from __future__ import annotations
 
+import re
+
 import networkx as nx
 
 from tilec.errors import TilecError
@@ -191,7 +193,7 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
             gm, rotate = own_first, (lambda t, n: f"({t} + rank * {n // world}) % {n}")
         else:
             rotate = (lambda t, n: _rotated(t, n, start_local, world))
-        body = em.task("t", gm if has_sum else 1, mark)
+        body = _task_body(em, st, gm if has_sum else 1, mark, world)
         call = f"{sname}_task"
         if len(k.stages) > 1:
             tasks.append((call, list(em.params), body))
@@ -200,16 +202,16 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
             cond = "if" if i == 0 else "elif" if i < len(k.stages) - 1 else "else"
             lines.append(f"{cond} pid < {hi}:  # stage {sname}" if cond != "else" else f"else:  # stage {sname}")
             lines.append(f"    for task in range(pid - {lo}, {n}, {hi} - {lo}):")
-            calls.append((len(lines), call, _peers_only(rotate("task", n), st, world)))
+            calls.append((len(lines), call, rotate("task", n)))
             lines.append("        ")
         elif len(k.stages) == 1:
-            lines += [f"t = {_peers_only(rotate('task', n), st, world)}"] + [b[4:] for b in body]
+            lines += [f"t = {rotate('task', n)}"] + [b[4:] for b in body]
         else:
             cond = "if" if i == 0 else "elif" if i < len(k.stages) - 1 else "else"
             test = f" task < {offset + n}" if cond != "else" else ""
             lines.append(f"{cond}{test}:")
             local = f"task - {offset}" if offset else "task"
-            calls.append((len(lines), call, _peers_only(rotate(local, n), st, world)))
+            calls.append((len(lines), call, rotate(local, n)))
             lines.append("    ")
         offset += n
         for p in em.params:
@@ -258,13 +260,24 @@ def _overlapped(g: nx.DiGraph, p: Overlap, start_local: bool, world: int) -> tup
              f"        at = pid * ({p.head} // NPROG) + task // NPROG",
              f"    copied = at * {p.copies} // {p.head}  # copies before this task",
              f"    if (at + 1) * {p.copies} // {p.head} > copied:"]
-    calls = [(len(lines), f"{cp.name}_task", _peers_only(_rotated("copied", p.copies, start_local, world), cp, world))]
+    calls = [(len(lines), f"{cp.name}_task", _rotated("copied", p.copies, start_local, world))]
     lines += ["        ", "    else:"]
     calls.append((len(lines), f"{c.name}_task", own_first.format("at - copied")))
     lines += ["        ", "else:"]
     calls.append((len(lines), f"{c.name}_task", own_first.format(f"task - {p.copies}")))
     lines.append("    ")
     return [tidy(ln) for ln in lines], calls
+
+
+def _task_body(em: _Emitter, st, group_m: int, mark, world: int) -> list[str]:
+    """The lines of one task of stage st, task number `t` among the tasks it runs. A stage that skips its rank loop's
+    own value (Stage.skip_equal) decodes the task number of its full loop nest, t_all; its timeline record stays at
+    slot t (the records of a kernel are its tasks, numbered as it runs them)."""
+    if not st.skip_equal:
+        return em.task("t", group_m, mark)
+    body = em.task("t_all", group_m, mark)
+    body = [body[0], f"    t_all = {_peers_only('t', st, world)}  # skips r == rank: the rows it holds", *body[1:]]
+    return [re.sub(r"\bt_all\b", "t", ln) if "td.mark(" in ln else ln for ln in body]
 
 
 def _tasks(st, world: int) -> int:
@@ -284,10 +297,11 @@ def _peers_only(t: str, st, world: int) -> str:
     var = a if b == ME else b
     names = [v.name for v in st.loops]
     inner = _trips(st.loops[names.index(var) + 1:])
-    q = f"({t})" if inner == 1 else f"(({t}) // {inner})"
+    tt = t if t.isidentifier() else f"({t})"
+    q = tt if inner == 1 else f"{tt} // {inner}"
     peer = f"{q} % {world - 1}" if names.index(var) else q
     hi = f"{q} // {world - 1} * {world} + " if names.index(var) else ""
-    low = "" if inner == 1 else f" + ({t}) % {inner}"
+    low = "" if inner == 1 else f" + {tt} % {inner}"
     # r' in 0..W-2 -> r in 0..W-1 without rank
     return f"({hi}{peer} + ({peer} >= rank).to(tl.int32)) * {inner}{low}"
 

@@ -36,12 +36,13 @@ def k0_gather(A, Ag, F_Ag_gather, ERR, heap_bases, rank, epoch, timeout_ns, EPOC
     pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
     for task in range(pid, 8, NPROG):
-        t = (task // 8 + (task // 8 >= rank).to(tl.int32)) * 8 + task % 8
+        t = task
         # stage gather (examples/ag_gemm.tile:14): Ag[r*M/W + m, k] = A@r[m, k]
-        k = t % 4 * 32
-        t_0 = t // 4
-        m = t_0 % 2 * 64
-        r = t_0 // 2
+        t_all = (t // 8 + (t // 8 >= rank).to(tl.int32)) * 8 + t % 8  # skips r == rank: the rows it holds
+        k = t_all % 4 * 32
+        t_all_0 = t_all // 4
+        m = t_all_0 % 2 * 64
+        r = t_all_0 // 2
         m_r = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
         k_r = tl.max_contiguous(tl.multiple_of(k + tl.arange(0, 32), 32), 32)
         peer_r = td.peer_offset(heap_bases, rank, r, 2)

@@ -32,9 +32,10 @@ TIMELINE_SLOTS = 0  # a timeline build: one (stage, program, start, waited, end)
 @triton.jit
 def gather_task(t, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
     # stage gather (examples/ag_gemm.tile:14): Ag[r*M/W + m, k] = A@r[m, k]
+    t_all = (t // 2 + (t // 2 >= rank).to(tl.int32)) * 2 + t % 2  # skips r == rank: the rows it holds
     k = 0
-    m = t % 2 * 64
-    r = t // 2
+    m = t_all % 2 * 64
+    r = t_all // 2
     m_r = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
     k_r = tl.max_contiguous(tl.multiple_of(k + tl.arange(0, 128), 128), 128)
     peer_r = td.peer_offset(heap_bases, rank, r, 2)
@@ -96,8 +97,7 @@ def k0_gather_gemm(A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeo
                 at = pid * (8 // NPROG) + task // NPROG
             copied = at * 2 // 8  # copies before this task
             if (at + 1) * 2 // 8 > copied:
-                gather_task((copied // 2 + (copied // 2 >= rank).to(tl.int32)) * 2 + copied % 2, A, Ag, F_Ag_gather, B,
-                            C, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
+                gather_task(copied, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
             else:
                 gemm_task((at - copied + rank * 6) % 12, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch,
                           timeout_ns, UPCAST_DOT)

@@ -32,10 +32,11 @@ TIMELINE_SLOTS = 0  # a timeline build: one (stage, program, start, waited, end)
 @triton.jit
 def gather_task(t, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
     # stage gather (examples/ag_gemm.tile:14): Ag[r*M/W + m, k] = A@r[m, k]
-    k = t % 4 * 32
-    t_0 = t // 4
-    m = t_0 % 2 * 64
-    r = t_0 // 2
+    t_all = (t // 8 + (t // 8 >= rank).to(tl.int32)) * 8 + t % 8  # skips r == rank: the rows it holds
+    k = t_all % 4 * 32
+    t_all_0 = t_all // 4
+    m = t_all_0 % 2 * 64
+    r = t_all_0 // 2
     m_r = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
     k_r = tl.max_contiguous(tl.multiple_of(k + tl.arange(0, 32), 32), 32)
     peer_r = td.peer_offset(heap_bases, rank, r, 2)
@@ -92,8 +93,7 @@ def k0_gather_gemm(A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeo
     gemm_first = 1 + (NPROG - 2) * 250 // 1000  # the first program of stage gemm
     if pid < gemm_first:  # stage gather
         for task in range(pid, 8, gemm_first):
-            gather_task((task // 8 + (task // 8 >= rank).to(tl.int32)) * 8 + task % 8, A, Ag, F_Ag_gather, B, C, ERR,
-                        heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
+            gather_task(task, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
     else:  # stage gemm
         for task in range(pid - gemm_first, 12, NPROG - gemm_first):
             gemm_task((task + rank * 6) % 12, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns,
