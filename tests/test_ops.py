@@ -248,3 +248,30 @@ def test_the_readme_example_runs(tmp_path):
                               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     assert res.stdout.strip().endswith("ok"), res.stdout
+
+
+# -- device barriers (the form of a call a CUDA graph can hold), on the CPU emulation ------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 3])
+def test_device_barriers_many_calls_match_torch_and_a_missing_rank_times_out(world):
+    cases = {"shape": (24 * world, 16, 32), "calls": 4, "timeout": 5.0}
+    results = tilec.runtime.spawn("tests._ops_workers:device_barrier_world", world, heap_bytes=8 << 20,
+                                  args=(cases,), timeout=900)
+    for rank, res in enumerate(results):
+        for what, err in res["errs"]:
+            assert err < 2e-2, (rank, what, err)
+        for what, (entered, exit_barrier, kernels, epoch) in res["entered"].items():
+            inner = kernels - 1 if what == "bsp" else 0  # bsp: a barrier between its two kernels as well
+            assert entered == cases["calls"] * (1 + inner + exit_barrier), (what, entered)
+            assert epoch == cases["calls"], (what, epoch)  # the call count, kept on the device
+        assert res["first"] < 2e-2
+        if rank == world - 1:
+            assert res["timeout"] is None  # it did not make the second call
+        else:
+            text, flag, counter, seconds = res["timeout"]
+            n = res["late_entered"] + 1  # the entry barrier of the second call
+            assert flag == "barrier" and counter == n, text
+            assert f"{world - 1} of {world} ranks arrived" in text and f"device barrier {n} of ag_gemm" in text, text
+            assert seconds < 60, seconds  # the wait timeout (5 s), not a hang
