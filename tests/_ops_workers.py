@@ -87,6 +87,8 @@ def ops_world(heap, cases: dict) -> dict:
     out["placement"] = {"heap": heap_run, "plain": plain_run, "same": bool(torch.equal(c_heap, c_plain)),
                         "err": _err(c_heap, a.float() @ b.float())}
 
+    out["out"] = _out_cases(ag, rank, world)
+
     # an op that does not fit in what is left of the heap: a clear error, on every rank alike
     big = tilec.op(ROOT / "examples" / "ag_gemm.tile", name="t_ag_gemm_big")
     m = 1 << 14  # its gathered buffer alone is 16 MiB, the whole heap of the test
@@ -100,6 +102,56 @@ def ops_world(heap, cases: dict) -> dict:
     tp = tp_block_module()
     out["block"] = tp.run(heap, {**cases["block"], "compile": True})
     return out
+
+
+AG_SYM = """program ag_sym(world W)
+  dims  M = 32, K = 16
+  tiles BM = 16, BK = 16
+  in  A : f32[M/W, K] symmetric
+  out C : f32[M, K] symmetric
+  stage gather over r in ranks, m in M/W by BM, k in K by BK:
+    C[r*M/W + m, k] = A@r[m, k]
+"""
+
+
+def _out_cases(ag, rank: int, world: int) -> dict:
+    """op(..., out=): where the program wrote (the caller's tensor or a staging one), copies, and the values."""
+    import tilec
+
+    res = {}
+    a, b = _shared(7, 64, 32), _shared(8, 32, 48)
+    mine, want = a.chunk(world)[rank].contiguous(), a.float() @ b.float()
+    c = torch.empty(64, 48, dtype=torch.float16)
+    copies = ag.stats["copies"]
+    back = ag(mine, b, out=c)
+    res["plain"] = (back is c, ag.last_args["C"] == c.data_ptr(), ag.stats["copies"] - copies - 1)  # A is copied
+    res["plain_err"] = _err(c, want)
+    ct = torch.empty(48, 64, dtype=torch.float16).t()
+    copies = ag.stats["copies"]
+    ag(mine, b, out=ct)
+    res["strided"] = (ag.last_args["C"] == ct.data_ptr(), ag.stats["copies"] - copies - 1)
+    res["strided_err"] = _err(ct, want)
+
+    sym = tilec.op(source=AG_SYM, name="t_ag_sym")
+    g = _shared(9, 32, 16, dtype=torch.float32)
+    on_heap, plain = tilec.empty((32, 16), torch.float32), torch.empty(32, 16)
+    x = g.chunk(world)[rank].contiguous()
+    copies = sym.stats["copies"]
+    sym(x, out=on_heap)
+    res["sym_heap"] = (sym.last_args["C"] == on_heap.data_ptr(), sym.stats["copies"] - copies - 1)  # A is copied
+    copies = sym.stats["copies"]
+    sym(x, out=plain)
+    res["sym_plain"] = (sym.last_args["C"] == plain.data_ptr(), sym.stats["copies"] - copies - 1)
+    res["sym_err"] = max(float((on_heap - g).abs().max()), float((plain - g).abs().max()))
+
+    def f(x, y, o):
+        ag(x, y, out=o)
+        return o.float() * 2
+
+    comp = torch.compile(f, backend="eager", fullgraph=True)
+    o = torch.empty(64, 48, dtype=torch.float16)
+    res["compiled_err"] = max(_err(comp(mine, b, o), 2 * want), _err(o, want))
+    return res
 
 
 def _on_heap(heap, ptr: int) -> bool:

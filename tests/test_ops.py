@@ -191,6 +191,17 @@ def test_heap_inputs_are_used_in_place_and_others_copied(world2):
 
 
 @pytest.mark.slow
+def test_out_writes_the_callers_tensors(world2):
+    for res in world2:
+        o = res["out"]
+        assert o["plain"] == (True, True, 0) and o["plain_err"] < 2e-2  # a plain tensor for a plain output: in place
+        assert o["strided"] == (False, 1) and o["strided_err"] < 2e-2  # not contiguous: written through a copy
+        assert o["sym_heap"] == (True, 0) and o["sym_plain"] == (False, 1)  # symmetric output: in place on the heap
+        assert o["sym_err"] == 0.0  # a gather moves bits
+        assert o["compiled_err"] < 2e-2
+
+
+@pytest.mark.slow
 def test_an_op_too_big_for_the_heap_fails_on_every_rank(world2):
     for res in world2:
         kind, text = res["too_big"]
@@ -275,3 +286,24 @@ def test_device_barriers_many_calls_match_torch_and_a_missing_rank_times_out(wor
             assert flag == "barrier" and counter == n, text
             assert f"{world - 1} of {world} ranks arrived" in text and f"device barrier {n} of ag_gemm" in text, text
             assert seconds < 60, seconds  # the wait timeout (5 s), not a hang
+
+
+def test_out_variant_checks_its_outputs_in_the_fake_kernel():
+    """op(..., out=) is tilec::<name>.out; the fake kernel checks the caller's outputs (no kernel runs: meta)."""
+    ag = tilec.op(EX / "ag_gemm.tile", name="f_ag_out", world=2)
+    c = _meta(8, 8)
+    assert ag(_meta(4, 8), _meta(8, 8), out=c) is c
+    assert set(torch.ops.tilec.f_ag_out.overloads()) == {"default", "out"}
+    with pytest.raises(ArgumentError, match=re.escape("out 'C' has shape [8, 4], the program declares [8, 8]")):
+        ag(_meta(4, 8), _meta(8, 8), out=_meta(8, 4))
+    with pytest.raises(ArgumentError, match="out 'C' has dtype float32"):
+        ag(_meta(4, 8), _meta(8, 8), out=_meta(8, 8, dtype=torch.float32))
+    with pytest.raises(ArgumentError, match=re.escape("out= takes 1 tensor(s) (C)")):
+        ag(_meta(4, 8), _meta(8, 8), out=(c, c))
+
+    def f(a, b, c):
+        ag(a, b, out=c)
+        return c * 2
+
+    g = torch.compile(f, backend="eager", fullgraph=True, dynamic=True)
+    assert g(_meta(3, 8), _meta(8, 8), _meta(6, 8)).shape == (6, 8)

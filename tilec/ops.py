@@ -259,14 +259,33 @@ class TileOp:
         self.qualname = f"tilec::{name}"
         self.custom_op = torch.library.custom_op(self.qualname, self._run, mutates_args=(), schema=schema)
         self.custom_op.register_fake(self._fake)
+        # tilec::<name>.out(inputs..., outputs...) -> (): writes the caller's output tensors (op(..., out=...))
+        outs = ", ".join(f"Tensor({chr(ord('a') + i)}!) {o.name}" for i, o in enumerate(self.outputs))
+        out_schema = "(" + ", ".join([*(f"Tensor {a.name}" for a in self.inputs), outs]) + ") -> ()"
+        self.out_op = torch.library.custom_op(self.qualname + ".out", self._run_out,
+                                              mutates_args=tuple(o.name for o in self.outputs), schema=out_schema)
+        self.out_op.register_fake(self._fake_out)
 
     def __repr__(self) -> str:
         dims = ", ".join(f"{k}={v}" for k, v in self.fixed.items())
         return (f"<tilec op {self.qualname}({', '.join(a.name for a in self.inputs)}) follows "
                 f"[{', '.join(self.follows)}] fixed [{dims}], {len(self.variants)} variant(s)>")
 
-    def __call__(self, *args, **kwargs):
-        return self.custom_op(*self._positional(args, kwargs))
+    def __call__(self, *args, out=None, **kwargs):
+        """op(inputs...) returns new output tensors; op(inputs..., out=C) (a tuple for several outputs) writes into
+        the caller's tensors and returns them: a heap tensor (tilec.empty) or, for an output that is not symmetric,
+        any contiguous tensor on the heap's device is written in place; any other is written through a copy."""
+        inputs = self._positional(args, kwargs)
+        if out is None:
+            return self.custom_op(*inputs)
+        outs = (out,) if isinstance(out, torch.Tensor) else out
+        if not isinstance(outs, tuple | list) or len(outs) != len(self.outputs) or not all(
+                isinstance(t, torch.Tensor) for t in outs):
+            names = ", ".join(o.name for o in self.outputs)
+            raise ArgumentError(f"{self.qualname}: out= takes {len(self.outputs)} tensor(s) ({names}), got "
+                                f"{out!r:.80}")
+        self.out_op(*inputs, *outs)
+        return out
 
     def _positional(self, args: tuple, kwargs: dict) -> list:
         names = [a.name for a in self.inputs]
@@ -474,7 +493,30 @@ class TileOp:
                 for s, o in zip(self.out_shapes(dims, world), self.outputs, strict=True)]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def _fake_out(self, *args):
+        n = len(self.inputs)
+        world = self._world()
+        self._check_outs(args[n:], self.out_shapes(self.bind(args[:n], world), world))
+
+    def _check_outs(self, outs, shapes) -> None:
+        for o, t, s in zip(self.outputs, outs, shapes, strict=True):
+            if t.dtype != TORCH_DTYPE[o.dtype]:
+                raise ArgumentError(f"{self.qualname}: out {o.name!r} has dtype "
+                                    f"{str(t.dtype).removeprefix('torch.')}, the program declares {o.dtype}")
+            if len(t.shape) != len(s) or not all(not (_concrete(g) and _concrete(w)) or g == w
+                                                 for g, w in zip(t.shape, s, strict=True)):
+                raise ArgumentError(f"{self.qualname}: out {o.name!r} has shape {list(t.shape)}, the program "
+                                    f"declares {list(s)} for these inputs")
+
+    def _run_out(self, *args) -> None:
+        n = len(self.inputs)
+        self._run_into(args[:n], args[n:])
+
     def _run(self, *tensors):
+        return self._run_into(tensors, None)
+
+    def _run_into(self, tensors, outs):
+        """One call; outs: the caller's output tensors (written, nothing returned), or None (new outputs returned)."""
         heap = active_heap()
         world = self._world(heap)
         if world != heap.world:
@@ -496,23 +538,38 @@ class TileOp:
             else:
                 args[a.name] = t
         shapes = self.out_shapes(dims, world)
-        for o, s in zip(self.outputs, shapes, strict=True):
-            args[o.name] = staging[o.name] if o.symmetric else torch.empty(s, dtype=TORCH_DTYPE[o.dtype],
-                                                                           device=heap.device)
+        if outs is not None:
+            from tilec.program import _same_device
+
+            self._check_outs(outs, shapes)
+        for i, (o, s) in enumerate(zip(self.outputs, shapes, strict=True)):
+            t = outs[i] if outs is not None else None
+            if t is not None and t.is_contiguous() and (heap.owns(t) if o.symmetric else
+                                                        _same_device(t.device, heap.device)):
+                args[o.name] = t  # the caller's tensor, written in place
+            else:
+                args[o.name] = staging[o.name] if o.symmetric else torch.empty(s, dtype=TORCH_DTYPE[o.dtype],
+                                                                               device=heap.device)
         self.last_args = {n: t.data_ptr() for n, t in args.items()}
         # the epoch lives on the device, so calls a graph recorded replay as calls of their own
         prog(heap, sync=heap.interpret, device_epoch=True, device_barrier=capturing or self.barrier == "device",
              **args)
-        outs = []
-        for o in self.outputs:
-            if o.symmetric:  # the staging buffer is reused by the next call: the caller gets its own copy
-                outs.append(args[o.name].clone())
+        results = []
+        for i, o in enumerate(self.outputs):
+            if outs is not None:
+                if args[o.name] is not outs[i]:
+                    outs[i].copy_(args[o.name])
+                    copies += 1
+            elif o.symmetric:  # the staging buffer is reused by the next call: the caller gets its own copy
+                results.append(args[o.name].clone())
                 copies += 1
             else:
-                outs.append(args[o.name])
+                results.append(args[o.name])
         self.stats["calls"] += 1
         self.stats["copies"] += copies
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        if outs is not None:
+            return None
+        return results[0] if len(results) == 1 else tuple(results)
 
     def _check_capturable(self, prog, heap, dims) -> None:
         """A call recorded in a CUDA graph: its barriers are device kernels, so only schedules without host barriers
