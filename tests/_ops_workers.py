@@ -101,6 +101,8 @@ def ops_world(heap, cases: dict) -> dict:
     # the TP block of examples/tp_block.py, compiled, against the unsharded model
     tp = tp_block_module()
     out["block"] = tp.run(heap, {**cases["block"], "compile": True})
+    # again with device barriers (every op call's entry / exit barrier a device kernel, as inside a CUDA graph)
+    out["block_dev"] = tp.run(heap, {**cases["block"], "compile": True, "barrier": "device", "retokens": []})
     return out
 
 

@@ -155,8 +155,8 @@ def test_version_flag():
 
 # -- world 2: spawned CPU ranks -----------------------------------------------------------------------------------
 
-BLOCK = {"hidden": 64, "inter": 128, "tokens": 64, "layers": 2, "batch": 2, "kv_heads": 2, "group": 2,
-         "head_dim": 32, "seq": 128, "dtype": "f16", "iters": 0, "seed": 3}
+BLOCK = {"hidden": 64, "inter": 128, "tokens": 64, "retokens": [32], "layers": 2, "batch": 2, "kv_heads": 2,
+         "group": 2, "head_dim": 32, "seq": 128, "dtype": "f16", "iters": 0, "seed": 3}
 
 
 @pytest.fixture(scope="module")
@@ -209,12 +209,20 @@ def test_an_op_too_big_for_the_heap_fails_on_every_rank(world2):
 
 
 @pytest.mark.slow
-def test_tp_block_matches_the_unsharded_model(world2):
+@pytest.mark.parametrize("block", ["block", "block_dev"])
+def test_tp_block_matches_the_unsharded_model(world2, block):
+    """The TP module under torch.compile (eager backend), with host barriers and with device barriers (block_dev),
+    and after a shape change (another token count: new op variants, a recompile)."""
     for res in world2:
-        b = res["block"]
+        b = res[block]
+        assert set(b["mlp"]) == {"tilec", "plain", "tilec-compile"}, b
         assert b["mlp_err"] <= 2e-2 * max(1.0, b["scale"]), b
         assert b["mlp_err"] <= 4 * b["plain_err"] + 1e-2, b  # no worse than plain torch TP in the same dtype
+        assert b["mlp"]["tilec"]["err"] <= 4 * b["plain_err"] + 1e-2, b
         assert b["decode_err"] < 1e-2 and b["decode_plain_err"] < 1e-2, b
+        if block == "block":
+            ((tokens, err),) = b["retokens"]
+            assert tokens == 32 and err <= 2e-2 * max(1.0, b["scale"]), b
 
 
 @pytest.mark.slow
