@@ -317,8 +317,9 @@ class CompiledProgram:
     def ready(self, heap=None) -> bool:
         """Whether a call has set this program up on the heap (its buffers allocated and zeroed, its kernels
         compiled): only then may a call be recorded in a CUDA graph, which would record that set-up too."""
-        st = self._state.get(id(_heap(heap)))
-        return bool(st and st["warm"])
+        heap = _heap(heap)
+        st = self._state.get(id(heap))
+        return bool(st and st["warm"] and not heap.freed_since(st["releases"], st["span"][1]))
 
     def _finish(self, heap, st, tensors: dict) -> dict:
         """The end of a synchronous call (or replay): wait for the GPU, report a wait that timed out, and hand back

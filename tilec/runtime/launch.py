@@ -222,12 +222,19 @@ def launch(ctx, mod, buffers, epoch, entry_barrier=True, only=None) -> None:
 
 def device_barrier(ctx, bar, err, warm: bool = False) -> None:
     """A barrier of every rank as a one-program kernel on the current stream (tilec.device.barrier), which a CUDA
-    graph can hold; the host does not wait. warm=True compiles it without running it (before a capture)."""
+    graph can hold; the host does not wait. warm=True compiles it without running it (before a capture); once
+    compiled it is launched straight, as the plan's kernels are."""
     import tilec.device as td
 
     args = (bar, err, ctx.heap_bases(), ctx.rank, ctx.timeout_ns)
+    key = ("barrier", aligned(args))
     if warm:
         if not ctx.interpret:
-            td.barrier.warmup(*args, WORLD=ctx.heap.world, INTERPRET=False, grid=(1,), num_warps=1)
+            compiled = td.barrier.warmup(*args, WORLD=ctx.heap.world, INTERPRET=False, grid=(1,), num_warps=1)
+            ctx.compiled[key] = compiled.result() if hasattr(compiled, "result") else compiled
         return
-    td.barrier[(1,)](*args, WORLD=ctx.heap.world, INTERPRET=ctx.interpret, num_warps=1)
+    compiled = ctx.compiled.get(key)
+    if compiled is not None:
+        compiled[(1, 1, 1)](*(a.data_ptr() if hasattr(a, "data_ptr") else a for a in args), ctx.heap.world, False)
+    else:
+        td.barrier[(1,)](*args, WORLD=ctx.heap.world, INTERPRET=ctx.interpret, num_warps=1)
