@@ -202,8 +202,8 @@ def _dtype(cfg: dict) -> torch.dtype:
 def comm_group(device, world: int):
     """The process group plain TP runs its collectives over, and its backend: NCCL when every rank has a GPU of
     its own (a fair baseline), else gloo (the CPU emulation, or ranks sharing a GPU, which NCCL refuses). Not the
-    default group: under spawn that is the heap's gloo group, which moves CUDA tensors through host memory (what made
-    plain TP take 32 ms per layer at world 1 in the first H200 logs)."""
+    default group: under spawn that is the heap's gloo group, which moves CUDA tensors through host memory (most of
+    the 32 ms per layer plain TP took at world 1 in the first H200 logs, with its f32 SwiGLU)."""
     if device.type == "cuda" and world <= torch.cuda.device_count():
         return dist.new_group(backend="nccl"), "nccl"
     return dist.new_group(backend="gloo"), "gloo"
