@@ -67,6 +67,7 @@ def test_fake_kernel_under_symbolic_shapes():
     ({"dims": [("N", 4)]}, "must be a dict"),
     ({"world": "2"}, "world = '2': must be an int"),
     ({"name": "not an id"}, "must be a Python identifier"),
+    ({"barrier": "host"}, "barrier='host': expected one of auto, device"),
 ])
 def test_bad_python_arguments_raise_argument_errors(kw, needle):
     with pytest.raises(ArgumentError, match=re.escape(needle)):
