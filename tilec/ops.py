@@ -11,6 +11,10 @@ on every rank in the same order) is passed as is; any other is copied into a sta
 buffers of every op on a heap come from one pool keyed by dtype and shape, so ops that never run at the same time
 share them. Every op call is a collective: all ranks call the same ops in the same order.
 
+`op(inputs..., out=C)` (a tuple for several outputs) is `tilec::<name>.out`, which writes the caller's tensors: a heap
+tensor, or for an output that is not symmetric any contiguous tensor on the heap's device, is written in place; any
+other through a copy.
+
 CUDA graphs: an op's call count (the epoch its flags count in) lives on the device, so a call recorded by
 torch.cuda.graph or torch.compile(mode="reduce-overhead") replays as a call of its own. While a graph is being
 captured a call's entry and exit barriers are device kernels (tilec.device.barrier) instead of host barriers;
