@@ -297,18 +297,18 @@ class CompiledProgram:
         bufs = {**st["bufs"], **tensors}
         mod = self.module
         ctx.graph = device_epoch  # the kernels that read the epoch on the device
-        if not st["warm"]:
-            launch.warmup(ctx, mod, bufs)
-            if device_epoch:  # compiled now: a later call may be the one a graph capture records
-                launch.device_barrier(ctx, bufs["BARRIER"], bufs["ERR"], warm=True)
-            if device_barrier and entry_barrier:  # a peer's first arrival must not land before this rank zeroed
-                heap.barrier()                    # its counters (just allocated): one host barrier, first call only
-            st["warm"] = True
-        st["epoch"] += 1
-        if device_epoch:
-            bufs["EPOCH"].add_(1)
-        ctx.device_barrier = (bufs["BARRIER"], bufs["ERR"]) if device_barrier else None
         try:
+            if not st["warm"]:
+                launch.warmup(ctx, mod, bufs)
+                if device_epoch:  # compiled now: a later call may be the one a graph capture records
+                    launch.device_barrier(ctx, bufs["BARRIER"], bufs["ERR"], warm=True)
+                if device_barrier and entry_barrier:  # a peer's first arrival must not land before this rank
+                    heap.barrier()  # zeroed its counters (just allocated): one host barrier, on the first call only
+                st["warm"] = True
+            st["epoch"] += 1
+            if device_epoch:
+                bufs["EPOCH"].add_(1)
+            ctx.device_barrier = (bufs["BARRIER"], bufs["ERR"]) if device_barrier else None
             launch.launch(ctx, mod, bufs, st["epoch"], entry_barrier, only)
         finally:
             ctx.graph, ctx.device_barrier = False, None
