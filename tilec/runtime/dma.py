@@ -1,0 +1,191 @@
+"""The copy engines' side of a call: run a module's DMA_COPIES plan (codegen/dma.py) beside its kernels.
+
+A chunk's copies go out in order on a side stream, then the call's epoch is copied into the chunk's flag counter
+on the same stream, so the counter turns over only after the data landed; the persistent kernel on every SM waits
+per tile as for SM-moved tiles. Nothing here runs on an SM: a kernel on the side stream (even a one-thread flag
+release) could wait forever for a slot while the consumer's programs hold every SM spinning on that very flag.
+
+  GPU: `cudaMemcpyAsync` / `cudaMemcpy2DAsync` between heap views (a peer's heap is mapped in this process, Iris's
+       heap_bases), one stream per source peer (up to TILEC_DMA_STREAMS, default 4), local tiles first. The flag
+       value is copied from memory, not written as a constant: from pinned host memory holding the epoch in an
+       ordinary call, from the EPOCH cell that a CUDA graph bumps on the device when captured (a constant such as
+       cuStreamWriteValue32's would be frozen into the graph).
+  CPU emulation: the same plan as host copies in order and plain 4-byte flag stores, in a thread, so the
+       interpreter's consumer kernel really waits on the flags (x86 keeps stores in order: data before flag).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+import time
+
+import torch
+
+from .errors import TilecRuntimeError
+
+MAX_STREAMS = int(os.environ.get("TILEC_DMA_STREAMS", "4"))
+
+
+def start(ctx, mod, buffers, epoch: int):
+    """Issue this rank's chunks of call `epoch`; returns what `finish` waits for (None: nothing to do)."""
+    table = getattr(mod, "DMA_COPIES", None)
+    if not table or ctx.rank not in table:
+        return None
+    if ctx.dma is None:  # views and streams of this call's tensors, kept while they stay the same (ctx.plan)
+        ctx.dma = (_CpuPlan if ctx.interpret else _GpuPlan)(ctx, table[ctx.rank], buffers)
+    ctx.dma.start(epoch, buffers, mod.WORLD)
+    return ctx.dma
+
+
+def finish(plan) -> None:
+    if plan is not None:
+        plan.finish()
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(-1)
+
+
+class _CpuPlan:
+    def __init__(self, ctx, chunks, buffers):
+        self.ctx, self.chunks = ctx, chunks
+        heap = ctx.heap
+        self.views: dict[tuple[str, int], torch.Tensor] = {}
+        for param, _counter, owner, copies in chunks:
+            for src, srank, _so, _sp, dst, drank, *_ in copies:
+                self._view(heap, buffers, src, srank)
+                self._view(heap, buffers, dst, drank)
+            if param is not None:
+                self._view(heap, buffers, param, owner)
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def _view(self, heap, buffers, name: str, rank: int) -> None:
+        if (name, rank) not in self.views:
+            t = buffers[name]
+            self.views[(name, rank)] = _flat(t if rank == heap.rank else heap.peer_view(t, rank))
+
+    def start(self, epoch: int, buffers, world: int) -> None:
+        self.error = None
+        self.thread = threading.Thread(target=self._run, args=(epoch, world), daemon=True,
+                                       name=f"tilec-dma-r{self.ctx.rank}")
+        self.thread.start()
+
+    def _run(self, epoch: int, world: int) -> None:
+        try:
+            late = os.environ.get("TILEC_CPU_ADVERSARY")
+            if late:  # later than the kernels on every rank (launch.adversary_delay holds one rank's kernels back):
+                # a consumer that reads a chunk without waiting for its flag then reads stale data
+                time.sleep(float(late) * (2 if self.ctx.rank == epoch % world else 1))
+            for param, counter, owner, copies in self.chunks:
+                for src, srank, so, sp, dst, drank, do, dp, width, rows in copies:
+                    s = self.views[(src, srank)]
+                    d = self.views[(dst, drank)]
+                    d.as_strided((rows, width), (dp, 1), d.storage_offset() + do).copy_(
+                        s.as_strided((rows, width), (sp, 1), s.storage_offset() + so))
+                if param is not None:
+                    self.views[(param, owner)][counter] = epoch
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread by finish()
+            self.error = e
+
+    def finish(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+            self.thread = None
+        if self.error is not None:
+            e, self.error = self.error, None
+            raise TilecRuntimeError(f"rank {self.ctx.rank}: a copy-engine chunk failed: {e}") from e
+
+
+class _Mem:
+    """Device memory at an address (this rank's or a peer's mapped heap) as a torch tensor can take it."""
+
+    def __init__(self, ptr: int, nbytes: int, typestr: str = "|u1", itemsize: int = 1):
+        self.__cuda_array_interface__ = {"shape": (nbytes // itemsize,), "typestr": typestr, "data": (ptr, False),
+                                         "version": 3, "strides": None}
+
+
+class _GpuPlan:
+    def __init__(self, ctx, chunks, buffers):
+        self.ctx, self.chunks = ctx, chunks
+        heap = ctx.heap
+        self.device = heap.device
+        bases = [int(b) for b in heap.heap_bases().tolist()]
+        me = heap.rank
+
+        def addr(name: str, rank: int) -> int:
+            t = buffers[name]
+            if rank == me:
+                return t.data_ptr()
+            return bases[rank] + heap.offset_of(t)  # symmetric: the same offset in the peer's heap
+
+        # per stream, in issue order: ("copy", dst ptr, dpitch, src ptr, spitch, width, rows) (bytes) or ("flag",
+        # counter address); a chunk goes to the stream of its source peer's ring distance
+        ring: dict[int, int] = {}
+        streams: list[list[tuple]] = []
+        for param, counter, owner, copies in chunks:
+            first = copies[0][1] if copies else me
+            si = ring.setdefault((first - me) % heap.world % MAX_STREAMS, len(ring))
+            while len(streams) <= si:
+                streams.append([])
+            for src, srank, so, sp, dst, drank, do, dp, width, rows in copies:
+                es, ed = buffers[src].element_size(), buffers[dst].element_size()
+                if es != ed:
+                    raise TilecRuntimeError(f"dma copy {src} -> {dst}: element sizes {es} and {ed} differ")
+                streams[si].append(("copy", addr(dst, drank) + do * ed, dp * ed, addr(src, srank) + so * es, sp * es,
+                                    width * es, rows))
+            if param is not None:
+                streams[si].append(("flag", addr(param, owner) + 4 * counter))
+        self.ops = streams
+        self.streams = [torch.cuda.Stream(device=self.device) for _ in streams]
+        self.epoch_cell = buffers["EPOCH"]  # what a captured call copies into the counters (bumped on the device)
+        self._cudart = None
+
+    def start(self, epoch: int, buffers, world: int) -> None:
+        cur = torch.cuda.current_stream(self.device)
+        if self.ctx.graph:
+            value = self.epoch_cell
+        else:  # the epoch through pinned memory: an H2D copy is a copy-engine transfer like the data's
+            value = torch.tensor([epoch], dtype=torch.int32).pin_memory()
+        for stream, ops in zip(self.streams, self.ops, strict=True):
+            stream.wait_stream(cur)  # after the entry barrier (and the captured EPOCH bump)
+            with torch.cuda.stream(stream):
+                for op in ops:
+                    if op[0] == "flag":
+                        torch.as_tensor(_Mem(op[1], 4, "<i4", 4), device=self.device).copy_(value, non_blocking=True)
+                    else:
+                        self._copy(stream, *op[1:])
+
+    def _copy(self, stream, dst: int, dpitch: int, src: int, spitch: int, width: int, rows: int) -> None:
+        if rows == 1 or (dpitch == width and spitch == width):  # one contiguous run: cudaMemcpyAsync
+            n = width * rows
+            torch.as_tensor(_Mem(dst, n), device=self.device).copy_(torch.as_tensor(_Mem(src, n), device=self.device),
+                                                                     non_blocking=True)
+            return
+        rt = self._runtime()
+        if rt is not None:
+            rc = rt.cudaMemcpy2DAsync(ctypes.c_void_p(dst), ctypes.c_size_t(dpitch), ctypes.c_void_p(src),
+                                      ctypes.c_size_t(spitch), ctypes.c_size_t(width), ctypes.c_size_t(rows),
+                                      ctypes.c_int(3), ctypes.c_void_p(stream.cuda_stream))  # 3: DeviceToDevice
+            if rc == 0:
+                return
+        for i in range(rows):  # no cudart to call: a copy per row (still the copy engines, only more of them)
+            self._copy(stream, dst + i * dpitch, width, src + i * spitch, width, width, 1)
+
+    def _runtime(self):
+        if self._cudart is None:
+            self._cudart = False
+            for name in ("libcudart.so", "libcudart.so.12", "libcudart.so.13"):
+                try:
+                    self._cudart = ctypes.CDLL(name)
+                    break
+                except OSError:
+                    continue
+        return self._cudart or None
+
+    def finish(self) -> None:
+        cur = torch.cuda.current_stream(self.device)
+        for s in self.streams:
+            cur.wait_stream(s)
