@@ -10,6 +10,7 @@ import time
 from tilec.cli.args import _dims, _world, run_command
 from tilec.errors import TilecError
 from tilec.passes.schedules import DESCRIPTIONS, PASS_NAMES, SCHEDULES
+from tilec.passes.transport import TRANSPORTS
 
 EXIT_CODES = """exit status (every subcommand):
   0  everything asked for succeeded (schedules that do not apply to the program are listed by
@@ -43,6 +44,10 @@ def _common(p: argparse.ArgumentParser, schedule: bool = True) -> None:
                        + "; ".join(f" {k}: {v}" for k, v in DESCRIPTIONS.items()) + " (default: auto)")
     p.add_argument("--granularity", default="auto", choices=("auto", "tile", "rank", "tensor"),
                    help="flag granularity (auto: per tile, whole along dims readers reduce over)")
+    p.add_argument("--transport", default="sm", choices=TRANSPORTS,
+                   help="who moves the tiles of copy stages: sm (tasks on the SMs, the default), dma (the copy"
+                   " engines, chunk by chunk with a flag each; schedules with flags), auto (sm until the cost model"
+                   " knows copy engines)")
 
 
 def _compile(args, schedule: str | None = None):
@@ -50,10 +55,14 @@ def _compile(args, schedule: str | None = None):
     from tilec.perf.auto import compile_auto
 
     schedule = schedule or args.schedule
+    transport = getattr(args, "transport", "sm")
     if schedule == "auto":
-        return compile_auto(args.program, _world(args), _dims(args.dims), granularity=args.granularity)
+        prog = compile_auto(args.program, _world(args), _dims(args.dims), granularity=args.granularity)
+        if transport == "sm":
+            return prog
+        schedule = prog.schedule  # the pick, built again with the copy stages on the transport asked for
     return tilec.compile(args.program, world=_world(args), schedule=schedule, dims=_dims(args.dims),
-                         granularity=args.granularity)
+                         granularity=args.granularity, transport=transport)
 
 
 def cmd_compile(args) -> int:

@@ -43,11 +43,16 @@ def dma_table(g: nx.DiGraph) -> dict[int, list[tuple]]:
             copies = [c for b in _merge(boxes) for c in _strided(g, b)]
             rows.append((param, counter, owner, tuple(copies)))
         # local tiles first (the consumer starts on them), then the peers nearest first (ranks do not all pull
-        # from rank 0 at once), in counter order within a peer
-        rows.sort(key=lambda r: ((r[3][0][1] - q) % world if r[3] else 0, r[0] or "", r[1]))
+        # from, or push to, rank 0 at once), in counter order within a peer
+        rows.sort(key=lambda r: ((peer(r[3][0], q) - q) % world if r[3] else 0, r[0] or "", r[1]))
         if rows:
             out[q] = rows
     return out
+
+
+def peer(copy: tuple, q: int) -> int:
+    """The other rank of a copy issued by rank q: its source (pull) or else its destination (push)."""
+    return copy[1] if copy[1] != q else copy[5]
 
 
 def _boxes(g: nx.DiGraph, s, st, f, q: int):

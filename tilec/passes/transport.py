@@ -39,10 +39,10 @@ def dma_blocker(g: nx.DiGraph, s: Stage) -> str | None:
         if not isinstance(v, Load) or st.part is not None:
             return f"it computes {st.access} instead of copying a tile"
         a, b = st.access, v.access
-        if a.tile != b.tile or a.shape != b.shape or len(a.index) != len(b.index):
-            return f"{st.access} = {b} reshapes the tile (a copy engine copies boxes of the same shape)"
         if b.tensor in written:
             return f"it reads '{b.tensor}', which a stage writes in the same call (a copy engine cannot wait on it)"
+        if a.tile != b.tile or a.shape != b.shape or len(a.index) != len(b.index):
+            return f"{st.access} = {b} reshapes the tile (a copy engine copies boxes of the same shape)"
         if a.tensor == b.tensor:
             return f"it copies '{a.tensor}' into itself"
     return None

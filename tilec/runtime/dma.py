@@ -25,6 +25,11 @@ import torch
 
 from .errors import TilecRuntimeError
 
+
+def peer(copy: tuple, q: int) -> int:
+    """The other rank of a copy of rank q's plan: its source (pull) or else its destination (push)."""
+    return copy[1] if copy[1] != q else copy[5]
+
 MAX_STREAMS = int(os.environ.get("TILEC_DMA_STREAMS", "4"))
 
 
@@ -126,7 +131,7 @@ class _GpuPlan:
         ring: dict[int, int] = {}
         streams: list[list[tuple]] = []
         for param, counter, owner, copies in chunks:
-            first = copies[0][1] if copies else me
+            first = peer(copies[0], me) if copies else me
             si = ring.setdefault((first - me) % heap.world % MAX_STREAMS, len(ring))
             while len(streams) <= si:
                 streams.append([])
