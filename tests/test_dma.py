@@ -8,15 +8,15 @@ against torch."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import numpy as np
 import pytest
-import torch
 
 import tilec
 from tests import _workers
-from tests._util import cat_shards, check_close, compile_example, compile_program, make_calls
+from tests._util import cat_shards, check_close, compile_example, compile_program, make_calls, rel_err
 from tests.test_new_programs import all_to_all, all_to_all_offset, place_gather, push_scale
 from tilec.codegen.dma import dma_table
 from tilec.errors import ArgumentError, ScheduleError, VerifyError
@@ -290,3 +290,28 @@ def test_dma_programs_match_torch(dma_run, case):
             got = results[r][case][i]
             for name in want:
                 check_close(got[name], want[name], dtype, f"{case} world {world} rank {r} call {i + 1} {name}")
+
+
+@pytest.mark.slow
+def test_the_adversary_catches_a_consumer_that_does_not_wait_for_a_chunk(monkeypatch):
+    """The copies start after the kernels under the adversary: a consumer without its waits, or with stale ones
+    (waiting for 1 instead of the call's epoch), reads the last call's rows; the right program does not."""
+    from tests.test_adversarial import _stale
+    from tilec.runtime import spawn
+
+    monkeypatch.setenv("TILEC_CPU_ADVERSARY", "0.5")
+    dims = {"M": 32, "N": 32, "K": 32, "BM": 16, "BN": 32, "BK": 16}
+    progs = {}
+    for name, fix in (("right", None), ("no waits", lambda s: re.sub(r"td\.wait(?:_all)?\([^\n]*", "pass", s)),
+                      ("stale waits", _stale)):
+        p = _dma(2, dims=dims)
+        if fix is not None:
+            p.source = fix(p.source)
+            assert p.source != _dma(2, dims=dims).source
+        progs[name] = p
+    calls = {k: make_calls(p, 3, seed=43) for k, p in progs.items()}
+    results = spawn(_workers.run_cases, 2, heap_bytes=1 << 22, timeout=600,
+                    args=([(k, p, calls[k], ()) for k, p in progs.items()],))
+    worst = {k: max(rel_err(results[r][k][i]["C"], _ag_rows(ins, r)["C"]) for i, ins in enumerate(calls[k])
+                    for r in range(2)) for k in progs}
+    assert worst["right"] < 2e-2 and worst["no waits"] > 0.1 and worst["stale waits"] > 0.1, worst

@@ -71,7 +71,7 @@ class Transport(Pass):
         if not picked:
             raise ScheduleError("transport=dma: no copy stage can run on the copy engines"
                                 + (f" ({'; '.join(why)})" if why else " (the schedule left no copy stage)"))
-        for n, d in g.nodes(data=True):
+        for _n, d in g.nodes(data=True):
             p = d["payload"]
             if d["kind"] == "stage" and p.name in picked:
                 d["payload"] = replace(p, transport=DMA)
