@@ -8,6 +8,7 @@ against torch."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 
@@ -315,3 +316,18 @@ def test_the_adversary_catches_a_consumer_that_does_not_wait_for_a_chunk(monkeyp
     worst = {k: max(rel_err(results[r][k][i]["C"], _ag_rows(ins, r)["C"]) for i, ins in enumerate(calls[k])
                     for r in range(2)) for k in progs}
     assert worst["right"] < 2e-2 and worst["no waits"] > 0.1 and worst["stale waits"] > 0.1, worst
+
+
+@pytest.mark.slow
+def test_bench_times_a_dma_variant(tmp_path, monkeypatch):
+    """`tilec bench --schedules flags+dma,fused-push`: the dma variant is a row of its own, its output checked."""
+    from tilec.cli import main
+    from tilec.perf import bench
+
+    monkeypatch.setitem(bench.SHAPES, "small", [(128, 128, 64)])
+    assert main(["bench", "examples/ag_gemm.tile", "-w", "2", "--schedules", "flags+dma,fused-push", "--iters", "2",
+                 "--no-tune", "--backend", "cpu", "--out", str(tmp_path)]) == 0
+    rows = {r["name"]: r for r in json.loads((tmp_path / "ag_gemm_small_bf16.json").read_text())["rows"]}
+    assert rows["flags+dma"]["kind"] == "tilec" and rows["flags+dma"]["rel_err"] < 5e-2
+    assert "fused-push" in rows
+    assert main(["bench", "examples/ag_gemm.tile", "--schedules", "flags+ce"]) == 2

@@ -276,8 +276,10 @@ def cmd_bench(args) -> int:
 
     schedules = args.schedules.split(",") if args.schedules else None
     for s in schedules or ():
-        if s not in SCHEDULES:
-            raise TilecError(f"--schedules {s}: choose from {', '.join(SCHEDULES)}")
+        base, plus, transport = s.partition("+")  # SCHEDULE+TRANSPORT, e.g. flags+dma
+        if base not in SCHEDULES or (plus and transport not in TRANSPORTS):
+            raise TilecError(f"--schedules {s}: choose from {', '.join(SCHEDULES)}, each optionally with"
+                             f" +TRANSPORT ({', '.join(TRANSPORTS)}), e.g. flags+dma")
     if args.out:  # refused before an hour of timing, not after
         from tilec.fileio import ensure_dir
 
@@ -387,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--world", "-w", type=int, default=None, help="ranks (default: WORLD_SIZE under torchrun, or 1)")
     p.add_argument("--shapes", default="small", help="shape sets, comma separated: paper, square, decode, small"
                    " (GEMM programs); decode-paper, decode-quick, decode-small (flash decode)")
-    p.add_argument("--schedules", default=None, help="comma separated (default: all)")
+    p.add_argument("--schedules", default=None, help="comma separated (default: all); SCHEDULE+dma puts its copy"
+                   " stages on the copy engines, e.g. flags+dma,fused-push+dma")
     p.add_argument("--dtype", default="bf16", choices=("f16", "bf16", "f32"),
                    help="element type the program's f16 tensors are built in (default: bf16)")
     p.add_argument("--iters", type=_positive, default=20, help="timed runs per row after warm-up; the median and "

@@ -113,11 +113,16 @@ class _Mem:
 
 
 class _GpuPlan:
+    """Built once per call's tensors, outside any capture (the views and peer addresses are host work); a call
+    only issues the copies."""
+
     def __init__(self, ctx, chunks, buffers):
         self.ctx, self.chunks = ctx, chunks
         heap = ctx.heap
         self.device = heap.device
-        bases = [int(b) for b in heap.heap_bases().tolist()]
+        bases = getattr(ctx, "_dma_bases", None)
+        if bases is None:  # a device-to-host read: once, at the first (never captured) call
+            bases = ctx._dma_bases = [int(b) for b in heap.heap_bases().tolist()]
         me = heap.rank
 
         def addr(name: str, rank: int) -> int:
@@ -126,8 +131,12 @@ class _GpuPlan:
                 return t.data_ptr()
             return bases[rank] + heap.offset_of(t)  # symmetric: the same offset in the peer's heap
 
-        # per stream, in issue order: ("copy", dst ptr, dpitch, src ptr, spitch, width, rows) (bytes) or ("flag",
-        # counter address); a chunk goes to the stream of its source peer's ring distance
+        def view(ptr: int, nbytes: int, typestr: str = "|u1", itemsize: int = 1) -> torch.Tensor:
+            return torch.as_tensor(_Mem(ptr, nbytes, typestr, itemsize), device=self.device)
+
+        # per stream, in issue order: ("copy", dst view, src view) for one contiguous run (cudaMemcpyAsync),
+        # ("copy2d", dst ptr, dpitch, src ptr, spitch, width, rows) in bytes, or ("flag", the counter as an int32
+        # view); a chunk goes to the stream of its peer's ring distance, so peers' chunks overlap on the engines
         ring: dict[int, int] = {}
         streams: list[list[tuple]] = []
         for param, counter, owner, copies in chunks:
@@ -139,10 +148,14 @@ class _GpuPlan:
                 es, ed = buffers[src].element_size(), buffers[dst].element_size()
                 if es != ed:
                     raise TilecRuntimeError(f"dma copy {src} -> {dst}: element sizes {es} and {ed} differ")
-                streams[si].append(("copy", addr(dst, drank) + do * ed, dp * ed, addr(src, srank) + so * es, sp * es,
-                                    width * es, rows))
+                d, s = addr(dst, drank) + do * ed, addr(src, srank) + so * es
+                if rows == 1 or (dp == width and sp == width):
+                    n = width * rows * es
+                    streams[si].append(("copy", view(d, n), view(s, n)))
+                else:
+                    streams[si].append(("copy2d", d, dp * ed, s, sp * es, width * es, rows))
             if param is not None:
-                streams[si].append(("flag", addr(param, owner) + 4 * counter))
+                streams[si].append(("flag", view(addr(param, owner) + 4 * counter, 4, "<i4", 4)))
         self.ops = streams
         self.streams = [torch.cuda.Stream(device=self.device) for _ in streams]
         self.epoch_cell = buffers["EPOCH"]  # what a captured call copies into the counters (bumped on the device)
@@ -152,23 +165,21 @@ class _GpuPlan:
         cur = torch.cuda.current_stream(self.device)
         if self.ctx.graph:
             value = self.epoch_cell
-        else:  # the epoch through pinned memory: an H2D copy is a copy-engine transfer like the data's
+        else:  # the epoch through pinned memory: an H2D copy is a copy-engine transfer like the data's (the
+            # caching host allocator keeps the block until the copies that read it are done)
             value = torch.tensor([epoch], dtype=torch.int32).pin_memory()
         for stream, ops in zip(self.streams, self.ops, strict=True):
             stream.wait_stream(cur)  # after the entry barrier (and the captured EPOCH bump)
             with torch.cuda.stream(stream):
                 for op in ops:
-                    if op[0] == "flag":
-                        torch.as_tensor(_Mem(op[1], 4, "<i4", 4), device=self.device).copy_(value, non_blocking=True)
+                    if op[0] == "copy":
+                        op[1].copy_(op[2], non_blocking=True)
+                    elif op[0] == "flag":
+                        op[1].copy_(value, non_blocking=True)
                     else:
-                        self._copy(stream, *op[1:])
+                        self._copy2d(stream, *op[1:])
 
-    def _copy(self, stream, dst: int, dpitch: int, src: int, spitch: int, width: int, rows: int) -> None:
-        if rows == 1 or (dpitch == width and spitch == width):  # one contiguous run: cudaMemcpyAsync
-            n = width * rows
-            torch.as_tensor(_Mem(dst, n), device=self.device).copy_(torch.as_tensor(_Mem(src, n), device=self.device),
-                                                                     non_blocking=True)
-            return
+    def _copy2d(self, stream, dst: int, dpitch: int, src: int, spitch: int, width: int, rows: int) -> None:
         rt = self._runtime()
         if rt is not None:
             rc = rt.cudaMemcpy2DAsync(ctypes.c_void_p(dst), ctypes.c_size_t(dpitch), ctypes.c_void_p(src),
@@ -177,12 +188,13 @@ class _GpuPlan:
             if rc == 0:
                 return
         for i in range(rows):  # no cudart to call: a copy per row (still the copy engines, only more of them)
-            self._copy(stream, dst + i * dpitch, width, src + i * spitch, width, width, 1)
+            d = torch.as_tensor(_Mem(dst + i * dpitch, width), device=self.device)
+            d.copy_(torch.as_tensor(_Mem(src + i * spitch, width), device=self.device), non_blocking=True)
 
     def _runtime(self):
         if self._cudart is None:
             self._cudart = False
-            for name in ("libcudart.so", "libcudart.so.12", "libcudart.so.13"):
+            for name in ("libcudart.so.12", "libcudart.so", "libcudart.so.13"):
                 try:
                     self._cudart = ctypes.CDLL(name)
                     break
