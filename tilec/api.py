@@ -28,7 +28,7 @@ def compile(  # noqa: A001 - the public name the docs promise
     num_warps: int = 4,
     num_stages: int = 3,
     retype: dict[str, str] | None = None,
-    start_local: bool = False,
+    start_local: bool | None = None,
     wait_timeout: float | None = None,
     source: str | None = None,
     timeline: bool = False,
@@ -41,7 +41,8 @@ def compile(  # noqa: A001 - the public name the docs promise
     dims: values for the program's dims and tile sizes (like -D on the command line).
     retype: map declared dtypes to others, e.g. {"f16": "bf16"} to build the same program in bf16.
     num_warps, num_stages, group_m: launch and tile-order settings of the generated kernels (the tuner's knobs).
-    start_local: each rank starts every stage's tasks at its own share (its rows, its shard) instead of task 0.
+    start_local: each rank starts every stage's tasks at its own share (its rows, its shard) instead of task 0
+    (default: only with transport=dma, whose copy engines deliver this rank's own rows first).
     timeline: a debug build whose tasks record when they started, finished waiting and ended (prog.timeline()).
     noinline_tasks: a merged kernel calls each stage's task function instead of inlining it, so registers are not
     shared across stages (the persistent flash decode compiles to 128 registers instead of 255 for sm_90).
@@ -77,7 +78,8 @@ def compile(  # noqa: A001 - the public name the docs promise
     snaps = {"lower": g}
     g = run_pipeline(g, pipeline(schedule, granularity, transport=transport), verify, snaps)
     model = build_model(g, schedule, {"group_m": group_m, "num_warps": num_warps, "num_stages": num_stages,
-                                      "start_local": start_local, "timeline": timeline,
+                                      "start_local": transport == "dma" if start_local is None else start_local,
+                                      "timeline": timeline,
                                       "noinline_tasks": noinline_tasks, "attend_block": attend_block})
     src = render(model)
     prog = CompiledProgram(bound, schedule, src, g, snaps, wait_timeout)

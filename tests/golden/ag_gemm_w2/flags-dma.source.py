@@ -53,7 +53,7 @@ def k0_gemm(Ag, B, F_Ag_gather, C, ERR, heap_bases, rank, epoch, timeout_ns, EPO
     pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
     for task in range(pid, 12, NPROG):
-        t = task
+        t = (task + rank * 6) % 12
         # stage gemm (examples/ag_gemm.tile:17): C[m, n] = sum k in K by BK: Ag[m, k] @ B[k, n]
         # grouped order: 8 rows of m-tiles share the n-tiles in L2
         g_size = 24
