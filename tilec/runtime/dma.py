@@ -38,10 +38,19 @@ def start(ctx, mod, buffers, epoch: int):
     table = getattr(mod, "DMA_COPIES", None)
     if not table or ctx.rank not in table:
         return None
-    if ctx.dma is None:  # views and streams of this call's tensors, kept while they stay the same (ctx.plan)
-        ctx.dma = (_CpuPlan if ctx.interpret else _GpuPlan)(ctx, table[ctx.rank], buffers)
+    chunks = table[ctx.rank]
+    key = _key(chunks, buffers)
+    if ctx.dma is None or ctx.dma.key != key:  # views of this call's tensors, kept while they stay the same (a
+        # capture reuses the ordinary call's: building them is host work that a CUDA graph capture must not see)
+        ctx.dma = (_CpuPlan if ctx.interpret else _GpuPlan)(ctx, chunks, buffers)
+        ctx.dma.key = key
     ctx.dma.start(epoch, buffers, mod.WORLD)
     return ctx.dma
+
+
+def _key(chunks, buffers) -> tuple:
+    names = {c[0] for c in chunks if c[0] is not None} | {x for c in chunks for cp in c[3] for x in (cp[0], cp[4])}
+    return tuple((n, buffers[n].data_ptr()) for n in sorted(names)) + (("EPOCH", buffers["EPOCH"].data_ptr()),)
 
 
 def finish(plan) -> None:
@@ -157,7 +166,10 @@ class _GpuPlan:
             if param is not None:
                 streams[si].append(("flag", view(addr(param, owner) + 4 * counter, 4, "<i4", 4)))
         self.ops = streams
-        self.streams = [torch.cuda.Stream(device=self.device) for _ in streams]
+        pool = ctx.__dict__.setdefault("_dma_streams", [])  # side streams live as long as the context
+        while len(pool) < len(streams):
+            pool.append(torch.cuda.Stream(device=self.device))
+        self.streams = pool[:len(streams)]
         self.epoch_cell = buffers["EPOCH"]  # what a captured call copies into the counters (bumped on the device)
         self._cudart = None
 

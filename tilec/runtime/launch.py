@@ -38,7 +38,7 @@ class LaunchContext:
         # is compiled and fitted on its own, so capturing never resizes the ordinary calls' grids
         self.per_sm: dict = {}
         self.plan: list | None = None  # the launches of a call, reused while the call's tensors stay the same
-        self.dma = None  # the copy engines' plan of a call (runtime/dma.py), kept and dropped with `plan`
+        self.dma = None  # the copy engines' plan of a call (runtime/dma.py), kept while the call's tensors stay
         self.graph = False  # launching into a CUDA graph capture (Program.capture): kernels read the epoch on device
         # programmatic dependent launch (sm_90+): a kernel may be launched before the previous one in its stream
         # has finished, and waits for it on the device (griddepcontrol) before touching memory; what it saves
@@ -198,7 +198,6 @@ def launch(ctx, mod, buffers, epoch, entry_barrier=True, only=None) -> None:
         ctx.barrier()
     if ctx.plan is None:  # the launches of a call with these tensors; calls differ only in the epoch
         ctx.plan = [_plan(ctx, buffers, i, entry) for i, entry in enumerate(mod.KERNELS)]
-        ctx.dma = None
     # stages on the copy engines start first: their sources are ready after the entry barrier, and the kernels
     # wait on their chunks' flags
     copies = dma.start(ctx, mod, buffers, epoch)
