@@ -5,11 +5,11 @@ on the same stream, so the counter turns over only after the data landed; the pe
 per tile as for SM-moved tiles. Nothing here runs on an SM: a kernel on the side stream (even a one-thread flag
 release) could wait forever for a slot while the consumer's programs hold every SM spinning on that very flag.
 
-  GPU: `cudaMemcpyAsync` / `cudaMemcpy2DAsync` between heap views (a peer's heap is mapped in this process, Iris's
-       heap_bases), one stream per source peer (up to TILEC_DMA_STREAMS, default 4), local tiles first. The flag
-       value is copied from memory, not written as a constant: from pinned host memory holding the epoch in an
-       ordinary call, from the EPOCH cell that a CUDA graph bumps on the device when captured (a constant such as
-       cuStreamWriteValue32's would be frozen into the graph).
+  GPU: `cudaMemcpyAsync` / `cudaMemcpy2DAsync` between heap addresses (a peer's heap is mapped in this process,
+       Iris's heap_bases), one stream per peer (up to TILEC_DMA_STREAMS, default 4), local tiles first. The flag
+       value is a 4-byte copy from a device cell holding the epoch, not a constant: an ordinary call fills the cell
+       from pinned host memory (an H2D copy); a captured call uses the EPOCH cell that the graph bumps on the device
+       (a constant, such as cuStreamWriteValue32's, would be frozen into the graph and stale at the next replay).
   CPU emulation: the same plan as host copies in order and plain 4-byte flag stores, in a thread, so the
        interpreter's consumer kernel really waits on the flags (x86 keeps stores in order: data before flag).
 """
@@ -29,6 +29,7 @@ from .errors import TilecRuntimeError
 def peer(copy: tuple, q: int) -> int:
     """The other rank of a copy of rank q's plan: its source (pull) or else its destination (push)."""
     return copy[1] if copy[1] != q else copy[5]
+
 
 MAX_STREAMS = int(os.environ.get("TILEC_DMA_STREAMS", "4"))
 
@@ -113,17 +114,29 @@ class _CpuPlan:
             raise TilecRuntimeError(f"rank {self.ctx.rank}: a copy-engine chunk failed: {e}") from e
 
 
-class _Mem:
-    """Device memory at an address (this rank's or a peer's mapped heap) as a torch tensor can take it."""
+_DEFAULT = 4  # cudaMemcpyDefault: the driver tells this GPU's memory from a peer's mapped heap (unified addresses)
 
-    def __init__(self, ptr: int, nbytes: int, typestr: str = "|u1", itemsize: int = 1):
-        self.__cuda_array_interface__ = {"shape": (nbytes // itemsize,), "typestr": typestr, "data": (ptr, False),
-                                         "version": 3, "strides": None}
+
+def _cudart():
+    """The CUDA runtime torch loaded (by soname), with the two copy calls typed."""
+    for name in ("libcudart.so.12", "libcudart.so.13", "libcudart.so"):
+        try:
+            rt = ctypes.CDLL(name)
+        except OSError:
+            continue
+        vp, sz = ctypes.c_void_p, ctypes.c_size_t
+        rt.cudaMemcpyAsync.argtypes = [vp, vp, sz, ctypes.c_int, vp]
+        rt.cudaMemcpy2DAsync.argtypes = [vp, sz, vp, sz, sz, sz, ctypes.c_int, vp]
+        return rt
+    raise TilecRuntimeError("transport=dma needs the CUDA runtime library (libcudart.so.12) to issue copy-engine "
+                            "copies; none could be loaded (ROCm is not supported yet)")
 
 
 class _GpuPlan:
-    """Built once per call's tensors, outside any capture (the views and peer addresses are host work); a call
-    only issues the copies."""
+    """Built once per call's tensors, outside any capture (addresses are host work); a call only issues copies.
+
+    Copies are raw `cudaMemcpyAsync` / `cudaMemcpy2DAsync` calls between addresses, not torch copies: a tensor over
+    a peer GPU's memory would belong to that GPU, and torch would run a cross-device copy on the peer's stream."""
 
     def __init__(self, ctx, chunks, buffers):
         self.ctx, self.chunks = ctx, chunks
@@ -140,12 +153,9 @@ class _GpuPlan:
                 return t.data_ptr()
             return bases[rank] + heap.offset_of(t)  # symmetric: the same offset in the peer's heap
 
-        def view(ptr: int, nbytes: int, typestr: str = "|u1", itemsize: int = 1) -> torch.Tensor:
-            return torch.as_tensor(_Mem(ptr, nbytes, typestr, itemsize), device=self.device)
-
-        # per stream, in issue order: ("copy", dst view, src view) for one contiguous run (cudaMemcpyAsync),
-        # ("copy2d", dst ptr, dpitch, src ptr, spitch, width, rows) in bytes, or ("flag", the counter as an int32
-        # view); a chunk goes to the stream of its peer's ring distance, so peers' chunks overlap on the engines
+        # per stream, in issue order: (dst, dpitch, src, spitch, width, rows) in bytes (rows 1: one contiguous run),
+        # or (counter address,) for a flag; a chunk goes to the stream of its peer's ring distance, so the peers'
+        # chunks overlap on the engines
         ring: dict[int, int] = {}
         streams: list[list[tuple]] = []
         for param, counter, owner, copies in chunks:
@@ -157,62 +167,42 @@ class _GpuPlan:
                 es, ed = buffers[src].element_size(), buffers[dst].element_size()
                 if es != ed:
                     raise TilecRuntimeError(f"dma copy {src} -> {dst}: element sizes {es} and {ed} differ")
-                d, s = addr(dst, drank) + do * ed, addr(src, srank) + so * es
-                if rows == 1 or (dp == width and sp == width):
-                    n = width * rows * es
-                    streams[si].append(("copy", view(d, n), view(s, n)))
-                else:
-                    streams[si].append(("copy2d", d, dp * ed, s, sp * es, width * es, rows))
+                if dp == width and sp == width:
+                    width, rows = width * rows, 1
+                streams[si].append((addr(dst, drank) + do * ed, dp * ed, addr(src, srank) + so * es, sp * es,
+                                    width * es, rows))
             if param is not None:
-                streams[si].append(("flag", view(addr(param, owner) + 4 * counter, 4, "<i4", 4)))
+                streams[si].append((addr(param, owner) + 4 * counter,))
         self.ops = streams
         pool = ctx.__dict__.setdefault("_dma_streams", [])  # side streams live as long as the context
         while len(pool) < len(streams):
             pool.append(torch.cuda.Stream(device=self.device))
         self.streams = pool[:len(streams)]
         self.epoch_cell = buffers["EPOCH"]  # what a captured call copies into the counters (bumped on the device)
-        self._cudart = None
+        self.cell = torch.zeros(1, dtype=torch.int32, device=self.device)  # an ordinary call's epoch
+        self.rt = _cudart()
 
     def start(self, epoch: int, buffers, world: int) -> None:
         cur = torch.cuda.current_stream(self.device)
         if self.ctx.graph:
-            value = self.epoch_cell
-        else:  # the epoch through pinned memory: an H2D copy is a copy-engine transfer like the data's (the
-            # caching host allocator keeps the block until the copies that read it are done)
-            value = torch.tensor([epoch], dtype=torch.int32).pin_memory()
+            cell = self.epoch_cell.data_ptr()
+        else:  # the epoch through pinned memory (an H2D copy, no kernel), on the main stream before the fork; the
+            # last call's flag copies read the cell before it: finish() joined them into the main stream
+            self.cell.copy_(torch.tensor([epoch], dtype=torch.int32).pin_memory(), non_blocking=True)
+            cell = self.cell.data_ptr()
+        rt = self.rt
         for stream, ops in zip(self.streams, self.ops, strict=True):
-            stream.wait_stream(cur)  # after the entry barrier (and the captured EPOCH bump)
-            with torch.cuda.stream(stream):
-                for op in ops:
-                    if op[0] == "copy":
-                        op[1].copy_(op[2], non_blocking=True)
-                    elif op[0] == "flag":
-                        op[1].copy_(value, non_blocking=True)
-                    else:
-                        self._copy2d(stream, *op[1:])
-
-    def _copy2d(self, stream, dst: int, dpitch: int, src: int, spitch: int, width: int, rows: int) -> None:
-        rt = self._runtime()
-        if rt is not None:
-            rc = rt.cudaMemcpy2DAsync(ctypes.c_void_p(dst), ctypes.c_size_t(dpitch), ctypes.c_void_p(src),
-                                      ctypes.c_size_t(spitch), ctypes.c_size_t(width), ctypes.c_size_t(rows),
-                                      ctypes.c_int(3), ctypes.c_void_p(stream.cuda_stream))  # 3: DeviceToDevice
-            if rc == 0:
-                return
-        for i in range(rows):  # no cudart to call: a copy per row (still the copy engines, only more of them)
-            d = torch.as_tensor(_Mem(dst + i * dpitch, width), device=self.device)
-            d.copy_(torch.as_tensor(_Mem(src + i * spitch, width), device=self.device), non_blocking=True)
-
-    def _runtime(self):
-        if self._cudart is None:
-            self._cudart = False
-            for name in ("libcudart.so.12", "libcudart.so", "libcudart.so.13"):
-                try:
-                    self._cudart = ctypes.CDLL(name)
-                    break
-                except OSError:
-                    continue
-        return self._cudart or None
+            stream.wait_stream(cur)  # after the entry barrier (and the epoch: captured bump or H2D)
+            h = ctypes.c_void_p(stream.cuda_stream)
+            for op in ops:
+                if len(op) == 1:  # the chunk's flag, after its copies in stream order
+                    rc = rt.cudaMemcpyAsync(op[0], cell, 4, _DEFAULT, h)
+                elif op[5] == 1:
+                    rc = rt.cudaMemcpyAsync(op[0], op[2], op[4], _DEFAULT, h)
+                else:
+                    rc = rt.cudaMemcpy2DAsync(op[0], op[1], op[2], op[3], op[4], op[5], _DEFAULT, h)
+                if rc:
+                    raise TilecRuntimeError(f"rank {self.ctx.rank}: a copy-engine copy failed (cudaError {rc})")
 
     def finish(self) -> None:
         cur = torch.cuda.current_stream(self.device)
