@@ -260,25 +260,28 @@ def torch_spawn(world, batch):
     return spawn(_workers.run_cases, world, heap_bytes=1 << 23, timeout=600, args=(batch,))
 
 
-@pytest.fixture(scope="module", params=[1, 2, 3, 4], ids=lambda w: f"w{w}")
-def dma_run(request):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("TILEC_CPU_ADVERSARY", "0.2")  # rank processes inherit it: the copies start after the kernels
-    try:
-        yield _run(request.param)
-    finally:
-        mp.undo()
+_RUNS: dict[int, tuple] = {}
 
 
-CASE_IDS = [c[0] for c in _cases(2)]
+def _run_once(world: int):
+    """One spawn per world for all its cases (the first test of that world pays for it)."""
+    if world not in _RUNS:
+        mp = pytest.MonkeyPatch()
+        mp.setenv("TILEC_CPU_ADVERSARY", "0.2")  # rank processes inherit it: the copies start after the kernels
+        try:
+            _RUNS[world] = _run(world)
+        finally:
+            mp.undo()
+    return _RUNS[world]
+
+
+RUN_CASES = [(w, c[0]) for w in (1, 2, 3, 4) for c in _cases(w)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", CASE_IDS)
-def test_dma_programs_match_torch(dma_run, case):
-    world, meta, results = dma_run
-    if case not in meta:
-        pytest.skip(f"{case} runs at worlds 2 and 3")
+@pytest.mark.parametrize("world,case", RUN_CASES, ids=[f"w{w}-{c}" for w, c in RUN_CASES])
+def test_dma_programs_match_torch(world, case):
+    world, meta, results = _run_once(world)
     m = meta[case]
     if isinstance(m, Exception):
         assert case == "ag_gemm-specialized", m  # the gemm alone is left: nothing to specialize

@@ -13,7 +13,7 @@ case "$1" in
     python -m tilec run examples/ag_gemm.tile -w 2 -s fused-push --transport dma --backend iris -D M=1000 -D N=200 \
       -D K=136 ;;
   w1)
-    python -m tilec bench examples/ag_gemm.tile --world 1 --shapes paper --schedules $S --iters 20 --no-tune ;;
+    python -m tilec bench examples/ag_gemm.tile --world 1 --shapes paper --schedules $S --iters 20 --no-tune ;;  # the first tile config for sm and dma alike (drop --no-tune to tune each)
   w2)
     torchrun --standalone --nproc-per-node 2 -m tilec bench examples/ag_gemm.tile --shapes paper --schedules $S \
       --iters 20 --no-tune ;;
