@@ -334,3 +334,14 @@ def test_bench_times_a_dma_variant(tmp_path, monkeypatch):
     assert rows["flags+dma"]["kind"] == "tilec" and rows["flags+dma"]["rel_err"] < 5e-2
     assert "fused-push" in rows
     assert main(["bench", "examples/ag_gemm.tile", "--schedules", "flags+ce"]) == 2
+
+
+def test_tax_report_names_the_copy_engine_stages():
+    from tilec.perf.taxes import COPY_ENGINES, static
+
+    st = static(_dma(2, dims={"M": 64, "N": 32, "K": 32, "BM": 16}))
+    assert st.copy_engine_stages == ("gather",) and st.launches == 1
+    gather = next(c for c in st.stage_costs if c.name == "gather")
+    assert gather.kernel == COPY_ENGINES
+    assert gather.flag_releases == 4  # one per chunk: 2 m-tiles of each of 2 ranks (not one per tile task)
+    assert static(compile_example(2, "flags")).copy_engine_stages == ()
