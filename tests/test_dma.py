@@ -345,3 +345,17 @@ def test_tax_report_names_the_copy_engine_stages():
     assert gather.kernel == COPY_ENGINES
     assert gather.flag_releases == 4  # one per chunk: 2 m-tiles of each of 2 ranks (not one per tile task)
     assert static(compile_example(2, "flags")).copy_engine_stages == ()
+
+
+@pytest.mark.slow
+def test_a_chunk_that_never_comes_is_a_wait_timeout():
+    """Rank 0 skips a call: rank 1's GEMM waits for chunks rank 0's copy engines never push, and the call ends
+    with a WaitTimeout naming the flag after about the timeout, not a hang."""
+    from tests.test_wait_timeout import late_call
+    from tilec.runtime import spawn
+
+    prog = _dma(2, "fused-push", {"M": 64, "N": 32, "K": 32, "BM": 32, "BN": 32, "BK": 32}, wait_timeout=2.0)
+    inputs = make_calls(prog, 1, seed=5)[0]
+    _, (elapsed, msg) = spawn(late_call, 2, heap_bytes=1 << 22, timeout=240, args=(prog, inputs))
+    assert msg is not None and "Ag.gather" in msg, msg
+    assert 2.0 <= elapsed < 12.0, elapsed
