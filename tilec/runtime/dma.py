@@ -181,6 +181,7 @@ class _GpuPlan:
         self.epoch_cell = buffers["EPOCH"]  # what a captured call copies into the counters (bumped on the device)
         self.cell = torch.zeros(1, dtype=torch.int32, device=self.device)  # an ordinary call's epoch
         self.rt = _cudart()
+        self.rt.cudaSetDevice(self.device.index if self.device.index is not None else torch.cuda.current_device())
 
     def start(self, epoch: int, buffers, world: int) -> None:
         cur = torch.cuda.current_stream(self.device)
