@@ -2,7 +2,7 @@
 
 Nodes (id -> attrs):
   "t:NAME"  kind=tensor   payload=Tensor
-  "s:NAME"  kind=stage    payload=Stage       (tile tasks over loops; body of stores)
+  "s:NAME"  kind=stage    payload=Stage       (tile tasks over loops; body of stores; transport sm or dma)
   "b:I"     kind=barrier  payload=Barrier     (a global cross-rank barrier)
   "f:NAME"  kind=flag     payload=Flag        (per-tile ready counters replacing a barrier)
 Edges:
