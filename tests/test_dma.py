@@ -21,7 +21,7 @@ from tests._util import cat_shards, check_close, compile_example, compile_progra
 from tests.test_new_programs import all_to_all, all_to_all_offset, place_gather, push_scale
 from tilec.codegen.dma import dma_table
 from tilec.errors import ArgumentError, ScheduleError, VerifyError
-from tilec.ir.graph import DMA, copy_graph, flags, sid, stage
+from tilec.ir.graph import DMA, copy_graph, flags, sid, stage, stages
 from tilec.passes.verify import verify
 
 pytestmark = pytest.mark.usefixtures("no_shm_leftovers")
@@ -133,6 +133,28 @@ def test_a_bad_transport_is_the_callers_argument():
         compile_example(2, "flags", transport="ce")
 
 
+def test_per_stage_transport():
+    assert _dma().source == compile_example(2, "flags", transport="gather=dma").source.replace(
+        "transport(mode=gather=dma)", "transport(mode=dma)")
+    both = compile_program("place_gather_sym", 2, "flags", transport="place=dma,collect=sm")
+    assert [(s.name, s.transport) for s in stages(both.graph)] == [("place", "dma"), ("collect", "sm")]
+    assert compile_program("place_gather_sym", 2, "flags", transport="collect=sm").graph.graph["kernels"] == \
+        compile_program("place_gather_sym", 2, "flags").graph.graph["kernels"]
+    with pytest.raises(ScheduleError, match=r"stage 'collect' cannot run on the copy engines: it reads 'S', which a"
+                                            r" stage writes in the same call"):
+        compile_program("place_gather_sym", 2, "flags", transport="collect=dma")
+    with pytest.raises(ScheduleError, match=r"no stage named 'nope' here \(stages: gather, gemm"):
+        compile_example(2, "flags", transport="nope=dma")
+    with pytest.raises(ScheduleError, match=r"no stage named 'gather' here .*folded a copy stage away"):
+        compile_example(2, "fused-pull", transport="gather=dma")
+    with pytest.raises(ScheduleError, match=r"schedule bsp has barriers only"):
+        compile_example(2, "bsp", transport="gather=dma")
+    assert compile_example(2, "bsp", transport="gather=sm").source == compile_example(2, "bsp").source
+    for bad in ("gather=ce", "gather", "=dma", "gather=dma,gather=sm"):
+        with pytest.raises(ArgumentError, match=r"transport="):
+            compile_example(2, "flags", transport=bad)
+
+
 # -- the verifier rejects wrong plans ---------------------------------------------------------------------------------
 
 
@@ -197,8 +219,12 @@ def test_cli_transport_flag(capsys):
     assert "DMA_COPIES = {" in capsys.readouterr().out
     assert main(["compile", "examples/ag_gemm.tile", "-w", "2", "-s", "bsp", "--transport", "dma"]) == 2
     assert "has barriers only" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["show", "examples/ag_gemm.tile", "--transport", "ce"])
+    assert main(["show", "examples/ag_gemm.tile", "-w", "2", "-s", "flags", "--transport", "gather=dma"]) == 0
+    assert "[transport dma]" in capsys.readouterr().out
+    for bad in ("ce", "gather=ce"):
+        with pytest.raises(SystemExit):
+            main(["show", "examples/ag_gemm.tile", "--transport", bad])
+        assert "transport=" in capsys.readouterr().err
 
 
 # -- running: every program with a qualifying copy stage, worlds 1-4, the adversary on -----------------------------

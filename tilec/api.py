@@ -12,7 +12,7 @@ from tilec.frontend.sema import check, check_arguments
 from tilec.passes.base import run_pipeline
 from tilec.passes.lower import Lower
 from tilec.passes.schedules import SCHEDULES, pipeline
-from tilec.passes.transport import TRANSPORTS
+from tilec.passes.transport import parse_transport, wants_dma
 from tilec.passes.verify import verify
 from tilec.program import CompiledProgram
 
@@ -52,7 +52,7 @@ def compile(  # noqa: A001 - the public name the docs promise
     and v, pipelined num_stages deep).
     transport: who moves the tiles of copy stages: sm (tasks on the SMs), dma (the copy engines, for schedules with
     flags: a side stream copies chunk by chunk and releases each chunk's flag), auto (sm until the cost model knows
-    copy engines).
+    copy engines), or per stage: "gather=dma" (stages not named stay on the SMs).
     Raises CompileError (bad program), ScheduleError (schedule does not apply, with the reason) or VerifyError.
     """
     if num_warps < 1 or num_warps & (num_warps - 1):
@@ -61,8 +61,10 @@ def compile(  # noqa: A001 - the public name the docs promise
         raise ArgumentError(f"num_stages={num_stages}: must be >= 1")
     if attend_block < 16 or attend_block & (attend_block - 1):
         raise ArgumentError(f"attend_block={attend_block}: must be a power of two >= 16 (tl.dot's smallest tile)")
-    if transport not in TRANSPORTS:
-        raise ArgumentError(f"transport={transport!r}: choose from {', '.join(TRANSPORTS)}")
+    try:
+        parse_transport(transport)
+    except ValueError as e:
+        raise ArgumentError(str(e)) from None
     world, dims = check_arguments(world, dims)  # before the program is read: a bad argument is named first
     if schedule == "auto":  # the compiler sits below the cost model: the pick is the perf layer's
         raise ScheduleError("schedule 'auto' is chosen by the cost model: call tilec.perf.auto.compile_auto(...) "
@@ -78,7 +80,7 @@ def compile(  # noqa: A001 - the public name the docs promise
     snaps = {"lower": g}
     g = run_pipeline(g, pipeline(schedule, granularity, transport=transport), verify, snaps)
     model = build_model(g, schedule, {"group_m": group_m, "num_warps": num_warps, "num_stages": num_stages,
-                                      "start_local": transport == "dma" if start_local is None else start_local,
+                                      "start_local": wants_dma(transport) if start_local is None else start_local,
                                       "timeline": timeline,
                                       "noinline_tasks": noinline_tasks, "attend_block": attend_block})
     src = render(model)

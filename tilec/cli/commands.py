@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 
-from tilec.cli.args import _dims, _world, run_command
+from tilec.cli.args import _dims, _world, run_command, transport_arg
 from tilec.errors import TilecError
 from tilec.passes.schedules import DESCRIPTIONS, PASS_NAMES, SCHEDULES
 from tilec.passes.transport import TRANSPORTS
@@ -44,10 +44,10 @@ def _common(p: argparse.ArgumentParser, schedule: bool = True) -> None:
                        + "; ".join(f" {k}: {v}" for k, v in DESCRIPTIONS.items()) + " (default: auto)")
     p.add_argument("--granularity", default="auto", choices=("auto", "tile", "rank", "tensor"),
                    help="flag granularity (auto: per tile, whole along dims readers reduce over)")
-    p.add_argument("--transport", default="sm", choices=TRANSPORTS,
+    p.add_argument("--transport", default="sm", type=transport_arg, metavar="MODE",
                    help="who moves the tiles of copy stages: sm (tasks on the SMs, the default), dma (the copy"
                    " engines, chunk by chunk with a flag each; schedules with flags), auto (sm until the cost model"
-                   " knows copy engines)")
+                   " knows copy engines), or per stage: STAGE=MODE,... (e.g. gather=dma)")
 
 
 def _compile(args, schedule: str | None = None):

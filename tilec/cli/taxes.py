@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tilec.cli.args import run_command
+from tilec.cli.args import run_command, transport_arg
 from tilec.errors import TilecError
 
 
@@ -31,8 +31,8 @@ def add_parser(subparsers) -> None:
                    " needs matplotlib)")
     p.add_argument("--num-warps", type=int, default=4, help="warps per program of the measured kernels (default 4)")
     p.add_argument("--num-stages", type=int, default=3, help="software-pipeline stages (default 3)")
-    p.add_argument("--transport", default="sm", choices=("sm", "dma", "auto"),
-                   help="who moves the tiles of copy stages (tilec.compile's transport; default sm)")
+    p.add_argument("--transport", default="sm", type=transport_arg, metavar="MODE",
+                   help="who moves the tiles of copy stages: sm, dma, auto or STAGE=MODE,... (default sm)")
     p.set_defaults(fn=cmd_taxes)
     p = subparsers.add_parser("calibrate", help="measure this GPU's rates into a machine file for `tilec taxes`")
     p.add_argument("-o", "--output", default="machine.json", help="where to write it (default: machine.json)")

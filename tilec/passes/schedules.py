@@ -8,7 +8,7 @@ from .base import Pass
 from .fuse_comm import FuseComm
 from .persist import Persist
 from .replace_barriers import ReplaceBarriers
-from .transport import Transport
+from .transport import Transport, wants_dma
 
 SCHEDULES = ("bsp", "flags", "fused-pull", "fused-push", "specialized")
 
@@ -23,12 +23,13 @@ DESCRIPTIONS = {
 
 def pipeline(schedule: str, granularity: str = "auto", comm_share: float = 0.25,
              transport: str = "sm") -> list[Pass]:
-    """transport (of copy stages): sm adds no pass; dma and auto add `transport` before persist (flags only)."""
+    """transport (of copy stages, passes/transport.py): sm adds no pass; others add `transport` before persist
+    (schedules with flags)."""
     passes = _pipeline(schedule, granularity, comm_share)
     if transport == "sm":
         return passes
     if schedule == "bsp":
-        if transport == "dma":
+        if wants_dma(transport):
             raise ScheduleError("transport=dma needs flags (a copy engine releases per-chunk flags): schedule bsp"
                                 " has barriers only")
         return passes
