@@ -23,13 +23,9 @@ import time
 
 import torch
 
+from tilec.codegen.dma import peer
+
 from .errors import TilecRuntimeError
-
-
-def peer(copy: tuple, q: int) -> int:
-    """The other rank of a copy of rank q's plan: its source (pull) or else its destination (push)."""
-    return copy[1] if copy[1] != q else copy[5]
-
 
 MAX_STREAMS = int(os.environ.get("TILEC_DMA_STREAMS", "4"))
 
