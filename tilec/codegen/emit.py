@@ -18,6 +18,7 @@ from tilec.ir.types import ME, Access, Sum, Var, walk
 
 from .compute import Compute
 from .copies import Copies
+from .dma import table_lines
 from .flags import Flags, flag_scopes
 from .model import FlagModel, KernelModel, ModuleModel, TaskFn, TensorModel
 from .tasks import Tasks
@@ -137,7 +138,7 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
     uses_iris = any("iris." in ln for km in kernels for ln in (*km.lines, *(x for f in km.tasks for x in f.lines)))
     return ModuleModel(header, prog.file, prog.name, prog.world, schedule, tuple(tensors_used), fms, tuple(kernels),
                        options.get("num_warps", 4), options.get("num_stages", 3), _peers_touch_user_tensors(g),
-                       slots or 0, bool(options.get("noinline_tasks")), uses_iris)
+                       slots or 0, bool(options.get("noinline_tasks")), uses_iris, table_lines(g))
 
 
 def _peers_touch_user_tensors(g: nx.DiGraph) -> bool:

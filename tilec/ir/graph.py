@@ -2,7 +2,7 @@
 
 Nodes (id -> attrs):
   "t:NAME"  kind=tensor   payload=Tensor
-  "s:NAME"  kind=stage    payload=Stage       (tile tasks over loops; body of stores)
+  "s:NAME"  kind=stage    payload=Stage       (tile tasks over loops; body of stores; transport sm or dma)
   "b:I"     kind=barrier  payload=Barrier     (a global cross-rank barrier)
   "f:NAME"  kind=flag     payload=Flag        (per-tile ready counters replacing a barrier)
 Edges:
@@ -48,6 +48,9 @@ class Stage:
     body: tuple[Store, ...]
     loc: Loc = field(compare=False, repr=False)
     note: str = ""  # what a pass did to it, printed by the IR printer
+    # who moves a copy stage's tiles: "sm" (tasks of a kernel) or "dma" (the copy engines, passes/transport.py;
+    # the stage is in no kernel and the module's DMA_COPIES table says what to copy)
+    transport: str = "sm"
 
     def reads(self) -> list[Load | Pull]:
         out, seen = [], set()
@@ -104,6 +107,12 @@ class Kernel:
 
 
 BARRIERS, FLAGS = "barriers", "flags"  # g.graph["sync"]
+SM, DMA = "sm", "dma"  # Stage.transport
+
+
+def dma_stages(g: nx.DiGraph) -> list[Stage]:
+    """The stages the copy engines run (in no kernel)."""
+    return [s for s in stages(g) if s.transport == DMA]
 
 
 def sync(g: nx.DiGraph) -> str:

@@ -57,6 +57,8 @@ def print_graph(g: nx.DiGraph) -> str:
         st = d["payload"]
         k = kernel_of.get(st.name)
         where = f"  [kernel {k.name}]" if k else ""
+        if st.transport != "sm":
+            where += f"  [transport {st.transport}]"
         note = f"  # {st.note}" if st.note else ""
         out.append(f"stage {st.name} over {', '.join(fmt_loop(v) for v in st.loops)}:{where}{note}")
         for w in waits(g, st.name):

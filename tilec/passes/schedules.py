@@ -8,6 +8,7 @@ from .base import Pass
 from .fuse_comm import FuseComm
 from .persist import Persist
 from .replace_barriers import ReplaceBarriers
+from .transport import Transport, wants_dma
 
 SCHEDULES = ("bsp", "flags", "fused-pull", "fused-push", "specialized")
 
@@ -20,7 +21,22 @@ DESCRIPTIONS = {
 }
 
 
-def pipeline(schedule: str, granularity: str = "auto", comm_share: float = 0.25) -> list[Pass]:
+def pipeline(schedule: str, granularity: str = "auto", comm_share: float = 0.25,
+             transport: str = "sm") -> list[Pass]:
+    """transport (of copy stages, passes/transport.py): sm adds no pass; others add `transport` before persist
+    (schedules with flags)."""
+    passes = _pipeline(schedule, granularity, comm_share)
+    if transport == "sm":
+        return passes
+    if schedule == "bsp":
+        if wants_dma(transport):
+            raise ScheduleError("transport=dma needs flags (a copy engine releases per-chunk flags): schedule bsp"
+                                " has barriers only")
+        return passes
+    return [*passes[:-1], Transport(transport), passes[-1]]
+
+
+def _pipeline(schedule: str, granularity: str, comm_share: float) -> list[Pass]:
     if schedule == "bsp":
         return [Persist(merge=False)]
     if schedule == "flags":
@@ -34,4 +50,4 @@ def pipeline(schedule: str, granularity: str = "auto", comm_share: float = 0.25)
     raise ScheduleError(f"unknown schedule '{schedule}' (choose from {', '.join(SCHEDULES)})")
 
 
-PASS_NAMES = ("lower", "fuse-comm", "replace-barriers", "persist", "codegen")
+PASS_NAMES = ("lower", "fuse-comm", "replace-barriers", "transport", "persist", "codegen")

@@ -6,15 +6,17 @@ enumerated per component of variables, not per task or element). The rules, in o
   structure  nodes, payloads, names, program order, accesses well formed, kernels name known stages
   accesses   variables in scope, tile extents, in bounds, peers only of symmetric tensors, no stores into inputs;
              a pull reads an input through a copy whose variables the buffer index solves
-  kernels    every stage in exactly one kernel, kernels in program order, global barriers exactly where the
-             program has them and only between kernels
+  kernels    every stage in exactly one kernel (a dma stage in none), kernels in program order, global barriers
+             exactly where the program has them and only between kernels
+  transport  a dma stage copies tiles whose sources no stage writes, in a graph ordered by flags
   writes     no two tasks (of any stages, on any ranks, pushes included) store one element of one rank's copy in
              one phase (between barriers; at all once flags replace them); every output element is written
   reads      every element a stage reads of a computed tensor, on the rank that holds it, is written by an earlier
              stage and ordered before the read: by a barrier, by program order on that rank (kernels that run one
              after another), or, once flags replace barriers, by a flag wait; no later store races the read
   flags      a flag belongs to its producer's store, its counters are solvable per element, and every counter is
-             released exactly `count` times per call on the rank that owns it
+             released exactly `count` times per call on the rank that owns it (a dma stage's chunk, one counter's
+             tiles, sets its counter once)
   waits      every wait is emitted (names a read of its stage), covers, as the emitted code computes it, the
              counters of every producer tile of every element read, and waits only on counters released `count`
              times per call
@@ -33,7 +35,7 @@ import numpy as np
 
 from tilec.errors import Loc, ScheduleError, VerifyError
 from tilec.ir import regions
-from tilec.ir.graph import BARRIERS, FLAGS, Barrier, Flag, Kernel, Pull, Stage, Wait, sid, stages, sync
+from tilec.ir.graph import BARRIERS, DMA, FLAGS, SM, Barrier, Flag, Kernel, Pull, Stage, Wait, sid, stages, sync
 from tilec.ir.regions import Undecidable
 from tilec.ir.tiling import DimInverse, flag_size, invert, strides
 from tilec.ir.types import ME, Access, Dot, Load, Op, Store, Sum, Tensor, TupleCall, Var
@@ -353,15 +355,16 @@ def _kernels(ctx: _Ctx) -> None:
     ks = ctx.kernels
     if ks is None:
         return
-    names = [s.name for s in ctx.stages]
+    names = [s.name for s in ctx.stages if s.transport != DMA]
     ran = [s for k in ks for s in k.stages]
     for k in ks:
         if not k.stages:
             ctx.err(None, f"kernel {k.name} runs no stage")
     for s in ctx.stages:
         n = ran.count(s.name)
-        if n != 1:
-            ctx.err(s.loc, f"stage '{s.name}' runs in {n} kernels, not one")
+        if n != (s.transport != DMA):
+            want = "none (the copy engines run it)" if s.transport == DMA else "one"
+            ctx.err(s.loc, f"stage '{s.name}' runs in {n} kernels, not {want}")
     if ran != names and sorted(ran) == sorted(names):
         first = next(a for a, b in zip(ran, names, strict=True) if a != b)
         ctx.err(ctx.stages[ctx.pos[first]].loc, f"kernels run the stages in the order {', '.join(ran)}, not in"
@@ -381,6 +384,18 @@ def _kernels(ctx: _Ctx) -> None:
         if k.groups and (len(k.groups) != len(k.stages) or not k.persistent):
             ctx.err(loc, f"kernel {k.name} gives {len(k.groups)} program groups to {len(k.stages)} stages"
                          f"{'' if k.persistent else ' and is not persistent'}")
+
+
+def _transport(ctx: _Ctx) -> None:
+    from .transport import dma_blocker
+
+    for s in ctx.stages:
+        if s.transport not in (SM, DMA):
+            ctx.err(s.loc, f"stage '{s.name}' has transport {s.transport!r}, neither {SM!r} nor {DMA!r}")
+        elif s.transport == DMA:
+            why = dma_blocker(ctx.g, s)
+            if why:
+                ctx.err(s.loc, f"stage '{s.name}' cannot run on the copy engines: {why}")
 
 
 def _seq_before(ctx: _Ctx, a: str, b: str) -> bool:
@@ -618,6 +633,8 @@ def _hits(ctx: _Ctx, f: Flag, p: Stage, dims: list[DimInverse]) -> np.ndarray:
     for name, v in dom.items():
         if name not in used:
             hits = hits * v.trips
+    if p.transport == DMA:  # the runtime copies a counter's tiles as one chunk, then sets the counter once
+        hits = (hits > 0).astype(np.int64)
     return hits
 
 
@@ -819,7 +836,7 @@ def _deadlock(ctx: _Ctx) -> None:
         pass
 
 
-RULES = [_accesses, _barriers, _kernels, _writes, _reads, _flags, _waits, _deadlock]
+RULES = [_accesses, _barriers, _kernels, _transport, _writes, _reads, _flags, _waits, _deadlock]
 
 
 def verify(g: nx.DiGraph, after: str = "?") -> None:

@@ -150,7 +150,9 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
             for cfg in cands:
                 bm, bn, bk, nw, ns, gm = cfg
                 try:
-                    prog = tilec.compile(path, world=world, schedule=s, retype=retype, group_m=gm, num_warps=nw,
+                    sched, _, transport = s.partition("+")  # "flags+dma": the copy stages on the copy engines
+                    prog = tilec.compile(path, world=world, schedule=sched, retype=retype, group_m=gm, num_warps=nw,
+                                         transport=transport or "sm",
                                          num_stages=ns, dims={**dims, "BM": bm, "BN": bn, "BK": bk})
                 except ScheduleError as e:
                     why = str(e)
@@ -184,7 +186,8 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
             cache[key] = found[key] = list(cfg)
             r.config = dict(zip(("BM", "BN", "BK", "num_warps", "num_stages", "group_m"), cfg, strict=True))
             r.config["programs_per_sm"] = prog.programs_per_sm(heap)  # of the persistent kernels (occupancy)
-            if heap.rank == 0:  # `--schedule auto` prefers device times of this program, shape, world and device
+            if heap.rank == 0 and "+" not in s:  # `--schedule auto` prefers device times of this program, shape,
+                # world and device (of the schedules it picks from: no transport variants yet)
                 from tilec.perf.auto import key as auto_key
                 from tilec.perf.auto import record_measured
 

@@ -11,6 +11,8 @@ import contextlib
 import os
 import time
 
+from . import dma
+
 MAX_PROGRAMS_PER_SM = int(os.environ.get("TILEC_PROGRAMS_PER_SM", "2"))
 
 # a KERNELS entry: (kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups,
@@ -36,6 +38,7 @@ class LaunchContext:
         # is compiled and fitted on its own, so capturing never resizes the ordinary calls' grids
         self.per_sm: dict = {}
         self.plan: list | None = None  # the launches of a call, reused while the call's tensors stay the same
+        self.dma = None  # the copy engines' plan of a call (runtime/dma.py), kept while the call's tensors stay
         self.graph = False  # launching into a CUDA graph capture (Program.capture): kernels read the epoch on device
         # (BARRIER, ERR) buffers of the call: its barriers are device kernels (device_barrier), not host ones
         self.device_barrier: tuple | None = None
@@ -200,6 +203,18 @@ def launch(ctx, mod, buffers, epoch, entry_barrier=True, only=None) -> None:
         ctx.barrier()
     if ctx.plan is None:  # the launches of a call with these tensors; calls differ only in the epoch
         ctx.plan = [_plan(ctx, buffers, i, entry) for i, entry in enumerate(mod.KERNELS)]
+    # stages on the copy engines start first: their sources are ready after the entry barrier, and the kernels
+    # wait on their chunks' flags
+    copies = dma.start(ctx, mod, buffers, epoch)
+    try:
+        _launch_kernels(ctx, mod, epoch, only)
+    finally:
+        dma.finish(copies)
+    if entry_barrier and mod.EXIT_BARRIER:
+        ctx.barrier()
+
+
+def _launch_kernels(ctx, mod, epoch, only) -> None:
     pdl = ctx.pdl and serial(mod)
     for i, (stream, barrier_before, runner, k, nprog, args) in enumerate(ctx.plan):
         if only is not None and i not in only:
@@ -216,8 +231,6 @@ def launch(ctx, mod, buffers, epoch, entry_barrier=True, only=None) -> None:
                 k[(nprog,)](*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, PDL=pdl, num_warps=mod.NUM_WARPS,
                             num_stages=mod.NUM_STAGES, launch_pdl=pdl)
     ctx.join_streams()
-    if entry_barrier and mod.EXIT_BARRIER:
-        ctx.barrier()
 
 
 def device_barrier(ctx, bar, err, warm: bool = False) -> None:
