@@ -102,8 +102,8 @@ def test_flag_scopes_in_the_ptx():
     from tilec.codegen.emit import flag_scopes
 
     prog = tilec.compile("examples/flash_decode.tile", world=2, schedule="fused-push", retype={"f16": "bf16"})
-    assert flag_scopes(prog.graph) == {"Ls.split": "gpu", "Os.split": "gpu", "Ll.local": "gpu", "Ol.local": "gpu",
-                                       "Lg.exchange": "sys", "Og.exchange": "sys"}
+    assert flag_scopes(prog.graph) == {"Os+Ls.split": "gpu", "Ol+Ll.local": "gpu",
+                                       "Og+Lg.exchange": "sys"}
     (built,) = compile_for_target(prog, "cuda:90")
     ops = set(re.findall(r"\b(?:atom|ld)\.global\.[\w.]*(?:acquire|release)[\w.]*", built.ptx))
     assert {"atom.global.gpu.release.add.u32", "atom.global.sys.release.add.u32"} <= ops, ops
@@ -112,7 +112,7 @@ def test_flag_scopes_in_the_ptx():
     for scope in ("gpu", "sys"):
         assert ops & {f"ld.global.{scope}.acquire.b32", f"atom.global.{scope}.acquire.add.u32"}, (scope, ops)
     # a flag read on a peer (flags: the exchange pulls the peers' merged partials) stays at system scope
-    assert flag_scopes(tilec.compile("examples/flash_decode.tile", world=2, schedule="flags").graph)["Ol.local"] \
+    assert flag_scopes(tilec.compile("examples/flash_decode.tile", world=2, schedule="flags").graph)["Ol+Ll.local"] \
         == "sys"
     assert set(flag_scopes(tilec.compile("examples/ag_gemm.tile", world=2, schedule="fused-push").graph).values()) \
         == {"sys"}

@@ -17,7 +17,7 @@ passes (names applied so far), options.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
@@ -69,7 +69,11 @@ class Barrier:
 class Flag:
     """Ready counters for the tiles that `producer` writes into `tensor`. One counter per value of the `key` vars
     (the producer's loop vars that index the written tile); each counter is bumped `count` times per call, on the
-    rank whose copy was written (`owner`: a producer rank var, or ME). Consumers wait for epoch * count."""
+    rank whose copy was written (`owner`: a producer rank var, or ME). Consumers wait for epoch * count.
+
+    `also`: the producer's other stores whose tiles the same bump counts ((write, key) each, see
+    replace-barriers): every producer task maps them to the same counter as `write`, so one release after all of
+    a task's stores readies them all. `member(tensor)` is the flag as seen by a reader of one of them."""
 
     name: str
     tensor: str
@@ -80,6 +84,18 @@ class Flag:
     count: int
     granularity: str
     loc: Loc = field(compare=False, repr=False)
+    also: tuple[tuple[Access, tuple[str, ...]], ...] = ()
+
+    @property
+    def tensors(self) -> tuple[str, ...]:
+        return (self.tensor, *(a.tensor for a, _ in self.also))
+
+    def member(self, tensor: str) -> Flag:
+        """This flag's counters as defined by its store into `tensor` (same counters, that tensor's tiles)."""
+        if tensor == self.tensor:
+            return self
+        a, key = next((a, k) for a, k in self.also if a.tensor == tensor)
+        return replace(self, tensor=tensor, write=a, key=key, also=())
 
 
 @dataclass(frozen=True)

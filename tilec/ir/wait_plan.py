@@ -16,7 +16,7 @@ import networkx as nx
 
 from tilec.ir.graph import Flag
 from tilec.ir.queries import flag_dims
-from tilec.ir.tiling import DimInverse, strides
+from tilec.ir.tiling import DimInverse, invert, strides
 from tilec.ir.types import ME, Access, Var
 
 MAX_BLOCK = 1024  # counters polled at once at most (a block wider than this is polled in chunks)
@@ -76,6 +76,7 @@ class WaitPlan:
 def plan_wait(g: nx.DiGraph, f: Flag, read: Access, red: set[str], scope: dict[str, Var], flag_scope: str) -> WaitPlan:
     """The plan of one wait on flag `f` before `read`; `red`: the reduction vars the read sits in (the wait covers
     all they reach), `scope`: every var of the consumer task by name."""
+    f = f.member(read.tensor)  # a shared flag: its counters as the store of the tensor read defines them
     dims = flag_dims(g, f)
     st = strides(dims)
     reach = []
@@ -104,3 +105,15 @@ def plan_wait(g: nx.DiGraph, f: Flag, read: Access, red: set[str], scope: dict[s
     block_dim = max(range(len(reach)), key=counts.__getitem__) if counts and max(counts) > 1 else None
     block = min(MAX_BLOCK, 1 << (counts[block_dim] - 1).bit_length()) if block_dim is not None else 1
     return WaitPlan(key, owner, tuple(reach), block_dim, block)
+
+
+def release_signature(f: Flag, p, world: int) -> tuple:
+    """What decides the counter a task of producer stage `p` bumps, as codegen's release computes it (flags.py):
+    two stores of one producer with equal signatures have their tiles counted by the same counter, bumped by the
+    same tasks the same number of times, so one flag (one release per task) serves both (replace-barriers)."""
+    loops = {v.name: v for v in p.loops} | {ME: Var(ME, "me", world, 1, p.loc)}
+    dims = invert(f.write, loops, set(f.key), world, f"flag {f.name}")
+    return (f.producer, f.write.rank, f.size, f.count, tuple(
+        (s, d.key_rank and d.rank_var, d.world if d.key_rank else 0, d.key_tile and d.tile_var,
+         d.step if d.key_tile else 0, d.trips if d.key_tile else 0)
+        for d, s in zip(dims, strides(dims), strict=True) if d.size > 1))

@@ -65,7 +65,7 @@ class _Ctx:
         self.problems: list[str] = []
         self._region: dict[tuple, regions.Region] = {}
         self._scope: dict[str, dict[str, Var]] = {}
-        self.flag_info: dict[str, _FlagInfo] = {}
+        self.flag_info: dict[tuple[str, str], _FlagInfo] = {}  # (flag, tensor it counts) ->
         self.flag_reads: list[tuple[Stage, _Read, str]] = []  # reads that need a flag wait: (consumer, read, producer)
 
     def err(self, loc: Loc | None, msg: str) -> None:
@@ -197,9 +197,11 @@ def _structure(ctx: _Ctx) -> None:
             else:
                 _access_form(ctx, e.access, e.loc, f"stage '{s.name}' reads")
     for f in ctx.flags.values():
-        _access_form(ctx, f.write, f.loc, f"flag {f.name} counts stores")
-        if f.tensor not in ctx.tensors:
-            ctx.err(f.loc, f"flag {f.name} counts tiles of unknown tensor '{f.tensor}'")
+        for a in (f.write, *(a for a, _ in f.also)):
+            _access_form(ctx, a, f.loc, f"flag {f.name} counts stores")
+        for t in f.tensors:
+            if t not in ctx.tensors:
+                ctx.err(f.loc, f"flag {f.name} counts tiles of unknown tensor '{t}'")
     for u, v, d in g.edges(data=True):
         kind = d.get("kind")
         if kind == "wait":
@@ -533,7 +535,7 @@ def _pull_cover(ctx: _Ctx, c: Stage, e: Pull, sc: dict[str, Var]) -> None:
 
 
 def _flags(ctx: _Ctx) -> None:
-    from tilec.ir.queries import flag_dims
+    from tilec.ir.wait_plan import release_signature
 
     g = ctx.g
     for f in sorted(ctx.flags.values(), key=lambda x: x.name):
@@ -548,40 +550,60 @@ def _flags(ctx: _Ctx) -> None:
         if releasers != [f.producer]:
             other = next(x for x in releasers if x != f.producer)
             ctx.err(f.loc, f"flag {f.name} of stage '{f.producer}' has a release edge from stage '{other}'")
-        if f.tensor != f.write.tensor or all(st.access != f.write for st in p.body):
-            ctx.err(f.loc, f"flag {f.name} counts stores {f.write} into '{f.tensor}', which stage '{f.producer}'"
-                           " does not make")
+        if len(set(f.tensors)) != len(f.tensors):
+            ctx.err(f.loc, f"flag {f.name} counts the stores into one tensor twice ({', '.join(f.tensors)})")
             continue
-        try:
-            dims = flag_dims(g, f)
-        except ScheduleError as e:
-            ctx.err(f.loc, str(e))
+        infos = {t: _flag_member(ctx, f.member(t), p) for t in f.tensors}  # a shared flag: each store it counts
+        if any(i is None for i in infos.values()):
             continue
-        bad_dim = next((d for d in dims if d.rank_var and d.tile_var and d.extent > d.rank_coef), None)
-        if bad_dim:
-            d = bad_dim
-            ctx.err(f.loc, f"flag {f.name}: in dim {d.dim} of {f.write} the tiles of '{d.tile_var}' ({d.extent}"
-                           f" elements) overlap those of the next '{d.rank_var}' ({d.rank_coef} apart): its"
-                           " counters cannot be solved per element")
+        sig = release_signature(f, p, ctx.world)
+        odd = next((t for t in f.tensors if release_signature(f.member(t), p, ctx.world) != sig), None)
+        if odd:  # codegen releases the first store's counter: every other store must map each task to it too
+            ctx.err(f.loc, f"flag {f.name} counts stores {f.member(odd).write} and {f.write}, but one release per"
+                           " task does not bump the same counter for both")
             continue
-        if f.size != flag_size(dims):
-            ctx.err(f.loc, f"flag {f.name} has {f.size} counters but its key ({', '.join(f.key)}) makes"
-                           f" {flag_size(dims)}")
-            continue
-        try:
-            hits = _hits(ctx, f, p, dims)
-        except Undecidable as e:
-            ctx.err(f.loc, f"flag {f.name}: cannot count its releases ({e}); rejected rather than trusted")
-            continue
-        if not hits.any():
-            ctx.err(f.loc, f"missing release: no task of stage '{f.producer}' releases flag {f.name}")
-            continue
-        wrong = np.argwhere((hits != f.count) & (hits != 0))
-        if len(wrong):
-            q, *coords = (int(x) for x in wrong[0])
-            ctx.err(f.loc, _count_msg(f, dims, q, coords, int(hits[tuple(wrong[0])])))
-            continue
-        ctx.flag_info[f.name] = _FlagInfo(dims, hits, hits != f.count)
+        for t, info in infos.items():
+            ctx.flag_info[(f.name, t)] = info
+
+
+def _flag_member(ctx: _Ctx, f: Flag, p: Stage) -> _FlagInfo | None:
+    from tilec.ir.queries import flag_dims
+
+    g = ctx.g
+    if f.tensor != f.write.tensor or all(st.access != f.write for st in p.body):
+        ctx.err(f.loc, f"flag {f.name} counts stores {f.write} into '{f.tensor}', which stage '{f.producer}'"
+                       " does not make")
+        return None
+    try:
+        dims = flag_dims(g, f)
+    except ScheduleError as e:
+        ctx.err(f.loc, str(e))
+        return None
+    bad_dim = next((d for d in dims if d.rank_var and d.tile_var and d.extent > d.rank_coef), None)
+    if bad_dim:
+        d = bad_dim
+        ctx.err(f.loc, f"flag {f.name}: in dim {d.dim} of {f.write} the tiles of '{d.tile_var}' ({d.extent}"
+                       f" elements) overlap those of the next '{d.rank_var}' ({d.rank_coef} apart): its"
+                       " counters cannot be solved per element")
+        return None
+    if f.size != flag_size(dims):
+        ctx.err(f.loc, f"flag {f.name} has {f.size} counters but its key ({', '.join(f.key)}) makes"
+                       f" {flag_size(dims)}")
+        return None
+    try:
+        hits = _hits(ctx, f, p, dims)
+    except Undecidable as e:
+        ctx.err(f.loc, f"flag {f.name}: cannot count its releases ({e}); rejected rather than trusted")
+        return None
+    if not hits.any():
+        ctx.err(f.loc, f"missing release: no task of stage '{f.producer}' releases flag {f.name}")
+        return None
+    wrong = np.argwhere((hits != f.count) & (hits != 0))
+    if len(wrong):
+        q, *coords = (int(x) for x in wrong[0])
+        ctx.err(f.loc, _count_msg(f, dims, q, coords, int(hits[tuple(wrong[0])])))
+        return None
+    return _FlagInfo(dims, hits, hits != f.count)
 
 
 def _count_msg(f: Flag, dims, q: int, coords: list[int], h: int) -> str:
@@ -634,9 +656,11 @@ def _waits(ctx: _Ctx) -> None:
             if f is None:
                 ctx.err(w.loc, f"stage '{c.name}' waits on unknown flag {w.flag}")
                 continue
-            if f.tensor != w.read.tensor or w.tensor != f.tensor:
-                ctx.err(w.loc, f"stage '{c.name}' waits on {w.flag}, a flag of '{f.tensor}', before reading {w.read}")
+            if w.tensor != w.read.tensor or w.tensor not in f.tensors:
+                ctx.err(w.loc, f"stage '{c.name}' waits on {w.flag}, a flag of '{'+'.join(f.tensors)}', before"
+                               f" reading {w.read}")
                 continue
+            f = f.member(w.tensor)
             if w.producer != f.producer:
                 ctx.err(w.loc, f"stage '{c.name}' waits on {w.flag} as released by stage '{w.producer}', but stage"
                                f" '{f.producer}' releases it")
@@ -646,7 +670,7 @@ def _waits(ctx: _Ctx) -> None:
                 ctx.err(w.loc, f"the wait on {w.flag} before {w.read} is never emitted: stage '{c.name}' reads no tile"
                                f" {w.read} with these tile vars and extents ({_tiles(w.read)})")
                 continue
-            if w.flag not in ctx.flag_info:
+            if (w.flag, w.tensor) not in ctx.flag_info:
                 continue  # the flag itself is rejected
             try:
                 covered[(c.name, rd, w)] = _wait_check(ctx, c, rd, w, f)
@@ -685,7 +709,7 @@ def _wait_check(ctx: _Ctx, c: Stage, rd: _Read, w: Wait, f: Flag) -> str | None:
     element the read touches in every task (else returns why not)."""
     from tilec.ir.wait_plan import plan_wait
 
-    info = ctx.flag_info[f.name]
+    info = ctx.flag_info[(f.name, f.tensor)]
     sc = ctx.scope(c)
     red = {v.name for v in rd.red}
     read = w.read

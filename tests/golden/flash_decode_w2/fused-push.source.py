@@ -31,19 +31,16 @@ TENSORS = {
 }
 # flag parameter: (counters, releases per counter per call, producer stage, key, number)
 FLAGS = {
-    "F_Lg_exchange": (32, 1, "exchange", "rank, b, h", 1),
-    "F_Ll_local": (16, 1, "local", "b, h", 2),
-    "F_Ls_split": (8, 1, "split", "j, b, g, q", 3),
-    "F_Og_exchange": (32, 1, "exchange", "rank, b, h, _a1", 4),
-    "F_Ol_local": (16, 1, "local", "b, h, _a3", 5),
-    "F_Os_split": (8, 1, "split", "j, b, g, q, _a3", 6),
+    "F_Og_Lg_exchange": (32, 1, "exchange", "rank, b, h, _a1", 1),
+    "F_Ol_Ll_local": (16, 1, "local", "b, h, _a3", 2),
+    "F_Os_Ls_split": (8, 1, "split", "j, b, g, q, _a3", 3),
 }
 TIMELINE_SLOTS = 0  # a timeline build: one (stage, program, start, waited, end) record per task
 
 
 @triton.jit
-def split_task(t, Q, lens, K, V, Os, Ls, F_Ls_split, F_Os_split, Ol, Ll, F_Ll_local, F_Ol_local, Og, Lg, F_Lg_exchange,
-               F_Og_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
+def split_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split, Ol, Ll, F_Ol_Ll_local, Og, Lg, F_Og_Lg_exchange, O, ERR,
+               heap_bases, rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
     # stage split (examples/flash_decode.tile:21-22): Os[j, b, g*G + q, :], Ls[j, b, g*G + q] = attend(Q[b, g*G + q, ...
     p = 0
     q = 0
@@ -76,13 +73,12 @@ def split_task(t, Q, lens, K, V, Os, Ls, F_Ls_split, F_Os_split, Ol, Ll, F_Ll_lo
     o, lse = td.attend_finish(row_max, den, acc, 4)
     tl.store(Os + j * 1024 + b * 512 + (4 * g + q_r)[None, None, :, None] * 64 + _a3_r[None, None, None, :], tl.reshape(o, (1, 1, 4, 64)).to(tl.float32))
     tl.store(Ls + j * 16 + b * 8 + (4 * g + q_r)[None, None, :], tl.reshape(lse, (1, 1, 4)).to(tl.float32))
-    td.release(F_Ls_split + j * 4 + b * 2 + g + q // 4, rank, rank, heap_bases, "gpu")
-    td.release(F_Os_split + j * 4 + b * 2 + g + q // 4, rank, rank, heap_bases, "gpu")
+    td.release(F_Os_Ls_split + j * 4 + b * 2 + g + q // 4, rank, rank, heap_bases, "gpu")
 
 
 @triton.jit
-def local_task(t, Q, lens, K, V, Os, Ls, F_Ls_split, F_Os_split, Ol, Ll, F_Ll_local, F_Ol_local, Og, Lg, F_Lg_exchange,
-               F_Og_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
+def local_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split, Ol, Ll, F_Ol_Ll_local, Og, Lg, F_Og_Lg_exchange, O, ERR,
+               heap_bases, rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
     # stage local (examples/flash_decode.tile:24): Ol[b, h, :], Ll[b, h] = lse_merge(Os[:, b, h, :], Ls[:, b, h])
     _a0 = 0
     _a1 = 0
@@ -103,19 +99,18 @@ def local_task(t, Q, lens, K, V, Os, Ls, F_Ls_split, F_Os_split, Ol, Ll, F_Ll_lo
         ctr_v = ctr + tl.arange(0, 2)
         for ctr_2 in range(b, last_2 + 1):
             for ctr_3 in range(h // 4, last_3 + 1):
-                td.wait_all(F_Os_split, ctr_v * 4 + ctr_2 * 2 + ctr_3, ctr_v <= last, epoch, rank, rank, heap_bases, ERR, timeout_ns, 6, "gpu", UPCAST_DOT)
+                td.wait_all(F_Os_Ls_split, ctr_v * 4 + ctr_2 * 2 + ctr_3, ctr_v <= last, epoch, rank, rank, heap_bases, ERR, timeout_ns, 3, "gpu", UPCAST_DOT)
     os_tile = tl.load(Os + _a0_r[:, None, None, None] * 1024 + b * 512 + h * 64 + _a1_r[None, None, None, :])
     ls_tile = tl.load(Ls + _a2_r[:, None, None] * 16 + b * 8 + h)
     o, lse = td.lse_merge(tl.reshape(os_tile, (2, 1, 64)), tl.reshape(ls_tile, (2, 1)), 2)
     tl.store(Ol + b * 512 + h * 64 + _a3_r[None, None, :], tl.reshape(o, (1, 1, 64)).to(tl.float32))
     tl.store(Ll + b * 8 + h + tl.zeros((1, 1), dtype=tl.int32), (tl.zeros((1, 1), dtype=tl.float32) + tl.max(tl.reshape(lse, (1,)), axis=0)).to(tl.float32))
-    td.release(F_Ll_local + b * 8 + h, rank, rank, heap_bases, "gpu")
-    td.release(F_Ol_local + b * 8 + h, rank, rank, heap_bases, "gpu")
+    td.release(F_Ol_Ll_local + b * 8 + h, rank, rank, heap_bases, "gpu")
 
 
 @triton.jit
-def exchange_task(t, Q, lens, K, V, Os, Ls, F_Ls_split, F_Os_split, Ol, Ll, F_Ll_local, F_Ol_local, Og, Lg,
-                  F_Lg_exchange, F_Og_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
+def exchange_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split, Ol, Ll, F_Ol_Ll_local, Og, Lg, F_Og_Lg_exchange, O, ERR,
+                  heap_bases, rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
     # stage exchange (examples/flash_decode.tile:27-28): Og[r, b, h, :] = Ol@r[b, h, :]; Lg[r, b, h] = Ll@r[b, h]
     _a0 = 0
     _a1 = 0
@@ -130,19 +125,18 @@ def exchange_task(t, Q, lens, K, V, Os, Ls, F_Ls_split, F_Os_split, Ol, Ll, F_Ll
     last_2 = h
     for ctr in range(b, last + 1):
         for ctr_2 in range(h, last_2 + 1):
-            td.wait(F_Ol_local + ctr * 8 + ctr_2, epoch, rank, rank, heap_bases, ERR, timeout_ns, 5, ctr * 8 + ctr_2, "gpu", UPCAST_DOT)
+            td.wait(F_Ol_Ll_local + ctr * 8 + ctr_2, epoch, rank, rank, heap_bases, ERR, timeout_ns, 2, ctr * 8 + ctr_2, "gpu", UPCAST_DOT)
     peer_r = td.peer_offset(heap_bases, rank, r, 4)
     ol_tile = tl.load(Ol + b * 512 + h * 64 + _a0_r[None, None, :])
     tl.store(Og + peer_r + rank * 1024 + b * 512 + h * 64 + _a1_r[None, None, None, :], tl.reshape(ol_tile, (1, 1, 1, 64)).to(tl.float32))
     ll_val = tl.load(Ll + b * 8 + h + tl.zeros((1, 1), dtype=tl.int32))
     tl.store(Lg + peer_r + rank * 16 + b * 8 + h + tl.zeros((1, 1, 1), dtype=tl.int32), tl.reshape(ll_val, (1, 1, 1)).to(tl.float32))
-    td.release(F_Lg_exchange + rank * 16 + b * 8 + h, rank, r, heap_bases, "sys")
-    td.release(F_Og_exchange + rank * 16 + b * 8 + h, rank, r, heap_bases, "sys")
+    td.release(F_Og_Lg_exchange + rank * 16 + b * 8 + h, rank, r, heap_bases, "sys")
 
 
 @triton.jit
-def combine_task(t, Q, lens, K, V, Os, Ls, F_Ls_split, F_Os_split, Ol, Ll, F_Ll_local, F_Ol_local, Og, Lg,
-                 F_Lg_exchange, F_Og_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
+def combine_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split, Ol, Ll, F_Ol_Ll_local, Og, Lg, F_Og_Lg_exchange, O, ERR,
+                 heap_bases, rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
     # stage combine (examples/flash_decode.tile:31): O[b, h, :], _ = lse_merge(Og[:, b, h, :], Lg[:, b, h])
     _a0 = 0
     _a1 = 0
@@ -163,7 +157,7 @@ def combine_task(t, Q, lens, K, V, Os, Ls, F_Ls_split, F_Os_split, Ol, Ll, F_Ll_
         ctr_v = ctr + tl.arange(0, 2)
         for ctr_2 in range(b, last_2 + 1):
             for ctr_3 in range(h, last_3 + 1):
-                td.wait_all(F_Og_exchange, ctr_v * 16 + ctr_2 * 8 + ctr_3, ctr_v <= last, epoch, rank, rank, heap_bases, ERR, timeout_ns, 4, "sys", UPCAST_DOT)
+                td.wait_all(F_Og_Lg_exchange, ctr_v * 16 + ctr_2 * 8 + ctr_3, ctr_v <= last, epoch, rank, rank, heap_bases, ERR, timeout_ns, 1, "sys", UPCAST_DOT)
     og_tile = tl.load(Og + _a0_r[:, None, None, None] * 1024 + b * 512 + h * 64 + _a1_r[None, None, None, :])
     lg_tile = tl.load(Lg + _a2_r[:, None, None] * 16 + b * 8 + h)
     o, lse = td.lse_merge(tl.reshape(og_tile, (2, 1, 64)), tl.reshape(lg_tile, (2, 1)), 2)
@@ -171,29 +165,29 @@ def combine_task(t, Q, lens, K, V, Os, Ls, F_Ls_split, F_Os_split, Ol, Ll, F_Ll_
 
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
-def k0_split_local_exchange_combine(Q, lens, K, V, Os, Ls, F_Ls_split, F_Os_split, Ol, Ll, F_Ll_local, F_Ol_local, Og,
-                                    Lg, F_Lg_exchange, F_Og_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns,
-                                    EPOCH_AT, NPROG: tl.constexpr, UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr,
+def k0_split_local_exchange_combine(Q, lens, K, V, Os, Ls, F_Os_Ls_split, Ol, Ll, F_Ol_Ll_local, Og, Lg,
+                                    F_Og_Lg_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT,
+                                    NPROG: tl.constexpr, UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr,
                                     PDL: tl.constexpr):
     # stages: split, local, exchange, combine; 72 tasks; persistent
     pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
     for task in range(pid, 72, NPROG):
         if task < 8:
-            split_task(task, Q, lens, K, V, Os, Ls, F_Ls_split, F_Os_split, Ol, Ll, F_Ll_local, F_Ol_local, Og, Lg,
-                       F_Lg_exchange, F_Og_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
+            split_task(task, Q, lens, K, V, Os, Ls, F_Os_Ls_split, Ol, Ll, F_Ol_Ll_local, Og, Lg, F_Og_Lg_exchange, O,
+                       ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
         elif task < 24:
-            local_task(task - 8, Q, lens, K, V, Os, Ls, F_Ls_split, F_Os_split, Ol, Ll, F_Ll_local, F_Ol_local, Og, Lg,
-                       F_Lg_exchange, F_Og_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
+            local_task(task - 8, Q, lens, K, V, Os, Ls, F_Os_Ls_split, Ol, Ll, F_Ol_Ll_local, Og, Lg, F_Og_Lg_exchange,
+                       O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
         elif task < 56:
-            exchange_task(task - 24, Q, lens, K, V, Os, Ls, F_Ls_split, F_Os_split, Ol, Ll, F_Ll_local, F_Ol_local, Og,
-                          Lg, F_Lg_exchange, F_Og_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
+            exchange_task(task - 24, Q, lens, K, V, Os, Ls, F_Os_Ls_split, Ol, Ll, F_Ol_Ll_local, Og, Lg,
+                          F_Og_Lg_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
         else:
-            combine_task(task - 56, Q, lens, K, V, Os, Ls, F_Ls_split, F_Os_split, Ol, Ll, F_Ll_local, F_Ol_local, Og,
-                         Lg, F_Lg_exchange, F_Og_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
+            combine_task(task - 56, Q, lens, K, V, Os, Ls, F_Os_Ls_split, Ol, Ll, F_Ol_Ll_local, Og, Lg,
+                         F_Og_Lg_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
 
 
 # kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups, buffer arguments
 KERNELS = [
-    (k0_split_local_exchange_combine, 72, True, False, False, 1.0, 0, ["Q", "lens", "K", "V", "Os", "Ls", "F_Ls_split", "F_Os_split", "Ol", "Ll", "F_Ll_local", "F_Ol_local", "Og", "Lg", "F_Lg_exchange", "F_Og_exchange", "O"]),
+    (k0_split_local_exchange_combine, 72, True, False, False, 1.0, 0, ["Q", "lens", "K", "V", "Os", "Ls", "F_Os_Ls_split", "Ol", "Ll", "F_Ol_Ll_local", "Og", "Lg", "F_Og_Lg_exchange", "O"]),
 ]
