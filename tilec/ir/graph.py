@@ -12,7 +12,7 @@ Edges:
 Graph attributes: program (BoundProgram: name, world, dims, source), order (tuple of stage/barrier ids in program
 order), sync (how stages are ordered across ranks: BARRIERS, global barriers between phases, as written; or
 FLAGS, per-tile ready counters only, once replace-barriers ran), kernels (tuple of Kernel, set by `persist`),
-passes (names applied so far), options.
+folds (tuple of Fold, set by `fold-last`), passes (names applied so far), options.
 """
 
 from __future__ import annotations
@@ -119,6 +119,19 @@ class Kernel:
     groups: tuple[float, ...] = ()  # workgroup specialization: each stage's share of the programs (in per mille)
 
 
+@dataclass(frozen=True)
+class Fold:
+    """Stage `consumer` runs inside stage `producer` (fold-last): each producer task bumps its counter of `flag`
+    (one per group of producer tasks, acq_rel), and the task whose bump completes the group runs, right there,
+    every consumer task whose waits are on that counter. The consumer's waits on `flag` are then satisfied by
+    construction and not emitted; its tasks leave the persistent loop."""
+
+    consumer: str
+    producer: str
+    flag: str
+    loc: Loc = field(compare=False, repr=False)
+
+
 BARRIERS, FLAGS = "barriers", "flags"  # g.graph["sync"]
 
 
@@ -161,6 +174,10 @@ def waits(g: nx.DiGraph, stage_name: str) -> list[Wait]:
         if d["kind"] == "wait":
             out += d["waits"]
     return out
+
+
+def folds(g: nx.DiGraph) -> tuple[Fold, ...]:
+    return tuple(g.graph.get("folds", ()))
 
 
 def barriers(g: nx.DiGraph) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tilec.errors import ScheduleError
 
 from .base import Pass
+from .fold_last import FoldLast
 from .fuse_comm import FuseComm
 from .persist import Persist
 from .replace_barriers import ReplaceBarriers
@@ -28,10 +29,10 @@ def pipeline(schedule: str, granularity: str = "auto", comm_share: float = 0.25)
     if schedule == "fused-pull":
         return [FuseComm("pull"), ReplaceBarriers(granularity), Persist(merge=True)]
     if schedule == "fused-push":
-        return [FuseComm("push"), ReplaceBarriers(granularity), Persist(merge=True)]
+        return [FuseComm("push"), ReplaceBarriers(granularity), Persist(merge=True), FoldLast()]
     if schedule == "specialized":
-        return [ReplaceBarriers(granularity), Persist(merge=True, specialize=True, comm_share=comm_share)]
+        return [ReplaceBarriers(granularity), Persist(merge=True, specialize=True, comm_share=comm_share), FoldLast()]
     raise ScheduleError(f"unknown schedule '{schedule}' (choose from {', '.join(SCHEDULES)})")
 
 
-PASS_NAMES = ("lower", "fuse-comm", "replace-barriers", "persist", "codegen")
+PASS_NAMES = ("lower", "fuse-comm", "replace-barriers", "persist", "fold-last", "codegen")
