@@ -26,9 +26,9 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.errors import ScheduleError
+from tilec.ir.builtins import TILE_FNS
 from tilec.ir.graph import Flag, Fold, sid, stage, stages, waits
 from tilec.ir.tiling import flag_size, invert
-from tilec.ir.builtins import TILE_FNS
 from tilec.ir.types import ME, Load, Sum, TupleCall, Var, reduction_vars, walk
 from tilec.ir.wait_plan import plan_fold, plan_wait, release_signature
 
