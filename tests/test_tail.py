@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 import tilec
 from tilec.errors import VerifyError
@@ -132,3 +133,115 @@ def test_folded_flash_decode_matches_torch(world, monkeypatch):
     bad = [row for rows in results for row in rows if not all(math.isfinite(e) and e <= 2e-3 for e in row[3])]
     assert not bad, bad
     assert all(row[4] for rows in results for row in rows)  # every counter (arrivals too) at epoch * count
+
+
+# -- fold-last beyond flash decode: a split-K GEMM whose merge of the K/BS partials folds into the last part task ----
+
+SPLITK = """
+# split-K GEMM on every rank, a merge of the K/BS partials of each output tile, then an all-gather of the results
+program splitk(world W)
+  dims  M = 32, N = 32, K = 64
+  tiles BM = 16, BN = 16, BK = 16, BS = 16, BN2 = 16
+
+  in  A  : f32[M, K]
+  in  B  : f32[K, N]
+  out C  : f32[M*W, N] symmetric
+  buf P  : f32[K/BS, M, N]
+  buf Cl : f32[M, N] symmetric
+
+  stage part over s in K/BS by 1, m in M by BM, n in N by BN:
+    P[s, m, n] = sum k in BS by BK: A[m, s*BS + k] @ B[s*BS + k, n]
+  barrier
+  stage merge over m in M by BM, n in N by BN2:
+    Cl[m, n] = sum s in K/BS by 1: P[s, m, n]
+  barrier
+  stage gather over r in ranks, m in M by BM, n in N by BN:
+    C[r*M + m, n] = Cl@r[m, n]
+"""
+
+
+def _splitk(world: int, schedule: str, **dims):
+    return tilec.compile("splitk.tile", world=world, schedule=schedule, source=SPLITK, dims=dims or None)
+
+
+@pytest.mark.parametrize("schedule", ["fused-push", "specialized"])
+def test_split_k_merge_folds(schedule):
+    from tilec.ir.graph import folds
+
+    prog = _splitk(2, schedule)
+    assert ("merge", "part") in [(f.consumer, f.producer) for f in folds(prog.graph)]
+    f = prog.graph.nodes["f:P.part:merge"]["payload"]
+    assert (f.size, f.count) == (4, 4)  # one counter per output tile, bumped by its K/BS part tasks
+    part = prog.source[prog.source.index("def part_task("):prog.source.index("def merge_task(")]
+    assert "if td.arrive(F_P_part_merge + " in part and "merge_task(" in part
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_folded_split_k_matches_torch(world):
+    from tests import _workers
+    from tests._util import make_calls
+    from tilec.runtime import spawn
+
+    cases, calls = [], {}
+    for sched in ("fused-push", "specialized"):
+        # K = 48: three partials per tile; N = 24: a ragged last column tile
+        prog = _splitk(world, sched, K=48, N=24)
+        assert prog.graph.graph.get("folds"), sched
+        calls[sched] = make_calls(prog, 2, seed=5 + world)
+        cases.append((sched, prog, calls[sched], ()))
+    results = spawn(_workers.run_cases, world, heap_bytes=1 << 22, timeout=600, args=(cases,))
+    for sched, ins in calls.items():
+        for c, per_rank in enumerate(ins):
+            want = torch.cat([d["A"].double() @ d["B"].double() for d in per_rank])
+            for r in range(world):
+                got = results[r][sched][c]["C"].double()
+                assert torch.allclose(got, want, rtol=1e-4, atol=1e-4), (sched, c, r, (got - want).abs().max())
+
+
+# -- the verifier rejects a fold it cannot prove ----------------------------------------------------------------------
+
+
+def test_fold_whose_group_misses_a_tile_is_rejected():
+    g = copy_graph(_splitk(2, "fused-push").graph)
+    f = g.nodes["f:P.part:merge"]["payload"]
+    # one counter per part task (s keyed): merge[m, n] reads the tiles of 4 counters, the fold runs it at one
+    _set(g, "P.part:merge", key=("s", *f.key), size=f.size * 4, count=1)
+    assert "stage 'merge' folded into stage 'part': fold: P[s, m, n] picks its counter of dim 0 by 0 vars, not one;" \
+        " rejected rather than trusted" in problems(g)
+
+
+def test_fold_of_a_consumer_reading_two_groups_is_rejected():
+    from tilec.ir.graph import Fold, waits
+    from tilec.passes.fold_last import FoldLast
+
+    # merge tiles of 32 columns: each reads the partials of two output tiles, two groups: fold-last leaves it alone
+    prog = _splitk(2, "fused-push", N=64, BN2=32)
+    assert "merge" not in [f.consumer for f in prog.graph.graph["folds"]]
+    g = copy_graph(prog.graph)  # the fold it refused, made anyway: run when the first of its groups completes
+    c = g.nodes["s:merge"]["payload"]
+    ws = waits(g, "merge")
+    f = g.nodes[f"f:{ws[0].flag}"]["payload"]
+    arrival = FoldLast._arrival(g, f, c, ws)
+    fold = Fold("merge", "part", arrival.name, c.loc)
+    g = FoldLast._rewrite(g, f, arrival, c, fold)
+    g.graph["folds"] = (*g.graph["folds"], fold)
+    assert "stage 'merge' folded into stage 'part': its task 0 waits on counters 0..1 of dim 2 before reading" \
+        " P[s, m, n]: more than one group" in problems(g)
+
+
+def test_fold_of_a_consumer_that_waits_on_something_else_is_rejected():
+    prog = _splitk(2, "specialized")
+    g = copy_graph(prog.graph)
+    w = g.edges["f:P.part:merge", "s:merge"]["waits"][0]
+    g.add_edge("f:Cl.merge", "s:merge", kind="wait", waits=(dataclasses.replace(w, flag="Cl.merge"),))
+    assert "it also waits on Cl.merge" in problems(g)
+
+
+def test_fold_into_a_later_stage_is_rejected(fd):
+    from tilec.ir.graph import Fold
+
+    g = copy_graph(fd.graph)
+    g.graph["folds"] = (*g.graph["folds"], Fold("split", "combine", "Og+Lg.exchange", fd.graph.nodes["s:split"][
+        "payload"].loc))
+    assert "stage 'split' folded into stage 'combine'" in problems(g)

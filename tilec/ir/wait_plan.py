@@ -163,6 +163,14 @@ class FoldPlan:
         return t
 
 
+def task_scope(st, world: int) -> dict[str, Var]:
+    """Every var of a task of stage `st` by name: its loops, `rank` and its reduction vars."""
+    from tilec.ir.types import reduction_vars
+
+    out = {v.name: v for v in st.loops} | {ME: Var(ME, "me", world, 1, st.loc)}
+    return out | {v.name: v for s in st.body for v in reduction_vars(s.value)}
+
+
 def fold_reads(g: nx.DiGraph, consumer: str, flag: str):
     """The consumer's waits on `flag`, each with the reduction vars its read sits in."""
     from tilec.ir.graph import stage, waits
@@ -181,7 +189,7 @@ def plan_fold(g: nx.DiGraph, fold) -> FoldPlan:
 
     c = stage(g, fold.consumer)
     f0: Flag = g.nodes[f"f:{fold.flag}"]["payload"]
-    scope = {v.name: v for v in c.loops} | {ME: Var(ME, "me", g.graph["program"].world, 1, c.loc)}
+    scope = task_scope(c, g.graph["program"].world)
     reads = fold_reads(g, fold.consumer, fold.flag)
     if not reads:
         raise ScheduleError(f"fold: stage '{fold.consumer}' does not wait on {fold.flag}")

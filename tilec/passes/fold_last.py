@@ -1,7 +1,7 @@
 """fold-last: run a consumer stage inside the last arriving task of the producer tiles it reads.
 
-When every task of a data-movement consumer stage (tile copies, merges, sums over ranks: the short tasks of a
-tail) reads the tiles of a fixed group of tasks of one producer stage of the same
+When every task of a memory-bound consumer stage (tile copies, element-wise math, merges and sums: the short
+tasks of a tail; not a GEMM) reads the tiles of a fixed group of tasks of one producer stage of the same
 persistent kernel (local tiles only), the consumer's wait on the producer's flag becomes an arrival counter per
 group: each producer task, after its stores, bumps its group's counter (acq_rel, `td.arrive`), and the task whose
 bump completes the group runs the consumer task(s) of that group right there, with no wait. The consumer's tasks
@@ -29,19 +29,20 @@ from tilec.errors import ScheduleError
 from tilec.ir.builtins import TILE_FNS
 from tilec.ir.graph import Flag, Fold, sid, stage, stages, waits
 from tilec.ir.tiling import flag_size, invert
-from tilec.ir.types import ME, Load, Sum, TupleCall, Var, reduction_vars, walk
-from tilec.ir.wait_plan import plan_fold, plan_wait, release_signature
+from tilec.ir.types import ME, Dot, TupleCall, Var, reduction_vars, walk
+from tilec.ir.wait_plan import plan_wait, release_signature, task_scope
 
 from .base import Pass
+from .verify import fold_problem
 
 
 def _tail_work(c) -> bool:
-    """Data movement (tile copies, merges, sums over ranks): short tasks that would otherwise queue behind the stream
-    and spin. A compute stage (a GEMM) keeps its own tasks: run inside one producer task its tiles would lose their
-    parallelism (and, specialized, leave the compute programs for the communication ones)."""
-    return all(isinstance(s.value, Load) and s.part is None for s in c.body) or any(
-        (isinstance(x, Sum) and x.var.is_rank) or (isinstance(x, TupleCall) and TILE_FNS[x.fn].moves_data)
-        for s in c.body for x in walk(s.value))
+    """Memory-bound work: tile copies, element-wise math, sums of loaded tiles (a split-K or split-KV merge, a sum
+    over ranks), data-movement tile functions (lse_merge): short tasks that would otherwise queue behind the stream
+    and spin. A stage with a GEMM (or attend) keeps its own tasks: run inside one producer task its tiles would lose
+    their parallelism (and, specialized, leave the compute programs for the communication ones)."""
+    return not any(isinstance(x, Dot) or (isinstance(x, TupleCall) and not TILE_FNS[x.fn].moves_data)
+                   for s in c.body for x in walk(s.value))
 
 
 @dataclass(frozen=True)
@@ -71,9 +72,7 @@ class FoldLast(Pass):
                 continue
             fold = Fold(c.name, p, arrival.name, c.loc)
             trial = self._rewrite(g.copy(), f, arrival, c, fold)
-            try:
-                plan_fold(trial, fold)
-            except ScheduleError:
+            if fold_problem(trial, fold):  # e.g. a task reads the tiles of two groups: it stays in the loop
                 continue
             g = trial
             folds.append(fold)
@@ -86,7 +85,7 @@ class FoldLast(Pass):
         """The flag whose counters are the groups: f's key without the vars of dims every read takes whole."""
         world = g.graph["program"].world
         p = stage(g, f.producer)
-        scope = {v.name: v for v in c.loops} | {ME: Var(ME, "me", world, 1, c.loc)}
+        scope = task_scope(c, world)
         red = {v.name for s in c.body for v in reduction_vars(s.value)}
         whole: set[str] = set()
         read = []

@@ -895,7 +895,22 @@ def _folds(ctx: _Ctx) -> None:
             ctx.err(fo.loc, f"{what}: {why}")
 
 
+def fold_problem(g: nx.DiGraph, fo) -> str | None:
+    """Why fold `fo` of graph g is unsound (its groups, as _folds checks them), or None: fold-last asks before it
+    commits to a fold."""
+    from tilec.ir.wait_plan import fold_reads, plan_fold
+
+    ctx = _Ctx(g)
+    ctx.setup()
+    try:
+        return _fold_groups(ctx, ctx.stages[ctx.pos[fo.consumer]], fo, plan_fold(g, fo),
+                            fold_reads(g, fo.consumer, fo.flag))
+    except (ScheduleError, Undecidable) as e:
+        return str(e)
+
+
 def _fold_groups(ctx: _Ctx, c: Stage, fo, plan, reads) -> str | None:
+    from tilec.ir.queries import flag_dims
     from tilec.ir.wait_plan import plan_wait
 
     sc = ctx.scope(c)
@@ -911,7 +926,7 @@ def _fold_groups(ctx: _Ctx, c: Stage, fo, plan, reads) -> str | None:
     for w, red in reads:  # the one counter each task waits on, the same for every read
         fw = ctx.flags[fo.flag].member(w.tensor)
         wp = plan_wait(ctx.g, fw, w.read, red, sc, "gpu")
-        dims = ctx.flag_info[(fo.flag, w.tensor)].dims
+        dims = flag_dims(ctx.g, fw)
         st = dict(zip((d.dim for d in dims), strides(dims), strict=True))
         mine = np.zeros(n, dtype=np.int64)
         for r in wp.reach:
