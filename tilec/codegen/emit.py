@@ -18,7 +18,7 @@ from tilec.ir.types import ME, Access, Sum, Var, walk
 
 from .compute import Compute
 from .copies import Copies
-from .flags import TASK_ARGS_MARK, Flags, flag_scopes
+from .flags import TASK_ARGS_MARK, Flags, flag_scopes, silent_flags
 from .model import FlagModel, KernelModel, ModuleModel, TaskFn, TensorModel
 from .tasks import Tasks
 from .text import FIXED_NAMES, Names, ident, tidy, wrap
@@ -124,8 +124,9 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
         if d["kind"] == "tensor":
             t = d["payload"]
             tensors_used.append(TensorModel(t.name, t.kind, t.dtype, t.shape, t.symmetric))
+    silent = silent_flags(g)
     fms = tuple(FlagModel(f.name, f"F_{ident(f.name)}", f.size, f.count, f.producer, ", ".join(f.key),
-                          flag_no[f.name]) for f in flags(g))
+                          flag_no[f.name]) for f in flags(g) if f.name not in silent)
     header = (
         f"program: {prog.name}   world: {prog.world}   schedule: {schedule}",
         "passes: " + ", ".join(g.graph.get("passes", ())),

@@ -78,11 +78,16 @@ class Flags:
         """fold-last: bump the group's arrival counter; the bump that completes it runs the consumer's tasks of
         the group (a range of the consumer var that picks each keyed dim, every value of its other vars)."""
         plan = plan_fold(self.g, fold)
-        fp = self.param(f"F_{ident(f.name)}")
-        out.append(f"{indent}# the last of the {f.count} {f.producer} tasks of this group runs {fold.consumer}'s tasks"
-                   " that read them")
-        out.append(f"{indent}if td.arrive({fp} + {self._counter(f)}, epoch * {f.count}):")
-        ind = indent + "    "
+        if f.count == 1:  # a group of one task: no counter, it runs them itself (silent_flags: none allocated)
+            out.append(f"{indent}# {fold.consumer}'s tasks that read this tile run right here (a group of one)")
+            out.append(f"{indent}tl.debug_barrier()  # every thread's stores of the tile are done before they read it")
+            ind = indent
+        else:
+            fp = self.param(f"F_{ident(f.name)}")
+            out.append(f"{indent}# the last of the {f.count} {f.producer} tasks of this group runs {fold.consumer}'s"
+                       " tasks that read them")
+            out.append(f"{indent}if td.arrive({fp} + {self._counter(f)}, epoch * {f.count}):")
+            ind = indent + "    "
         names = {}
         for fd in plan.dims:
             d, v, k, c = fd.dim, fd.var, fd.coef, fd.const
@@ -105,6 +110,9 @@ class Flags:
             if -(-max(e1_max - c, 0) // k) > v.extent:
                 hi = f"tl.minimum({hi}, {v.extent})"
             names[v.name] = self.tmp(v.name)
+            if span == "1" and k == 1 and c == 0 and v.step == 1 and not hi.startswith("tl.minimum"):
+                out.append(f"{ind}{names[v.name]} = {e0}")  # one value
+                continue
             stride = f", {v.step}" if v.step != 1 else ""
             out.append(f"{ind}for {names[v.name]} in range({lo}, {hi}{stride}):")
             ind += "    "
@@ -133,6 +141,12 @@ class Flags:
         return " + ".join(parts) or "0"
 
     # -- one task ----------------------------------------------------------------------------------
+
+
+def silent_flags(g: nx.DiGraph) -> set[str]:
+    """Fold flags whose groups are one producer task: that task runs its consumers with no counter (flags.arrive),
+    so none is allocated or bumped."""
+    return {fo.flag for fo in folds(g) if any(f.name == fo.flag and f.count == 1 for f in flags(g))}
 
 
 def flag_scopes(g: nx.DiGraph) -> dict[str, str]:

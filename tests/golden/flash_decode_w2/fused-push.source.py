@@ -32,15 +32,14 @@ TENSORS = {
 # flag parameter: (counters, releases per counter per call, producer stage, key, number)
 FLAGS = {
     "F_Og_Lg_exchange": (32, 1, "exchange", "rank, b, h, _a1", 1),
-    "F_Ol_Ll_local_exchange": (16, 1, "local", "b, h, _a3", 2),
     "F_Os_Ls_split_local": (4, 2, "split", "b, g, q, _a3", 3),
 }
 TIMELINE_SLOTS = 0  # a timeline build: one (stage, program, start, waited, end) record per task
 
 
 @triton.jit
-def split_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, F_Ol_Ll_local_exchange, Og, Lg, F_Og_Lg_exchange,
-               O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
+def split_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, O, ERR, heap_bases,
+               rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
     # stage split (examples/flash_decode.tile:21-22): Os[j, b, g*G + q, :], Ls[j, b, g*G + q] = attend(Q[b, g*G + q, ...
     p = 0
     q = 0
@@ -75,15 +74,15 @@ def split_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, F_Ol_Ll_lo
     tl.store(Ls + j * 16 + b * 8 + (4 * g + q_r)[None, None, :], tl.reshape(lse, (1, 1, 4)).to(tl.float32))
     # the last of the 2 split tasks of this group runs local's tasks that read them
     if td.arrive(F_Os_Ls_split_local + b * 2 + g + q // 4, epoch * 2):
-        for b_2 in range(b, b + 1):
-            for h_2 in range(4 * g + q, 4 * g + q + 4):
-                local_task(b_2 * 8 + h_2, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, F_Ol_Ll_local_exchange,
-                           Og, Lg, F_Og_Lg_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
+        b_2 = b
+        for h_2 in range(4 * g + q, 4 * g + q + 4):
+            local_task(b_2 * 8 + h_2, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, O,
+                       ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
 
 
 @triton.jit
-def local_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, F_Ol_Ll_local_exchange, Og, Lg, F_Og_Lg_exchange,
-               O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
+def local_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, O, ERR, heap_bases,
+               rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
     # stage local (examples/flash_decode.tile:24): Ol[b, h, :], Ll[b, h] = lse_merge(Os[:, b, h, :], Ls[:, b, h])
     _a0 = 0
     _a1 = 0
@@ -100,19 +99,18 @@ def local_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, F_Ol_Ll_lo
     o, lse = td.lse_merge(tl.reshape(os_tile, (2, 1, 64)), tl.reshape(ls_tile, (2, 1)), 2)
     tl.store(Ol + b * 512 + h * 64 + _a3_r[None, None, :], tl.reshape(o, (1, 1, 64)).to(tl.float32))
     tl.store(Ll + b * 8 + h + tl.zeros((1, 1), dtype=tl.int32), (tl.zeros((1, 1), dtype=tl.float32) + tl.max(tl.reshape(lse, (1,)), axis=0)).to(tl.float32))
-    # the last of the 1 local tasks of this group runs exchange's tasks that read them
-    if td.arrive(F_Ol_Ll_local_exchange + b * 8 + h, epoch):
-        for b_2 in range(b, b + 1):
-            for h_2 in range(h, h + 1):
-                for r_2 in range(0, 2):
-                    exchange_task((r_2 * 2 + b_2) * 8 + h_2, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll,
-                                  F_Ol_Ll_local_exchange, Og, Lg, F_Og_Lg_exchange, O, ERR, heap_bases, rank, epoch,
-                                  timeout_ns, UPCAST_DOT)
+    # exchange's tasks that read this tile run right here (a group of one)
+    tl.debug_barrier()  # every thread's stores of the tile are done before they read it
+    b_2 = b
+    h_2 = h
+    for r_2 in range(0, 2):
+        exchange_task((r_2 * 2 + b_2) * 8 + h_2, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg,
+                      F_Og_Lg_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
 
 
 @triton.jit
-def exchange_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, F_Ol_Ll_local_exchange, Og, Lg,
-                  F_Og_Lg_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
+def exchange_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, O, ERR, heap_bases,
+                  rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
     # stage exchange (examples/flash_decode.tile:27-28): Og[r, b, h, :] = Ol@r[b, h, :]; Lg[r, b, h] = Ll@r[b, h]
     _a0 = 0
     _a1 = 0
@@ -131,8 +129,8 @@ def exchange_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, F_Ol_Ll
 
 
 @triton.jit
-def combine_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, F_Ol_Ll_local_exchange, Og, Lg,
-                 F_Og_Lg_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
+def combine_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, O, ERR, heap_bases,
+                 rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
     # stage combine (examples/flash_decode.tile:31): O[b, h, :], _ = lse_merge(Og[:, b, h, :], Lg[:, b, h])
     _a0 = 0
     _a1 = 0
@@ -161,23 +159,22 @@ def combine_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, F_Ol_Ll_
 
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
-def k0_split_local_exchange_combine(Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, F_Ol_Ll_local_exchange, Og, Lg,
-                                    F_Og_Lg_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT,
-                                    NPROG: tl.constexpr, UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr,
-                                    PDL: tl.constexpr):
+def k0_split_local_exchange_combine(Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, O,
+                                    ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr,
+                                    UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr):
     # stages: split, local, exchange, combine; 24 tasks; persistent
     pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
     for task in range(pid, 24, NPROG):
         if task < 8:
-            split_task(task, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, F_Ol_Ll_local_exchange, Og, Lg,
-                       F_Og_Lg_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
+            split_task(task, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, O, ERR,
+                       heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
         else:
-            combine_task(task - 8, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, F_Ol_Ll_local_exchange, Og, Lg,
-                         F_Og_Lg_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
+            combine_task(task - 8, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, O, ERR,
+                         heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
 
 
 # kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups, buffer arguments
 KERNELS = [
-    (k0_split_local_exchange_combine, 24, True, False, False, 1.0, 0, ["Q", "lens", "K", "V", "Os", "Ls", "F_Os_Ls_split_local", "Ol", "Ll", "F_Ol_Ll_local_exchange", "Og", "Lg", "F_Og_Lg_exchange", "O"]),
+    (k0_split_local_exchange_combine, 24, True, False, False, 1.0, 0, ["Q", "lens", "K", "V", "Os", "Ls", "F_Os_Ls_split_local", "Ol", "Ll", "Og", "Lg", "F_Og_Lg_exchange", "O"]),
 ]
