@@ -245,3 +245,35 @@ def test_fold_into_a_later_stage_is_rejected(fd):
     g.graph["folds"] = (*g.graph["folds"], Fold("split", "combine", "Og+Lg.exchange", fd.graph.nodes["s:split"][
         "payload"].loc))
     assert "stage 'split' folded into stage 'combine'" in problems(g)
+
+
+# -- fold-last on generated programs (tests/gen_programs.py): seeds whose fused-push or specialized build folds ------
+
+GEN_FOLDED = {2: [(10, False), (15, False), (30, True)], 3: [(7, False), (19, False)]}
+
+
+def test_generated_seeds_still_fold():
+    from tests.gen_programs import generate
+    from tilec.errors import ScheduleError
+
+    for world, specs in GEN_FOLDED.items():
+        for seed, focus in specs:
+            g = generate(seed, world, focus=focus)
+            folded = []
+            for s in ("fused-push", "specialized"):
+                try:
+                    prog = tilec.compile(f"tests/generated/{g.name}.tile", world=world, schedule=s, source=g.text)
+                except ScheduleError:
+                    continue
+                folded += prog.graph.graph.get("folds", ())
+            assert folded, (g.name, "pick the seeds again: the generator draws other programs")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", sorted(GEN_FOLDED))
+def test_folded_generated_programs_match_torch(world):
+    from tests.test_generated_programs import run_world
+
+    failures, stats = run_world(world, GEN_FOLDED[world])
+    assert not failures, "\n\n".join(failures)
+    assert stats["fused-push", "ran"] + stats["specialized", "ran"] >= 2, dict(stats)

@@ -1,6 +1,11 @@
-"""Schedules are pipelines of passes. `lower` always runs first; the verifier runs after every pass."""
+"""Schedules are pipelines of passes. `lower` always runs first; the verifier runs after every pass.
+
+fused-push and specialized end with fold-last; TILEC_FOLD=0 in the environment leaves it out (an A/B switch for
+measuring the tail, e.g. `TILEC_FOLD=0 tilec bench ...`)."""
 
 from __future__ import annotations
+
+import os
 
 from tilec.errors import ScheduleError
 
@@ -22,6 +27,7 @@ DESCRIPTIONS = {
 
 
 def pipeline(schedule: str, granularity: str = "auto", comm_share: float = 0.25) -> list[Pass]:
+    fold = [FoldLast()] if os.environ.get("TILEC_FOLD", "1") != "0" else []
     if schedule == "bsp":
         return [Persist(merge=False)]
     if schedule == "flags":
@@ -29,9 +35,10 @@ def pipeline(schedule: str, granularity: str = "auto", comm_share: float = 0.25)
     if schedule == "fused-pull":
         return [FuseComm("pull"), ReplaceBarriers(granularity), Persist(merge=True)]
     if schedule == "fused-push":
-        return [FuseComm("push"), ReplaceBarriers(granularity), Persist(merge=True), FoldLast()]
+        return [FuseComm("push"), ReplaceBarriers(granularity), Persist(merge=True), *fold]
     if schedule == "specialized":
-        return [ReplaceBarriers(granularity), Persist(merge=True, specialize=True, comm_share=comm_share), FoldLast()]
+        return [ReplaceBarriers(granularity), Persist(merge=True, specialize=True, comm_share=comm_share),
+                *fold]
     raise ScheduleError(f"unknown schedule '{schedule}' (choose from {', '.join(SCHEDULES)})")
 
 
