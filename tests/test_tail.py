@@ -277,3 +277,17 @@ def test_folded_generated_programs_match_torch(world):
     failures, stats = run_world(world, GEN_FOLDED[world])
     assert not failures, "\n\n".join(failures)
     assert stats["fused-push", "ran"] + stats["specialized", "ran"] >= 2, dict(stats)
+
+
+@pytest.mark.slow
+def test_folded_tasks_record_in_a_timeline_build():
+    from tilec.perf.timeline import rank_timelines
+    from tilec.runtime import spawn
+
+    prog = tilec.compile(EXAMPLE, world=2, schedule="fused-push", timeline=True, dims=FD_CASES[2])
+    assert prog.module.TIMELINE_KERNEL_SLOTS == [prog.module.TIMELINE_SLOTS]
+    for rank in spawn(rank_timelines, 2, backend="cpu", heap_bytes=1 << 24, args=([prog],)):
+        (k,) = rank["fused-push"].kernels
+        # every task once, the folded local and exchange tasks too (run inside the split tasks)
+        assert {s: n for s, n, *_ in k.per_stage} == {"split": 3 * 2, "local": 3 * 4, "exchange": 2 * 3 * 4,
+                                                      "combine": 3 * 4}

@@ -112,13 +112,15 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
     kernels = []
     nconc = sum(1 for k in g.graph["kernels"] if k.concurrent) or 1
     slots = 0 if options.get("timeline") else None
+    kernel_slots: list[int] = []
     for k in g.graph["kernels"]:
         kernels.append(_kernel(g, k, flag_no, scopes, options.get("group_m", 8),
                                1.0 / nconc if k.concurrent else 1.0,
                                options.get("start_local", False), slots, options.get("attend_block", 64), taken,
                                bool(options.get("noinline_tasks"))))
         if slots is not None:
-            slots += kernels[-1].total
+            kernel_slots.append(sum(_trips(stage(g, s).loops) for s in k.stages))  # folded stages record too
+            slots += kernel_slots[-1]
     tensors_used = []
     for _, d in sorted(g.nodes(data=True)):
         if d["kind"] == "tensor":
@@ -138,7 +140,7 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
     uses_iris = any("iris." in ln for km in kernels for ln in (*km.lines, *(x for f in km.tasks for x in f.lines)))
     return ModuleModel(header, prog.file, prog.name, prog.world, schedule, tuple(tensors_used), fms, tuple(kernels),
                        options.get("num_warps", 4), options.get("num_stages", 3), _peers_touch_user_tensors(g),
-                       slots or 0, bool(options.get("noinline_tasks")), uses_iris)
+                       slots or 0, tuple(kernel_slots), bool(options.get("noinline_tasks")), uses_iris)
 
 
 def _peers_touch_user_tensors(g: nx.DiGraph) -> bool:
