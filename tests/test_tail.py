@@ -291,3 +291,18 @@ def test_folded_tasks_record_in_a_timeline_build():
         # every task once, the folded local and exchange tasks too (run inside the split tasks)
         assert {s: n for s, n, *_ in k.per_stage} == {"split": 3 * 2, "local": 3 * 4, "exchange": 2 * 3 * 4,
                                                       "combine": 3 * 4}
+
+
+@pytest.mark.slow
+def test_arrivals_are_gpu_scope_acq_rel_atomics_in_the_ptx():
+    import re
+
+    from tilec.codegen.target_check import compile_for_target
+
+    prog = tilec.compile(EXAMPLE, world=2, schedule="fused-push", retype={"f16": "bf16"},
+                         dims=dict(B=2, HKV=2, G=8, D=128, S=256, BS=128))
+    (built,) = compile_for_target(prog, "cuda:90")
+    ops = set(re.findall(r"\batom\.global\.[\w.]*", built.ptx))
+    assert any("acq_rel" in op and ".gpu" in op and "add" in op for op in ops), ops  # td.arrive
+    assert "atom.global.sys.release.add.u32" in ops  # the pushes still release their peers' counters
+    assert built.spilled == 0, built

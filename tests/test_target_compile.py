@@ -94,12 +94,14 @@ def test_bad_launch_options_are_named(opts, word):
         tilec.compile("examples/ag_gemm.tile", **opts)
 
 
-def test_flag_scopes_in_the_ptx():
+def test_flag_scopes_in_the_ptx(monkeypatch):
     """Counters only this GPU touches are released and acquired at GPU scope; those a peer GPU releases into (the
     pushed partials of flash decode) at system scope, the only scope that orders NVLink stores before the count."""
     import re
 
     from tilec.codegen.emit import flag_scopes
+
+    monkeypatch.setenv("TILEC_FOLD", "0")  # every flag released and waited on (fold-last: tests/test_tail.py)
 
     prog = tilec.compile("examples/flash_decode.tile", world=2, schedule="fused-push", retype={"f16": "bf16"})
     assert flag_scopes(prog.graph) == {"Os+Ls.split": "gpu", "Ol+Ll.local": "gpu",
