@@ -306,3 +306,13 @@ def test_arrivals_are_gpu_scope_acq_rel_atomics_in_the_ptx():
     assert any("acq_rel" in op and ".gpu" in op and "add" in op for op in ops), ops  # td.arrive
     assert "atom.global.sys.release.add.u32" in ops  # the pushes still release their peers' counters
     assert built.spilled == 0, built
+
+
+def test_at_world_1_the_whole_tail_folds_into_the_split():
+    from tilec.ir.graph import folds
+
+    prog = tilec.compile(EXAMPLE, world=1, schedule="fused-push")  # every "peer" is this rank
+    assert [(f.consumer, f.producer) for f in folds(prog.graph)] == [("local", "split"), ("exchange", "local"),
+                                                                      ("combine", "exchange")]
+    assert prog.module.KERNELS[0][1] == 2 * 2 * 4  # the split tasks only: no flag wait left in the kernel
+    assert "td.wait" not in prog.source and prog.source.count("td.arrive(") == 1

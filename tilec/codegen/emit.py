@@ -209,6 +209,9 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
             lines.append("        ")
         elif len(k.stages) == 1:
             lines += [f"t = {_rotated('task', n, start_local, world)}"] + [b[4:] for b in body]
+        elif len(looped) == 1:  # the kernel's other stages are folded into this one
+            calls.append((len(lines), call, _rotated("task", n, start_local, world)))
+            lines.append("")
         else:
             cond = "if" if i == 0 else "elif" if i < len(looped) - 1 else "else"
             test = f" task < {at_task + n}" if cond != "else" else ""

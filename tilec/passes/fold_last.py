@@ -12,7 +12,8 @@ A group is what the consumer's wait covers: the producer tiles along dims it rea
 `local[b, h]` reads `Os[:, b, h]`) are counted by one counter (the key drops their vars); along every other keyed
 dim the read must pick one counter through one of its loop vars, so the consumer tasks of a group are a range of
 that var (ir/wait_plan.plan_fold). The verifier checks that every consumer task runs exactly once, in the group
-its waits cover.
+its waits cover. At world 1 every peer is this rank, so pushes and peer reads fold too: flash decode's whole tail
+(merge, push to itself, combine) then runs inside the last split task of each KV head, and no task waits.
 
   Before:  stage split ... release Os+Ls.split;   stage local ... wait Os+Ls.split before reading Os[_a0, b, h, _a1]
   After:   stage split ... release Os+Ls.split:local (16 tasks per counter; the last runs local's tasks of it)
@@ -54,6 +55,7 @@ class FoldLast(Pass):
         if kernels is None:
             raise ScheduleError("fold-last runs after persist: it folds stages of one persistent kernel")
         kernel_of = {s: i for i, k in enumerate(kernels) for s in k.stages}
+        world = g.graph["program"].world
         folds = list(g.graph.get("folds", ()))
         for c in stages(g):
             ws = waits(g, c.name)
@@ -64,8 +66,9 @@ class FoldLast(Pass):
             p = f.producer
             if kernel_of.get(p) != kernel_of[c.name] or k.stages.index(p) >= k.stages.index(c.name):
                 continue
-            if f.write.rank != ME or any(a.rank != ME for a, _ in f.also) or any(w.read.rank != ME for w in ws):
-                continue  # a peer's tiles: the group's last arrival is on another GPU
+            remote = [a.rank for a, _ in ((f.write, ()), *f.also)] + [w.read.rank for w in ws]
+            if world > 1 and any(r != ME for r in remote):
+                continue  # a peer's tiles: the group's last arrival is on another GPU (at world 1 every rank is this)
             try:
                 arrival = self._arrival(g, f, c, ws)
             except ScheduleError:

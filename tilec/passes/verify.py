@@ -874,11 +874,11 @@ def _folds(ctx: _Ctx) -> None:
                 ks[k].stages.index(fo.producer) > ks[k].stages.index(fo.consumer):
             ctx.err(fo.loc, f"{what}: not an earlier stage of the same persistent kernel")
             continue
-        if f.write.rank != ME or any(a.rank != ME for a, _ in f.also):
+        if ctx.world > 1 and (f.write.rank != ME or any(a.rank != ME for a, _ in f.also)):
             ctx.err(fo.loc, f"{what}: {fo.flag} counts stores into peers; the last arrival is not on this GPU")
             continue
         ws = _stage_waits(ctx.g, fo.consumer)
-        other = next((w for w in ws if w.flag != fo.flag or w.read.rank != ME), None)
+        other = next((w for w in ws if w.flag != fo.flag or (w.read.rank != ME and ctx.world > 1)), None)
         if other is not None:
             ctx.err(other.loc, f"{what}: it also waits on {other.flag} before reading {other.read}; run inside its"
                                " producer's task that wait could block the producer")
