@@ -108,6 +108,17 @@ def release(flag, rank, owner, heap_bases, SCOPE: tl.constexpr):
 
 
 @triton.jit
+def arrive(counter, target):
+    # fold-last: bump this rank's arrival counter of a group of producer tasks (after the task's stores) and say
+    # whether this bump completed the group (reached target = epoch * tasks per group). acq_rel: the completing
+    # task sees every earlier arrival's stores (release sequence on one counter), so it may read them at once.
+    tl.debug_barrier()  # every thread's stores of the tile are done before the counter moves
+    done = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") + 1 == target
+    tl.debug_barrier()  # the acquire is ordered before any thread's reads of the group's tiles
+    return done
+
+
+@triton.jit
 def mark(rec, stage, start, waited, INTERPRET: tl.constexpr):
     end = clock(INTERPRET)
     tl.store(rec, stage)

@@ -1,10 +1,16 @@
-"""Schedules are pipelines of passes. `lower` always runs first; the verifier runs after every pass."""
+"""Schedules are pipelines of passes. `lower` always runs first; the verifier runs after every pass.
+
+fused-push and specialized end with fold-last; TILEC_FOLD=0 in the environment leaves it out (an A/B switch for
+measuring the tail, e.g. `TILEC_FOLD=0 tilec bench ...`)."""
 
 from __future__ import annotations
+
+import os
 
 from tilec.errors import ScheduleError
 
 from .base import Pass
+from .fold_last import FoldLast
 from .fuse_comm import FuseComm
 from .persist import Persist
 from .replace_barriers import ReplaceBarriers
@@ -33,10 +39,12 @@ def pipeline(schedule: str, granularity: str = "auto", comm_share: float = 0.25,
             raise ScheduleError("transport=dma needs flags (a copy engine releases per-chunk flags): schedule bsp"
                                 " has barriers only")
         return passes
-    return [*passes[:-1], Transport(transport), passes[-1]]
+    at = next(i for i, p in enumerate(passes) if isinstance(p, Persist))  # copy stages leave the kernels
+    return [*passes[:at], Transport(transport), *passes[at:]]
 
 
 def _pipeline(schedule: str, granularity: str, comm_share: float) -> list[Pass]:
+    fold = [FoldLast()] if os.environ.get("TILEC_FOLD", "1") != "0" else []
     if schedule == "bsp":
         return [Persist(merge=False)]
     if schedule == "flags":
@@ -44,10 +52,11 @@ def _pipeline(schedule: str, granularity: str, comm_share: float) -> list[Pass]:
     if schedule == "fused-pull":
         return [FuseComm("pull"), ReplaceBarriers(granularity), Persist(merge=True)]
     if schedule == "fused-push":
-        return [FuseComm("push"), ReplaceBarriers(granularity), Persist(merge=True)]
+        return [FuseComm("push"), ReplaceBarriers(granularity), Persist(merge=True), *fold]
     if schedule == "specialized":
-        return [ReplaceBarriers(granularity), Persist(merge=True, specialize=True, comm_share=comm_share)]
+        return [ReplaceBarriers(granularity), Persist(merge=True, specialize=True, comm_share=comm_share),
+                *fold]
     raise ScheduleError(f"unknown schedule '{schedule}' (choose from {', '.join(SCHEDULES)})")
 
 
-PASS_NAMES = ("lower", "fuse-comm", "replace-barriers", "transport", "persist", "codegen")
+PASS_NAMES = ("lower", "fuse-comm", "replace-barriers", "transport", "persist", "fold-last", "codegen")

@@ -307,7 +307,10 @@ def _stage_cost(g, st, kernel: str, rt: set[str], q: int, world: int,
     releases = tasks * sum(1 for _, _, d in g.out_edges(sid(st.name), data=True) if d["kind"] == "release")
     nwait = nremote = 0
     covered = set()
+    folded = {fo.flag for fo in g.graph.get("folds", ()) if fo.consumer == st.name}  # no wait: run when complete
     for w in {(w.flag, str(w.read)): w for w in waits(g, st.name)}.values():  # one wait per counter range read
+        if w.flag in folded:
+            continue
         red = red_of.get(str(w.read), ())
         scope = base | {v.name: v for v in red}
         f = g.nodes[f"f:{w.flag}"]["payload"]
