@@ -59,6 +59,8 @@ class FoldLast(Pass):
         folds = list(g.graph.get("folds", ()))
         for c in stages(g):
             ws = waits(g, c.name)
+            if c.name not in kernel_of:  # a stage on the copy engines (transport=dma) is in no kernel
+                continue
             k = kernels[kernel_of[c.name]]
             if not ws or not k.persistent or len({w.flag for w in ws}) != 1 or not _tail_work(c):
                 continue
