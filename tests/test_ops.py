@@ -58,6 +58,26 @@ def test_fake_kernel_under_symbolic_shapes():
     assert hasattr(torch.ops.tilec, "f_ag_dyn")
 
 
+def test_traced_graphs_name_the_world_and_the_program():
+    """A traced graph holds each op call's variant ("w<world>:<digest of the program and settings>"): Inductor's
+    on-disk caches key on the graph, and the outputs' shapes depend on both, so a model compiled at world 1 must
+    not be reused at world 2 (it was, on an H200: a size check failed), nor after the .tile program changed."""
+    graphs = []
+
+    def keep(gm, _inputs):
+        graphs.append(gm.code)
+        return gm.forward
+
+    src = (EX / "ag_gemm.tile").read_text()
+    ops = {w: tilec.op(source=src, name=f"f_ag_var{w}", world=w) for w in (1, 2)}
+    changed = tilec.op(source=src.replace("BM = 64", "BM = 32"), name="f_ag_var_changed", world=2)
+    for op in (*ops.values(), changed):
+        torch.compile(lambda a, b, op=op: op(a, b) * 2, backend=keep, fullgraph=True)(_meta(4, 16), _meta(16, 8))
+    assert len(graphs) == 3
+    assert f"'w1:{ops[1].digest}'" in graphs[0] and f"'w2:{ops[2].digest}'" in graphs[1]
+    assert len({ops[1].digest, ops[2].digest, changed.digest}) == 3
+
+
 @pytest.mark.parametrize(("kw", "needle"), [
     ({"dims": {"N": "256"}}, "dims['N'] = '256': must be an int, got str"),
     ({"dims": {"N": 2.0}}, "dims['N'] = 2.0: must be an int, got float"),

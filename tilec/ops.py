@@ -24,6 +24,7 @@ allocates and zeroes heap buffers), and only schedules without host barriers bet
 
 from __future__ import annotations
 
+import hashlib
 import math
 import operator
 import os
@@ -258,14 +259,18 @@ class TileOp:
         self.variants: dict[tuple, object] = {}  # (world, dims) -> CompiledProgram
         self.stats = {"calls": 0, "copies": 0, "compiles": 0}
         self.last_args: dict[str, int] = {}  # argument name -> data_ptr of what the program ran on, last call
-        schema = "(" + ", ".join(f"Tensor {a.name}" for a in self.inputs) + ") -> "
+        # the trailing `variant` string ("w<world>:<digest of the op's settings>") is a constant of every traced
+        # graph: the outputs' shapes depend on the world and the program, and Inductor's on-disk graph caches key on
+        # the graph, so without it a world-1 compile of the same model was reused at world 2 (and failed its checks)
+        self.digest = hashlib.sha1(repr(settings).encode()).hexdigest()[:12]
+        schema = "(" + ", ".join([*(f"Tensor {a.name}" for a in self.inputs), "str variant"]) + ") -> "
         schema += "Tensor" if len(self.outputs) == 1 else "(" + ", ".join("Tensor" for _ in self.outputs) + ")"
         self.qualname = f"tilec::{name}"
         self.custom_op = torch.library.custom_op(self.qualname, self._run, mutates_args=(), schema=schema)
         self.custom_op.register_fake(self._fake)
         # tilec::<name>.out(inputs..., outputs...) -> (): writes the caller's output tensors (op(..., out=...))
         outs = ", ".join(f"Tensor({chr(ord('a') + i)}!) {o.name}" for i, o in enumerate(self.outputs))
-        out_schema = "(" + ", ".join([*(f"Tensor {a.name}" for a in self.inputs), outs]) + ") -> ()"
+        out_schema = "(" + ", ".join([*(f"Tensor {a.name}" for a in self.inputs), outs, "str variant"]) + ") -> ()"
         self.out_op = torch.library.custom_op(self.qualname + ".out", self._run_out,
                                               mutates_args=tuple(o.name for o in self.outputs), schema=out_schema)
         self.out_op.register_fake(self._fake_out)
@@ -280,15 +285,16 @@ class TileOp:
         the caller's tensors and returns them: a heap tensor (tilec.empty) or, for an output that is not symmetric,
         any contiguous tensor on the heap's device is written in place; any other is written through a copy."""
         inputs = self._positional(args, kwargs)
+        variant = self.variant_tag()
         if out is None:
-            return self.custom_op(*inputs)
+            return self.custom_op(*inputs, variant)
         outs = (out,) if isinstance(out, torch.Tensor) else out
         if not isinstance(outs, tuple | list) or len(outs) != len(self.outputs) or not all(
                 isinstance(t, torch.Tensor) for t in outs):
             names = ", ".join(o.name for o in self.outputs)
             raise ArgumentError(f"{self.qualname}: out= takes {len(self.outputs)} tensor(s) ({names}), got "
                                 f"{out!r:.80}")
-        self.out_op(*inputs, *outs)
+        self.out_op(*inputs, *outs, variant)
         return out
 
     def _positional(self, args: tuple, kwargs: dict) -> list:
@@ -489,8 +495,17 @@ class TileOp:
 
     # -- calls ---------------------------------------------------------------------------------------------------
 
-    def _fake(self, *tensors):
-        world = self._world()
+    @torch._dynamo.assume_constant_result  # traced as the constant it returns (no symbolic world under dynamic=True)
+    def variant_tag(self) -> str:
+        """The `variant` argument of this op's calls now: "w<world>:<digest of the program and settings>"."""
+        return f"w{self._world()}:{self.digest}"
+
+    @staticmethod
+    def _variant_world(variant: str) -> int:
+        return int(variant.split(":", 1)[0][1:])
+
+    def _fake(self, *args):
+        tensors, world = args[:-1], self._variant_world(args[-1])
         dims = self.bind(tensors, world)
         like = tensors[0]
         outs = [like.new_empty(s, dtype=TORCH_DTYPE[o.dtype])
@@ -499,7 +514,7 @@ class TileOp:
 
     def _fake_out(self, *args):
         n = len(self.inputs)
-        world = self._world()
+        args, world = args[:-1], self._variant_world(args[-1])
         self._check_outs(args[n:], self.out_shapes(self.bind(args[:n], world), world))
 
     def _check_outs(self, outs, shapes) -> None:
@@ -514,17 +529,17 @@ class TileOp:
 
     def _run_out(self, *args) -> None:
         n = len(self.inputs)
-        self._run_into(args[:n], args[n:])
+        self._run_into(args[:n], args[n:-1], self._variant_world(args[-1]))
 
-    def _run(self, *tensors):
-        return self._run_into(tensors, None)
+    def _run(self, *args):
+        return self._run_into(args[:-1], None, self._variant_world(args[-1]))
 
-    def _run_into(self, tensors, outs):
-        """One call; outs: the caller's output tensors (written, nothing returned), or None (new outputs returned)."""
+    def _run_into(self, tensors, outs, world: int):
+        """One call; outs: the caller's output tensors (written, nothing returned), or None (new outputs returned);
+        world: the one the caller's graph was traced for."""
         heap = active_heap()
-        world = self._world(heap)
         if world != heap.world:
-            raise ArgumentError(f"{self.qualname}: made for world {world}, the active heap has {heap.world} ranks")
+            raise ArgumentError(f"{self.qualname}: called for world {world}, the active heap has {heap.world} ranks")
         capturing = heap.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
         dims = self.bind(tensors, world)
         prog = self.variant(world, dims)
