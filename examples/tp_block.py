@@ -44,8 +44,13 @@ def _ops(dtype: torch.dtype, barrier: str = "auto"):
     barriers, device ones inside a CUDA graph capture) or "device" (device barriers always; tilec.op's barrier=)."""
     retype = {"f16": "bf16"} if dtype == torch.bfloat16 else None
     sfx = ("_bf16" if retype else "") + ("_devbar" if barrier == "device" else "")
-    return (tilec.op(EXAMPLES / "ag_gemm.tile", name="tp_ag_gemm" + sfx, retype=retype, barrier=barrier),
-            tilec.op(EXAMPLES / "gemm_rs.tile", name="tp_gemm_rs" + sfx, retype=retype, barrier=barrier),
+    gemm = {}
+    if tilec.runtime.active_heap().device.type == "cuda":  # the .tile defaults (64x64x32 tiles) suit the emulation
+        # the first of `tilec bench`'s Hopper configs (perf/bench.py CONFIGS); `tilec bench` tunes per shape
+        gemm = {"dims": {"BM": 128, "BN": 256, "BK": 64}, "num_warps": 8, "num_stages": 3, "group_m": 8}
+        sfx += "_h"
+    return (tilec.op(EXAMPLES / "ag_gemm.tile", name="tp_ag_gemm" + sfx, retype=retype, barrier=barrier, **gemm),
+            tilec.op(EXAMPLES / "gemm_rs.tile", name="tp_gemm_rs" + sfx, retype=retype, barrier=barrier, **gemm),
             tilec.op(EXAMPLES / "flash_decode.tile", name="tp_flash_decode" + sfx, retype=retype, barrier=barrier))
 
 
