@@ -51,8 +51,14 @@ def missing_waits(prog) -> list[str]:
     by_name = {f.name: f for f in flags(g)}
     blocks = stage_sources(prog.source)
     problems = []
+    folded = {(fo.consumer, fo.flag): fo for fo in g.graph.get("folds", ())}
+    for (consumer, flag), fo in folded.items():  # fold-last: the producer's completing arrival runs the consumer
+        text = blocks.get(fo.producer, "")
+        arrives = by_name[flag].count == 1 or f"td.arrive(F_{re.sub(r'[^0-9A-Za-z_]', '_', flag)} + " in text
+        if not arrives or f"{consumer}_task(" not in text:  # a group of one task runs its consumers unconditionally
+            problems.append(f"stage {fo.producer}: does not arrive on {flag} and run {consumer}'s tasks")
     for st in stages(g):
-        need = {w.flag for w in waits(g, st.name)}
+        need = {w.flag for w in waits(g, st.name) if (st.name, w.flag) not in folded}
         text = blocks.get(st.name)
         if text is None:
             problems.append(f"stage {st.name}: no emitted block")

@@ -58,6 +58,26 @@ def test_fake_kernel_under_symbolic_shapes():
     assert hasattr(torch.ops.tilec, "f_ag_dyn")
 
 
+def test_traced_graphs_name_the_world_and_the_program():
+    """A traced graph holds each op call's variant ("w<world>:<digest of the program and settings>"): Inductor's
+    on-disk caches key on the graph, and the outputs' shapes depend on both, so a model compiled at world 1 must
+    not be reused at world 2 (it was, on an H200: a size check failed), nor after the .tile program changed."""
+    graphs = []
+
+    def keep(gm, _inputs):
+        graphs.append(gm.code)
+        return gm.forward
+
+    src = (EX / "ag_gemm.tile").read_text()
+    ops = {w: tilec.op(source=src, name=f"f_ag_var{w}", world=w) for w in (1, 2)}
+    changed = tilec.op(source=src.replace("BM = 64", "BM = 32"), name="f_ag_var_changed", world=2)
+    for op in (*ops.values(), changed):
+        torch.compile(lambda a, b, op=op: op(a, b) * 2, backend=keep, fullgraph=True)(_meta(4, 16), _meta(16, 8))
+    assert len(graphs) == 3
+    assert f"'w1:{ops[1].digest}'" in graphs[0] and f"'w2:{ops[2].digest}'" in graphs[1]
+    assert len({ops[1].digest, ops[2].digest, changed.digest}) == 3
+
+
 @pytest.mark.parametrize(("kw", "needle"), [
     ({"dims": {"N": "256"}}, "dims['N'] = '256': must be an int, got str"),
     ({"dims": {"N": 2.0}}, "dims['N'] = 2.0: must be an int, got float"),
@@ -67,6 +87,7 @@ def test_fake_kernel_under_symbolic_shapes():
     ({"dims": [("N", 4)]}, "must be a dict"),
     ({"world": "2"}, "world = '2': must be an int"),
     ({"name": "not an id"}, "must be a Python identifier"),
+    ({"barrier": "host"}, "barrier='host': expected one of auto, device"),
 ])
 def test_bad_python_arguments_raise_argument_errors(kw, needle):
     with pytest.raises(ArgumentError, match=re.escape(needle)):
@@ -155,8 +176,8 @@ def test_version_flag():
 
 # -- world 2: spawned CPU ranks -----------------------------------------------------------------------------------
 
-BLOCK = {"hidden": 64, "inter": 128, "tokens": 64, "layers": 2, "batch": 2, "kv_heads": 2, "group": 2,
-         "head_dim": 32, "seq": 128, "dtype": "f16", "iters": 0, "seed": 3}
+BLOCK = {"hidden": 64, "inter": 128, "tokens": 64, "retokens": [32], "layers": 2, "batch": 2, "kv_heads": 2,
+         "group": 2, "head_dim": 32, "seq": 128, "dtype": "f16", "iters": 0, "seed": 3}
 
 
 @pytest.fixture(scope="module")
@@ -191,6 +212,17 @@ def test_heap_inputs_are_used_in_place_and_others_copied(world2):
 
 
 @pytest.mark.slow
+def test_out_writes_the_callers_tensors(world2):
+    for res in world2:
+        o = res["out"]
+        assert o["plain"] == (True, True, 0) and o["plain_err"] < 2e-2  # a plain tensor for a plain output: in place
+        assert o["strided"] == (False, 1) and o["strided_err"] < 2e-2  # not contiguous: written through a copy
+        assert o["sym_heap"] == (True, 0) and o["sym_plain"] == (False, 1)  # symmetric output: in place on the heap
+        assert o["sym_err"] == 0.0  # a gather moves bits
+        assert o["compiled_err"] < 2e-2
+
+
+@pytest.mark.slow
 def test_an_op_too_big_for_the_heap_fails_on_every_rank(world2):
     for res in world2:
         kind, text = res["too_big"]
@@ -198,12 +230,20 @@ def test_an_op_too_big_for_the_heap_fails_on_every_rank(world2):
 
 
 @pytest.mark.slow
-def test_tp_block_matches_the_unsharded_model(world2):
+@pytest.mark.parametrize("block", ["block", "block_dev"])
+def test_tp_block_matches_the_unsharded_model(world2, block):
+    """The TP module under torch.compile (eager backend), with host barriers and with device barriers (block_dev),
+    and after a shape change (another token count: new op variants, a recompile)."""
     for res in world2:
-        b = res["block"]
+        b = res[block]
+        assert set(b["mlp"]) == {"tilec", "plain", "tilec-compile"}, b
         assert b["mlp_err"] <= 2e-2 * max(1.0, b["scale"]), b
         assert b["mlp_err"] <= 4 * b["plain_err"] + 1e-2, b  # no worse than plain torch TP in the same dtype
+        assert b["mlp"]["tilec"]["err"] <= 4 * b["plain_err"] + 1e-2, b
         assert b["decode_err"] < 1e-2 and b["decode_plain_err"] < 1e-2, b
+        if block == "block":
+            ((tokens, err),) = b["retokens"]
+            assert tokens == 32 and err <= 2e-2 * max(1.0, b["scale"]), b
 
 
 @pytest.mark.slow
@@ -248,3 +288,51 @@ def test_the_readme_example_runs(tmp_path):
                               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     assert res.stdout.strip().endswith("ok"), res.stdout
+
+
+# -- device barriers (the form of a call a CUDA graph can hold), on the CPU emulation ------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 3])
+def test_device_barriers_many_calls_match_torch_and_a_missing_rank_times_out(world):
+    cases = {"shape": (24 * world, 16, 32), "calls": 4, "timeout": 5.0}
+    results = tilec.runtime.spawn("tests._ops_workers:device_barrier_world", world, heap_bytes=8 << 20,
+                                  args=(cases,), timeout=900)
+    for rank, res in enumerate(results):
+        for what, err in res["errs"]:
+            assert err < 2e-2, (rank, what, err)
+        for what, (entered, exit_barrier, kernels, epoch) in res["entered"].items():
+            inner = kernels - 1 if what == "bsp" else 0  # bsp: a barrier between its two kernels as well
+            assert entered == cases["calls"] * (1 + inner + exit_barrier), (what, entered)
+            assert epoch == cases["calls"], (what, epoch)  # the call count, kept on the device
+        assert res["first"] < 2e-2
+        if rank == world - 1:
+            assert res["timeout"] is None  # it did not make the second call
+        else:
+            text, flag, counter, seconds = res["timeout"]
+            n = res["late_entered"] + 1  # the entry barrier of the second call
+            assert flag == "barrier" and counter == n, text
+            assert f"{world - 1} of {world} ranks arrived" in text and f"device barrier {n} of ag_gemm" in text, text
+            assert seconds < 60, seconds  # the wait timeout (5 s), not a hang
+
+
+def test_out_variant_checks_its_outputs_in_the_fake_kernel():
+    """op(..., out=) is tilec::<name>.out; the fake kernel checks the caller's outputs (no kernel runs: meta)."""
+    ag = tilec.op(EX / "ag_gemm.tile", name="f_ag_out", world=2)
+    c = _meta(8, 8)
+    assert ag(_meta(4, 8), _meta(8, 8), out=c) is c
+    assert set(torch.ops.tilec.f_ag_out.overloads()) == {"default", "out"}
+    with pytest.raises(ArgumentError, match=re.escape("out 'C' has shape [8, 4], the program declares [8, 8]")):
+        ag(_meta(4, 8), _meta(8, 8), out=_meta(8, 4))
+    with pytest.raises(ArgumentError, match="out 'C' has dtype float32"):
+        ag(_meta(4, 8), _meta(8, 8), out=_meta(8, 8, dtype=torch.float32))
+    with pytest.raises(ArgumentError, match=re.escape("out= takes 1 tensor(s) (C)")):
+        ag(_meta(4, 8), _meta(8, 8), out=(c, c))
+
+    def f(a, b, c):
+        ag(a, b, out=c)
+        return c * 2
+
+    g = torch.compile(f, backend="eager", fullgraph=True, dynamic=True)
+    assert g(_meta(3, 8), _meta(8, 8), _meta(6, 8)).shape == (6, 8)

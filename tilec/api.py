@@ -12,6 +12,7 @@ from tilec.frontend.sema import check, check_arguments
 from tilec.passes.base import run_pipeline
 from tilec.passes.lower import Lower
 from tilec.passes.schedules import SCHEDULES, pipeline
+from tilec.passes.transport import parse_transport, wants_dma
 from tilec.passes.verify import verify
 from tilec.program import CompiledProgram
 
@@ -27,19 +28,21 @@ def compile(  # noqa: A001 - the public name the docs promise
     num_warps: int = 4,
     num_stages: int = 3,
     retype: dict[str, str] | None = None,
-    start_local: bool = False,
+    start_local: bool | None = None,
     wait_timeout: float | None = None,
     source: str | None = None,
     timeline: bool = False,
     noinline_tasks: bool = False,
     attend_block: int = 64,
+    transport: str = "sm",
 ) -> CompiledProgram:
     """Compile a .tile program (a path, or `source=` text) for `world` ranks with the given schedule.
 
     dims: values for the program's dims and tile sizes (like -D on the command line).
     retype: map declared dtypes to others, e.g. {"f16": "bf16"} to build the same program in bf16.
     num_warps, num_stages, group_m: launch and tile-order settings of the generated kernels (the tuner's knobs).
-    start_local: each rank starts every stage's tasks at its own share (its rows, its shard) instead of task 0.
+    start_local: each rank starts every stage's tasks at its own share (its rows, its shard) instead of task 0
+    (default: only with transport=dma, whose copy engines deliver this rank's own rows first).
     timeline: a debug build whose tasks record when they started, finished waiting and ended (prog.timeline()).
     noinline_tasks: a merged kernel calls each stage's task function instead of inlining it, so registers are not
     shared across stages (the persistent flash decode compiles to 128 registers instead of 255 for sm_90).
@@ -47,6 +50,9 @@ def compile(  # noqa: A001 - the public name the docs promise
     60, or the TILEC_WAIT_TIMEOUT environment variable).
     attend_block: keys per step of a streamed attend (a power of two >= 16; each step loads that many rows of k
     and v, pipelined num_stages deep).
+    transport: who moves the tiles of copy stages: sm (tasks on the SMs), dma (the copy engines, for schedules with
+    flags: a side stream copies chunk by chunk and releases each chunk's flag), auto (sm until the cost model knows
+    copy engines), or per stage: "gather=dma" (stages not named stay on the SMs).
     Raises CompileError (bad program), ScheduleError (schedule does not apply, with the reason) or VerifyError.
     """
     if num_warps < 1 or num_warps & (num_warps - 1):
@@ -55,6 +61,10 @@ def compile(  # noqa: A001 - the public name the docs promise
         raise ArgumentError(f"num_stages={num_stages}: must be >= 1")
     if attend_block < 16 or attend_block & (attend_block - 1):
         raise ArgumentError(f"attend_block={attend_block}: must be a power of two >= 16 (tl.dot's smallest tile)")
+    try:
+        parse_transport(transport)
+    except ValueError as e:
+        raise ArgumentError(str(e)) from None
     world, dims = check_arguments(world, dims)  # before the program is read: a bad argument is named first
     if schedule == "auto":  # the compiler sits below the cost model: the pick is the perf layer's
         raise ScheduleError("schedule 'auto' is chosen by the cost model: call tilec.perf.auto.compile_auto(...) "
@@ -68,9 +78,10 @@ def compile(  # noqa: A001 - the public name the docs promise
     g = Lower()(bound)
     verify(g, "lower")
     snaps = {"lower": g}
-    g = run_pipeline(g, pipeline(schedule, granularity), verify, snaps)
+    g = run_pipeline(g, pipeline(schedule, granularity, transport=transport), verify, snaps)
     model = build_model(g, schedule, {"group_m": group_m, "num_warps": num_warps, "num_stages": num_stages,
-                                      "start_local": start_local, "timeline": timeline,
+                                      "start_local": wants_dma(transport) if start_local is None else start_local,
+                                      "timeline": timeline,
                                       "noinline_tasks": noinline_tasks, "attend_block": attend_block})
     src = render(model)
     prog = CompiledProgram(bound, schedule, src, g, snaps, wait_timeout)

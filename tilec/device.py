@@ -108,6 +108,17 @@ def release(flag, rank, owner, heap_bases, SCOPE: tl.constexpr):
 
 
 @triton.jit
+def arrive(counter, target):
+    # fold-last: bump this rank's arrival counter of a group of producer tasks (after the task's stores) and say
+    # whether this bump completed the group (reached target = epoch * tasks per group). acq_rel: the completing
+    # task sees every earlier arrival's stores (release sequence on one counter), so it may read them at once.
+    tl.debug_barrier()  # every thread's stores of the tile are done before the counter moves
+    done = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") + 1 == target
+    tl.debug_barrier()  # the acquire is ordered before any thread's reads of the group's tiles
+    return done
+
+
+@triton.jit
 def mark(rec, stage, start, waited, INTERPRET: tl.constexpr):
     end = clock(INTERPRET)
     tl.store(rec, stage)
@@ -282,3 +293,17 @@ def enter(epoch, EPOCH_AT, GRAPH: tl.constexpr, PDL: tl.constexpr):
     if GRAPH:  # a call replayed from a CUDA graph (Program.capture): the graph bumps the epoch on the device
         epoch = tl.load(EPOCH_AT)
     return epoch
+
+
+@triton.jit
+def barrier(bar, err, heap_bases, rank, timeout_ns, WORLD: tl.constexpr, INTERPRET: tl.constexpr):
+    # A barrier of every rank as a one-program kernel (launch.device_barrier): what a call uses instead of the host
+    # barrier where the host cannot wait (inside a CUDA graph capture). bar[0] counts arrivals from every rank and
+    # bar[1] the barriers this rank has entered (only it touches that one): barrier n is passed once bar[0] reaches
+    # n * WORLD. Stream order has this rank's earlier work finished before it arrives; release / acquire at system
+    # scope make that work visible to the peers that pass. A wait that times out is reported like a flag wait's,
+    # as flag 0 (CompiledProgram._check_timeout).
+    n = tl.atomic_add(bar + 1, 1, sem="relaxed") + 1
+    for peer in tl.static_range(WORLD):
+        iris.atomic_add(bar, 1, rank, peer, heap_bases, sem="release", scope="sys")
+    wait(bar, n * WORLD, rank, rank, heap_bases, err, timeout_ns, 0, n, "sys", INTERPRET)

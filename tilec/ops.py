@@ -10,10 +10,21 @@ Symmetric inputs must live on the symmetric heap at the same offset on every ran
 on every rank in the same order) is passed as is; any other is copied into a staging buffer on the heap. Staging
 buffers of every op on a heap come from one pool keyed by dtype and shape, so ops that never run at the same time
 share them. Every op call is a collective: all ranks call the same ops in the same order.
+
+`op(inputs..., out=C)` (a tuple for several outputs) is `tilec::<name>.out`, which writes the caller's tensors: a heap
+tensor, or for an output that is not symmetric any contiguous tensor on the heap's device, is written in place; any
+other through a copy.
+
+CUDA graphs: an op's call count (the epoch its flags count in) lives on the device, so a call recorded by
+torch.cuda.graph or torch.compile(mode="reduce-overhead") replays as a call of its own. While a graph is being
+captured a call's entry and exit barriers are device kernels (tilec.device.barrier) instead of host barriers;
+barrier="device" uses them in every call. A shape must have been called once before it is captured (its first call
+allocates and zeroes heap buffers), and only schedules without host barriers between kernels (CAPTURABLE) capture.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import operator
 import os
@@ -36,6 +47,10 @@ from tilec.runtime.heap import ALIGN, _align
 
 # schedules tried in this order when none is named: one persistent kernel first (no host barrier inside a call)
 SCHEDULE_PREFERENCE = ("fused-push", "specialized", "flags", "bsp")
+CAPTURABLE = ("fused-push", "specialized", "flags")  # schedules whose calls a CUDA graph can hold
+# barrier= of tilec.op: "auto": a call's entry / exit barriers are host barriers, device kernels (tilec.device.barrier)
+# while a CUDA graph is being captured; "device": device kernels always (no host round trip in any call).
+BARRIERS = ("auto", "device")
 
 _OPS: dict[str, TileOp] = {}  # registered op name -> its TileOp (torch.library names are process-wide)
 
@@ -60,12 +75,13 @@ def empty(shape, dtype: torch.dtype = torch.float32, *, heap=None) -> torch.Tens
 
 def op(program: str | os.PathLike | None = None, *, source: str | None = None, name: str | None = None,
        dims: Mapping[str, int] | None = None, schedule: str | None = None, world: int | None = None,
-       retype: Mapping[str, str] | None = None, **compile_kw) -> TileOp:
+       retype: Mapping[str, str] | None = None, barrier: str | None = None, **compile_kw) -> TileOp:
     """The PyTorch operator `tilec::<name>` of a .tile program (a path, or `source=` text).
 
     dims: fixed dims and tile sizes; the other dims follow the inputs' shapes. schedule: a named schedule, or the
     first of SCHEDULE_PREFERENCE that applies. world: fixed world size (default: the active heap's, at each call).
-    retype: e.g. {"f16": "bf16"}. Other keyword arguments go to tilec.compile (num_warps, ...).
+    retype: e.g. {"f16": "bf16"}. barrier: "auto" or "device" (BARRIERS; default: the TILEC_OP_BARRIER
+    environment variable, else "auto"). Other keyword arguments go to tilec.compile (num_warps, wait_timeout, ...).
     The same name asked for again with the same settings returns the same op; with others, an ArgumentError."""
     if source is None:
         if program is None:
@@ -89,15 +105,19 @@ def op(program: str | os.PathLike | None = None, *, source: str | None = None, n
     if world is not None:
         world = _positive_int(world, "world")
     fixed = _check_dims(dims, tree)
+    barrier = os.environ.get("TILEC_OP_BARRIER", "auto") if barrier is None else barrier
+    if barrier not in BARRIERS:
+        raise ArgumentError(f"tilec.op: barrier={barrier!r}: expected one of {', '.join(BARRIERS)} (barrier= or "
+                            "TILEC_OP_BARRIER)")
     settings = (source, tuple(sorted(fixed.items())), schedule, world, tuple(sorted((retype or {}).items())),
-                tuple(sorted(compile_kw.items())))
+                tuple(sorted(compile_kw.items())), barrier)
     known = _OPS.get(name)
     if known is not None:
         if known.settings == settings:
             return known
         raise ArgumentError(f"tilec.op: tilec::{name} is already registered with other settings (program, dims, "
                             "schedule, world or retype); give this one another name=")
-    made = TileOp(tree, file, name, fixed, schedule, world, dict(retype or {}), compile_kw, settings)
+    made = TileOp(tree, file, name, fixed, schedule, world, dict(retype or {}), compile_kw, settings, barrier)
     _OPS[name] = made
     return made
 
@@ -225,8 +245,8 @@ class TileOp:
     """One .tile program as `torch.ops.tilec.<name>`; call it like a function of the program's inputs."""
 
     def __init__(self, tree: ast.Program, file: str, name: str, fixed: dict[str, int], schedule: str | None,
-                 world: int | None, retype: dict[str, str], compile_kw: dict, settings: tuple):
-        self.tree, self.file, self.name, self.fixed = tree, file, name, fixed
+                 world: int | None, retype: dict[str, str], compile_kw: dict, settings: tuple, barrier: str = "auto"):
+        self.tree, self.file, self.name, self.fixed, self.barrier = tree, file, name, fixed, barrier
         self.schedule, self.world, self.retype, self.compile_kw, self.settings = (schedule, world, retype,
                                                                                    compile_kw, settings)
         self.inputs = [_Arg(t.name, retype.get(t.dtype, t.dtype), t.shape, t.symmetric)
@@ -239,19 +259,43 @@ class TileOp:
         self.variants: dict[tuple, object] = {}  # (world, dims) -> CompiledProgram
         self.stats = {"calls": 0, "copies": 0, "compiles": 0}
         self.last_args: dict[str, int] = {}  # argument name -> data_ptr of what the program ran on, last call
-        schema = "(" + ", ".join(f"Tensor {a.name}" for a in self.inputs) + ") -> "
+        # the trailing `variant` string ("w<world>:<digest of the op's settings>") is a constant of every traced
+        # graph: the outputs' shapes depend on the world and the program, and Inductor's on-disk graph caches key on
+        # the graph, so without it a world-1 compile of the same model was reused at world 2 (and failed its checks)
+        self.digest = hashlib.sha1(repr(settings).encode()).hexdigest()[:12]
+        schema = "(" + ", ".join([*(f"Tensor {a.name}" for a in self.inputs), "str variant"]) + ") -> "
         schema += "Tensor" if len(self.outputs) == 1 else "(" + ", ".join("Tensor" for _ in self.outputs) + ")"
         self.qualname = f"tilec::{name}"
         self.custom_op = torch.library.custom_op(self.qualname, self._run, mutates_args=(), schema=schema)
         self.custom_op.register_fake(self._fake)
+        # tilec::<name>.out(inputs..., outputs...) -> (): writes the caller's output tensors (op(..., out=...))
+        outs = ", ".join(f"Tensor({chr(ord('a') + i)}!) {o.name}" for i, o in enumerate(self.outputs))
+        out_schema = "(" + ", ".join([*(f"Tensor {a.name}" for a in self.inputs), outs, "str variant"]) + ") -> ()"
+        self.out_op = torch.library.custom_op(self.qualname + ".out", self._run_out,
+                                              mutates_args=tuple(o.name for o in self.outputs), schema=out_schema)
+        self.out_op.register_fake(self._fake_out)
 
     def __repr__(self) -> str:
         dims = ", ".join(f"{k}={v}" for k, v in self.fixed.items())
         return (f"<tilec op {self.qualname}({', '.join(a.name for a in self.inputs)}) follows "
                 f"[{', '.join(self.follows)}] fixed [{dims}], {len(self.variants)} variant(s)>")
 
-    def __call__(self, *args, **kwargs):
-        return self.custom_op(*self._positional(args, kwargs))
+    def __call__(self, *args, out=None, **kwargs):
+        """op(inputs...) returns new output tensors; op(inputs..., out=C) (a tuple for several outputs) writes into
+        the caller's tensors and returns them: a heap tensor (tilec.empty) or, for an output that is not symmetric,
+        any contiguous tensor on the heap's device is written in place; any other is written through a copy."""
+        inputs = self._positional(args, kwargs)
+        variant = self.variant_tag()
+        if out is None:
+            return self.custom_op(*inputs, variant)
+        outs = (out,) if isinstance(out, torch.Tensor) else out
+        if not isinstance(outs, tuple | list) or len(outs) != len(self.outputs) or not all(
+                isinstance(t, torch.Tensor) for t in outs):
+            names = ", ".join(o.name for o in self.outputs)
+            raise ArgumentError(f"{self.qualname}: out= takes {len(self.outputs)} tensor(s) ({names}), got "
+                                f"{out!r:.80}")
+        self.out_op(*inputs, *outs, variant)
+        return out
 
     def _positional(self, args: tuple, kwargs: dict) -> list:
         names = [a.name for a in self.inputs]
@@ -451,25 +495,56 @@ class TileOp:
 
     # -- calls ---------------------------------------------------------------------------------------------------
 
-    def _fake(self, *tensors):
-        world = self._world()
+    @torch._dynamo.assume_constant_result  # traced as the constant it returns (no symbolic world under dynamic=True)
+    def variant_tag(self) -> str:
+        """The `variant` argument of this op's calls now: "w<world>:<digest of the program and settings>"."""
+        return f"w{self._world()}:{self.digest}"
+
+    @staticmethod
+    def _variant_world(variant: str) -> int:
+        return int(variant.split(":", 1)[0][1:])
+
+    def _fake(self, *args):
+        tensors, world = args[:-1], self._variant_world(args[-1])
         dims = self.bind(tensors, world)
         like = tensors[0]
         outs = [like.new_empty(s, dtype=TORCH_DTYPE[o.dtype])
                 for s, o in zip(self.out_shapes(dims, world), self.outputs, strict=True)]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def _run(self, *tensors):
+    def _fake_out(self, *args):
+        n = len(self.inputs)
+        args, world = args[:-1], self._variant_world(args[-1])
+        self._check_outs(args[n:], self.out_shapes(self.bind(args[:n], world), world))
+
+    def _check_outs(self, outs, shapes) -> None:
+        for o, t, s in zip(self.outputs, outs, shapes, strict=True):
+            if t.dtype != TORCH_DTYPE[o.dtype]:
+                raise ArgumentError(f"{self.qualname}: out {o.name!r} has dtype "
+                                    f"{str(t.dtype).removeprefix('torch.')}, the program declares {o.dtype}")
+            if len(t.shape) != len(s) or not all(not (_concrete(g) and _concrete(w)) or g == w
+                                                 for g, w in zip(t.shape, s, strict=True)):
+                raise ArgumentError(f"{self.qualname}: out {o.name!r} has shape {list(t.shape)}, the program "
+                                    f"declares {list(s)} for these inputs")
+
+    def _run_out(self, *args) -> None:
+        n = len(self.inputs)
+        self._run_into(args[:n], args[n:-1], self._variant_world(args[-1]))
+
+    def _run(self, *args):
+        return self._run_into(args[:-1], None, self._variant_world(args[-1]))
+
+    def _run_into(self, tensors, outs, world: int):
+        """One call; outs: the caller's output tensors (written, nothing returned), or None (new outputs returned);
+        world: the one the caller's graph was traced for."""
         heap = active_heap()
-        world = self._world(heap)
         if world != heap.world:
-            raise ArgumentError(f"{self.qualname}: made for world {world}, the active heap has {heap.world} ranks")
-        if heap.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise ArgumentError(f"{self.qualname}: called while a CUDA graph is being captured; tilec ops start "
-                                "every call with a host barrier, which a graph cannot hold: capture the program "
-                                "itself (op.variant(...).capture(...)), or leave this op outside the graph")
+            raise ArgumentError(f"{self.qualname}: called for world {world}, the active heap has {heap.world} ranks")
+        capturing = heap.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
         dims = self.bind(tensors, world)
         prog = self.variant(world, dims)
+        if capturing:
+            self._check_capturable(prog, heap, dims)
         pool = _pool(heap)
         staging = self._staged(prog, heap, pool)
         args, copies = {}, 0
@@ -482,21 +557,51 @@ class TileOp:
             else:
                 args[a.name] = t
         shapes = self.out_shapes(dims, world)
-        for o, s in zip(self.outputs, shapes, strict=True):
-            args[o.name] = staging[o.name] if o.symmetric else torch.empty(s, dtype=TORCH_DTYPE[o.dtype],
-                                                                           device=heap.device)
+        if outs is not None:
+            from tilec.program import _same_device
+
+            self._check_outs(outs, shapes)
+        for i, (o, s) in enumerate(zip(self.outputs, shapes, strict=True)):
+            t = outs[i] if outs is not None else None
+            if t is not None and t.is_contiguous() and (heap.owns(t) if o.symmetric else
+                                                        _same_device(t.device, heap.device)):
+                args[o.name] = t  # the caller's tensor, written in place
+            else:
+                args[o.name] = staging[o.name] if o.symmetric else torch.empty(s, dtype=TORCH_DTYPE[o.dtype],
+                                                                               device=heap.device)
         self.last_args = {n: t.data_ptr() for n, t in args.items()}
-        prog(heap, sync=heap.interpret, **args)
-        outs = []
-        for o in self.outputs:
-            if o.symmetric:  # the staging buffer is reused by the next call: the caller gets its own copy
-                outs.append(args[o.name].clone())
+        # the epoch lives on the device, so calls a graph recorded replay as calls of their own
+        prog(heap, sync=heap.interpret, device_epoch=True, device_barrier=capturing or self.barrier == "device",
+             **args)
+        results = []
+        for i, o in enumerate(self.outputs):
+            if outs is not None:
+                if args[o.name] is not outs[i]:
+                    outs[i].copy_(args[o.name])
+                    copies += 1
+            elif o.symmetric:  # the staging buffer is reused by the next call: the caller gets its own copy
+                results.append(args[o.name].clone())
                 copies += 1
             else:
-                outs.append(args[o.name])
+                results.append(args[o.name])
         self.stats["calls"] += 1
         self.stats["copies"] += copies
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        if outs is not None:
+            return None
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def _check_capturable(self, prog, heap, dims) -> None:
+        """A call recorded in a CUDA graph: its barriers are device kernels, so only schedules without host barriers
+        between a call's kernels; and the variant must have run before (its set-up would be recorded too)."""
+        if prog.has_host_barrier:
+            raise ArgumentError(f"{self.qualname}: called while a CUDA graph is being captured, but its schedule "
+                                f"{prog.schedule} has host barriers between a call's kernels, which a graph cannot "
+                                f"hold; make the op with schedule= one of {', '.join(CAPTURABLE)}")
+        if not prog.ready(heap):
+            shape = ", ".join(f"{k}={v}" for k, v in dims.items())
+            raise ArgumentError(f"{self.qualname}: the first call with these shapes ({shape}, world {prog.world}) "
+                                "is being captured in a CUDA graph; call the op once with them before capturing "
+                                "(the first call allocates and zeroes its heap buffers and compiles its kernels)")
 
     def _staged(self, prog, heap, pool: _Pool) -> dict[str, torch.Tensor]:
         """Staging buffers of every symmetric argument, allocated on the first call of a variant on every rank alike
@@ -543,7 +648,7 @@ def _program_bytes(prog) -> int:
     total = sum(_align(math.prod(t.shape) * TORCH_DTYPE[t.dtype].itemsize)
                 for t in prog.program.tensors if t.kind == "buf")
     total += sum(_align(f.size * 4) for f in flags(prog.graph))
-    total += _align(8 * 4) + _align(4)
+    total += _align(8 * 4) + _align(4) + _align(2 * 4)  # ERR, EPOCH, BARRIER
     slots = re.search(r"^TIMELINE_SLOTS = (\d+)", prog.source, re.M)  # the module's table, without importing it
     if slots and int(slots.group(1)):
         total += _align(int(slots.group(1)) * 5 * 8)
@@ -576,4 +681,4 @@ def registered() -> dict[str, TileOp]:
     return dict(_OPS)
 
 
-__all__ = ["op", "empty", "TileOp", "registered", "SCHEDULE_PREFERENCE"]
+__all__ = ["op", "empty", "TileOp", "registered", "SCHEDULE_PREFERENCE", "CAPTURABLE", "BARRIERS"]

@@ -175,6 +175,7 @@ class CompiledProgram:
                 bufs[param] = heap.alloc((size,), torch.int32)
             bufs["ERR"] = heap.alloc((8,), torch.int32)
             bufs["EPOCH"] = heap.alloc((1,), torch.int32)  # the epoch of calls replayed from a CUDA graph
+            bufs["BARRIER"] = heap.alloc((2,), torch.int32)  # arrivals and entries of device barriers (device.barrier)
             if getattr(self.module, "TIMELINE_SLOTS", 0):
                 bufs["TIMELINE"] = heap.alloc((self.module.TIMELINE_SLOTS * 5,), torch.int64)
             timeout_ns = int(self.wait_timeout * 1e9)  # wall-clock, per wait (tilec.device.wait)
@@ -252,14 +253,24 @@ class CompiledProgram:
                                     " heap (allocated at its first call on this heap); allocate arguments outside "
                                     "them, or release the heap below them so that the next call allocates new ones")
 
-    def __call__(self, heap=None, *, entry_barrier: bool = True, sync: bool = True, only=None, **tensors):
+    def __call__(self, heap=None, *, entry_barrier: bool = True, sync: bool = True, only=None,
+                 device_epoch: bool = False, device_barrier: bool = False, **tensors):
         """One call on this rank. entry_barrier=False skips the leading cross-rank barrier (the caller then
         guarantees every rank's inputs are ready and the previous call is finished everywhere, e.g. a benchmark
         that barriers outside its timed region). sync=False returns once the kernels are queued; a wait
         timeout is then reported by the next synchronous call. only=(i, ...): launch only these kernels (what
         one stage of a bsp schedule costs alone); only schedules without flags, whose counters would fall out of
-        step with the call count."""
+        step with the call count.
+
+        device_epoch=True: the call count lives on the device (bumped there, read there by the kernels), so calls
+        recorded in a CUDA graph the caller captures (torch.cuda.graph, torch.compile's cudagraphs) replay as
+        calls of their own; a program's calls on a heap all keep it there or all on the host, from the first.
+        device_barrier=True (needs device_epoch): the call's barriers are device kernels, which a graph can hold,
+        instead of host ones."""
         heap = _heap(heap)
+        if device_barrier and not device_epoch:
+            raise ArgumentError(f"{self.program.name}: device_barrier=True needs device_epoch=True (a barrier the "
+                                "host does not wait for can be replayed from a graph, and so must the epoch)")
         if heap.world != self.world:
             raise ArgumentError(f"{self.program.name} was compiled for world {self.world}, the heap has "
                                 f"{heap.world} ranks")
@@ -273,19 +284,42 @@ class CompiledProgram:
             if not all(type(i) is int and 0 <= i < n for i in only):
                 raise ArgumentError(f"only={only!r}: kernel numbers are 0 to {n - 1} here")
         st = self._buffers(heap)
+        if st.setdefault("device_epoch", device_epoch) != device_epoch:
+            where = "device" if st["device_epoch"] else "host"
+            raise ArgumentError(f"{self.program.name}: its calls on rank {heap.rank}'s heap keep their epoch on the "
+                                f"{where} since the first one; call with device_epoch={st['device_epoch']}")
+        ctx = st["ctx"]
         key = _args_key(tensors)
         if key is None or st.get("checked") != key:  # the same tensors as last call need no second look, nor a
             self.check_args(heap, tensors, st)       # new launch plan
             st["checked"] = key
-            st["ctx"].plan = None
+            ctx.plan = None
         bufs = {**st["bufs"], **tensors}
         mod = self.module
-        if not st["warm"]:
-            launch.warmup(st["ctx"], mod, bufs)
-            st["warm"] = True
-        st["epoch"] += 1
-        launch.launch(st["ctx"], mod, bufs, st["epoch"], entry_barrier, only)
+        ctx.graph = device_epoch  # the kernels that read the epoch on the device
+        try:
+            if not st["warm"]:
+                launch.warmup(ctx, mod, bufs)
+                if device_epoch:  # compiled now: a later call may be the one a graph capture records
+                    launch.device_barrier(ctx, bufs["BARRIER"], bufs["ERR"], warm=True)
+                if device_barrier and entry_barrier:  # a peer's first arrival must not land before this rank
+                    heap.barrier()  # zeroed its counters (just allocated): one host barrier, on the first call only
+                st["warm"] = True
+            st["epoch"] += 1
+            if device_epoch:
+                bufs["EPOCH"].add_(1)
+            ctx.device_barrier = (bufs["BARRIER"], bufs["ERR"]) if device_barrier else None
+            launch.launch(ctx, mod, bufs, st["epoch"], entry_barrier, only)
+        finally:
+            ctx.graph, ctx.device_barrier = False, None
         return self._finish(heap, st, tensors) if sync else None
+
+    def ready(self, heap=None) -> bool:
+        """Whether a call has set this program up on the heap (its buffers allocated and zeroed, its kernels
+        compiled): only then may a call be recorded in a CUDA graph, which would record that set-up too."""
+        heap = _heap(heap)
+        st = self._state.get(id(heap))
+        return bool(st and st["warm"] and not heap.freed_since(st["releases"], st["span"][1]))
 
     def _finish(self, heap, st, tensors: dict) -> dict:
         """The end of a synchronous call (or replay): wait for the GPU, report a wait that timed out, and hand back
@@ -312,6 +346,9 @@ class CompiledProgram:
 
         heap = _heap(heap)
         name, mod = self.program.name, self.module
+        if self._state.get(id(heap), {}).get("device_epoch"):
+            raise ArgumentError(f"{name}: its calls keep their epoch on the device (device_epoch=True, as tilec ops "
+                                "do): capture them with torch.cuda.graph instead of capture()")
         if self.has_host_barrier:
             raise ArgumentError(f"{name}: schedule {self.schedule} has a host barrier inside a call, which a CUDA "
                                 "graph cannot hold; capture a schedule without one (fused-push, specialized, flags)")
@@ -360,6 +397,14 @@ class CompiledProgram:
             return
         err.zero_()
         _, flag_no, counter, owner, seen, target = vals[:6]
+        if flag_no == 0:  # tilec.device.barrier: counter is the barrier's number, seen and target arrivals
+            world = heap.world
+            raise WaitTimeout(
+                f"rank {heap.rank} waited at device barrier {counter} of {self.program.name} for "
+                f"~{self.wait_timeout:g}s: {seen - (counter - 1) * world} of {world} ranks arrived (a rank did not "
+                "make this call, call counts differ between ranks, or a rank stopped or died)",
+                rank=heap.rank, flag="barrier", tensor=None, counter=counter, tile=None, owner=owner, seen=seen,
+                target=target, stage=None, loc=None)
         fl = flags(self.graph)[flag_no - 1]  # flag numbers are 1-based in name order, as emit numbers them
         from tilec.ir.graph import stage as stage_of
         from tilec.ir.queries import flag_dims

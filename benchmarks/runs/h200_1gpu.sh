@@ -4,7 +4,7 @@ set -e
 what=${1:-all}
 if [ "$what" = gemm ] || [ "$what" = all ]; then
   for ex in ag_gemm gemm_rs gemm_ar; do
-    tilec bench examples/$ex.tile --world 1 --shapes paper --iters 20 --no-tune
+    tilec bench examples/$ex.tile --world 1 --shapes paper --iters 20
   done
 fi
 if [ "$what" = decode ] || [ "$what" = all ]; then

@@ -3,7 +3,7 @@
 set -e
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 for ex in ag_gemm gemm_rs gemm_ar; do
-  torchrun --standalone --nproc-per-node 2 -m tilec bench examples/$ex.tile --shapes paper --iters 20 --no-tune
+  torchrun --standalone --nproc-per-node 2 -m tilec bench examples/$ex.tile --shapes paper --iters 20
 done
 for s in decode-paper decode-quick; do
   torchrun --standalone --nproc-per-node 2 -m tilec bench examples/flash_decode.tile --shapes $s \

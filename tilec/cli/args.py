@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 
 from tilec.errors import TilecError
@@ -32,6 +33,17 @@ def _world(args) -> int:
     if not env.strip().isdigit() or not 1 <= int(env) <= MAX_WORLD:
         raise ArgumentError(f"WORLD_SIZE={env!r}: must be an integer >= 1 and <= {MAX_WORLD}")
     return int(env)
+
+
+def transport_arg(text: str) -> str:
+    """argparse type of --transport: sm, dma, auto or STAGE=MODE,..."""
+    from tilec.passes.transport import parse_transport
+
+    try:
+        parse_transport(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def run_command(args) -> int:

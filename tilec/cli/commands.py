@@ -7,9 +7,10 @@ import argparse
 import sys
 import time
 
-from tilec.cli.args import _dims, _world, run_command
+from tilec.cli.args import _dims, _world, run_command, transport_arg
 from tilec.errors import TilecError
 from tilec.passes.schedules import DESCRIPTIONS, PASS_NAMES, SCHEDULES
+from tilec.passes.transport import TRANSPORTS
 
 EXIT_CODES = """exit status (every subcommand):
   0  everything asked for succeeded (schedules that do not apply to the program are listed by
@@ -43,6 +44,10 @@ def _common(p: argparse.ArgumentParser, schedule: bool = True) -> None:
                        + "; ".join(f" {k}: {v}" for k, v in DESCRIPTIONS.items()) + " (default: auto)")
     p.add_argument("--granularity", default="auto", choices=("auto", "tile", "rank", "tensor"),
                    help="flag granularity (auto: per tile, whole along dims readers reduce over)")
+    p.add_argument("--transport", default="sm", type=transport_arg, metavar="MODE",
+                   help="who moves the tiles of copy stages: sm (tasks on the SMs, the default), dma (the copy"
+                   " engines, chunk by chunk with a flag each; schedules with flags), auto (sm until the cost model"
+                   " knows copy engines), or per stage: STAGE=MODE,... (e.g. gather=dma)")
 
 
 def _compile(args, schedule: str | None = None):
@@ -50,10 +55,14 @@ def _compile(args, schedule: str | None = None):
     from tilec.perf.auto import compile_auto
 
     schedule = schedule or args.schedule
+    transport = getattr(args, "transport", "sm")
     if schedule == "auto":
-        return compile_auto(args.program, _world(args), _dims(args.dims), granularity=args.granularity)
+        prog = compile_auto(args.program, _world(args), _dims(args.dims), granularity=args.granularity)
+        if transport == "sm":
+            return prog
+        schedule = prog.schedule  # the pick, built again with the copy stages on the transport asked for
     return tilec.compile(args.program, world=_world(args), schedule=schedule, dims=_dims(args.dims),
-                         granularity=args.granularity)
+                         granularity=args.granularity, transport=transport)
 
 
 def cmd_compile(args) -> int:
@@ -267,8 +276,10 @@ def cmd_bench(args) -> int:
 
     schedules = args.schedules.split(",") if args.schedules else None
     for s in schedules or ():
-        if s not in SCHEDULES:
-            raise TilecError(f"--schedules {s}: choose from {', '.join(SCHEDULES)}")
+        base, plus, transport = s.partition("+")  # SCHEDULE+TRANSPORT, e.g. flags+dma
+        if base not in SCHEDULES or (plus and transport not in TRANSPORTS):
+            raise TilecError(f"--schedules {s}: choose from {', '.join(SCHEDULES)}, each optionally with"
+                             f" +TRANSPORT ({', '.join(TRANSPORTS)}), e.g. flags+dma")
     if args.out:  # refused before an hour of timing, not after
         from tilec.fileio import ensure_dir
 
@@ -378,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--world", "-w", type=int, default=None, help="ranks (default: WORLD_SIZE under torchrun, or 1)")
     p.add_argument("--shapes", default="small", help="shape sets, comma separated: paper, square, decode, small"
                    " (GEMM programs); decode-paper, decode-quick, decode-small (flash decode)")
-    p.add_argument("--schedules", default=None, help="comma separated (default: all)")
+    p.add_argument("--schedules", default=None, help="comma separated (default: all); SCHEDULE+dma puts its copy"
+                   " stages on the copy engines, e.g. flags+dma,fused-push+dma")
     p.add_argument("--dtype", default="bf16", choices=("f16", "bf16", "f32"),
                    help="element type the program's f16 tensors are built in (default: bf16)")
     p.add_argument("--iters", type=_positive, default=20, help="timed runs per row after warm-up; the median and "

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tilec.cli.args import run_command
+from tilec.cli.args import run_command, transport_arg
 from tilec.errors import TilecError
 
 
@@ -31,6 +31,8 @@ def add_parser(subparsers) -> None:
                    " needs matplotlib)")
     p.add_argument("--num-warps", type=int, default=4, help="warps per program of the measured kernels (default 4)")
     p.add_argument("--num-stages", type=int, default=3, help="software-pipeline stages (default 3)")
+    p.add_argument("--transport", default="sm", type=transport_arg, metavar="MODE",
+                   help="who moves the tiles of copy stages: sm, dma, auto or STAGE=MODE,... (default sm)")
     p.set_defaults(fn=cmd_taxes)
     p = subparsers.add_parser("calibrate", help="measure this GPU's rates into a machine file for `tilec taxes`")
     p.add_argument("-o", "--output", default="machine.json", help="where to write it (default: machine.json)")
@@ -51,7 +53,7 @@ def cmd_taxes(args) -> int:
     _check_trace_args(args)
     measure = args.measure and gpu_count() > 0
     rows = taxes(args.program, world, _dims(args.dims), machine, granularity=args.granularity, measure=measure,
-                 launch={"num_warps": args.num_warps, "num_stages": args.num_stages})
+                 launch={"num_warps": args.num_warps, "num_stages": args.num_stages, "transport": args.transport})
     shared = measure and world > gpu_count()
     print(render(args.program, rows, machine, shared))
     if args.measure and not measure:
@@ -80,7 +82,8 @@ def measure_timelines(args, world: int, records: bool = False):
     from tilec.run_vs_reference import heap_bytes_for
     from tilec.runtime import default_backend, spawn
 
-    launch = {"num_warps": args.num_warps, "num_stages": args.num_stages, "timeline": True}
+    launch = {"num_warps": args.num_warps, "num_stages": args.num_stages, "timeline": True,
+              "transport": getattr(args, "transport", "sm")}
     builds = [p for p in compile_all(args.program, world, _dims(args.dims), granularity=args.granularity,
                                      launch=launch) if not isinstance(p, Skipped)]
     if not builds:
@@ -196,6 +199,10 @@ def render(program: str, rows: list, machine, shared_gpu: bool = False) -> str:
                    f"{_bytes(r.remote_write_bytes):>11}{r.flag_releases:>10}{r.flag_waits:>11}{r.flops / 1e9:>9.4g}")
     for s in skipped:
         out.append(f"{s.schedule:<12}skipped: {s.skipped}")
+    for r in done:
+        if r.copy_engine_stages:
+            out.append(f"{r.schedule:<12}transport dma: stage(s) {', '.join(r.copy_engine_stages)} on the copy engines"
+                       " (no kernel; releases are one per chunk; the model charges their copies nothing yet)")
     if any(r.intra_roundtrip_tensors for r in done):
         out.append("(intra): written and read inside one kernel; it still goes through memory, and the model charges"
                    " it once it exceeds L2")

@@ -16,12 +16,13 @@ import re
 import networkx as nx
 
 from tilec.errors import TilecError
-from tilec.ir.graph import Kernel, Pull, flags, stage, stages, tensor, waits
+from tilec.ir.graph import Kernel, Pull, flags, folds, stage, stages, tensor, waits
 from tilec.ir.types import ME, Access, Sum, Var, walk
 
 from .compute import Compute
 from .copies import Copies
-from .flags import Flags, flag_scopes
+from .dma import table_lines
+from .flags import TASK_ARGS_MARK, Flags, flag_scopes, silent_flags
 from .model import FlagModel, KernelModel, ModuleModel, TaskFn, TensorModel
 from .order import Overlap, overlap_plan, own_rows_first
 from .tasks import Tasks
@@ -117,20 +118,23 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
     kernels = []
     nconc = sum(1 for k in g.graph["kernels"] if k.concurrent) or 1
     slots = 0 if options.get("timeline") else None
+    kernel_slots: list[int] = []
     for k in g.graph["kernels"]:
         kernels.append(_kernel(g, k, flag_no, scopes, options.get("group_m", 8),
                                1.0 / nconc if k.concurrent else 1.0,
                                options.get("start_local", False), slots, options.get("attend_block", 64), taken,
                                bool(options.get("noinline_tasks")), options.get("overlap", True)))
         if slots is not None:
-            slots += kernels[-1].total
+            kernel_slots.append(sum(_trips(stage(g, s).loops) for s in k.stages))  # folded stages record too
+            slots += kernel_slots[-1]
     tensors_used = []
     for _, d in sorted(g.nodes(data=True)):
         if d["kind"] == "tensor":
             t = d["payload"]
             tensors_used.append(TensorModel(t.name, t.kind, t.dtype, t.shape, t.symmetric))
+    silent = silent_flags(g)
     fms = tuple(FlagModel(f.name, f"F_{ident(f.name)}", f.size, f.count, f.producer, ", ".join(f.key),
-                          flag_no[f.name]) for f in flags(g))
+                          flag_no[f.name]) for f in flags(g) if f.name not in silent)
     header = (
         f"program: {prog.name}   world: {prog.world}   schedule: {schedule}",
         "passes: " + ", ".join(g.graph.get("passes", ())),
@@ -142,7 +146,8 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
     uses_iris = any("iris." in ln for km in kernels for ln in (*km.lines, *(x for f in km.tasks for x in f.lines)))
     return ModuleModel(header, prog.file, prog.name, prog.world, schedule, tuple(tensors_used), fms, tuple(kernels),
                        options.get("num_warps", 4), options.get("num_stages", 3), _peers_touch_user_tensors(g),
-                       slots or 0, bool(options.get("noinline_tasks")), uses_iris)
+                       slots or 0, tuple(kernel_slots), bool(options.get("noinline_tasks")), uses_iris,
+                       table_lines(g))
 
 
 def _peers_touch_user_tensors(g: nx.DiGraph) -> bool:
@@ -171,17 +176,21 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
     calls: list[tuple[int, str, str]] = []  # (line, task function, its first argument): arguments added at the end
     tasks: list[tuple[str, list[str], list[str]]] = []  # (task function, its buffers, its lines)
     world = g.graph["program"].world
-    offset = 0
-    total = sum(_tasks(stage(g, s), world) for s in k.stages)
-    if k.groups:  # program group i covers pids [lo_i, lo_i + n_i); every group has at least one program
-        cum = [sum(k.groups[:i]) for i in range(len(k.groups) + 1)]
-        bounds = ["0"] + [f"{s}_first" for s in k.stages[1:]] + ["NPROG"]
-        lines.append(f"# workgroup specialization: programs per stage in proportion {', '.join(map(str, k.groups))}")
-        for i, s in enumerate(k.stages[1:], 1):
-            lines.append(f"{bounds[i]} = {i} + (NPROG - {len(k.groups)}) * {cum[i]} // {cum[-1]}"
+    offset = 0  # timeline slots: every stage's tasks, folded ones included (they still record)
+    folded = {fo.consumer for fo in folds(g)}  # run by their producer's tasks (fold-last), not by the loop
+    looped = [s for s in k.stages if s not in folded]
+    shares = tuple(x for s, x in zip(k.stages, k.groups, strict=True) if s not in folded) if k.groups else ()
+    total = sum(_tasks(stage(g, s), world) for s in looped)
+    at_task = 0
+    if shares:  # program group i covers pids [lo_i, lo_i + n_i); every group has at least one program
+        cum = [sum(shares[:i]) for i in range(len(shares) + 1)]
+        bounds = ["0"] + [f"{s}_first" for s in looped[1:]] + ["NPROG"]
+        lines.append(f"# workgroup specialization: programs per stage in proportion {', '.join(map(str, shares))}")
+        for i, s in enumerate(looped[1:], 1):
+            lines.append(f"{bounds[i]} = {i} + (NPROG - {len(shares)}) * {cum[i]} // {cum[-1]}"
                          f"  # the first program of stage {s}")
-    plan = overlap_plan(g, k, group_m, lambda st: _tasks(st, world)) if overlap else None
-    for i, sname in enumerate(k.stages):
+    plan = overlap_plan(g, k, group_m, lambda st: _tasks(st, world)) if overlap and not folded else None
+    for sname in k.stages:
         st = stage(g, sname)
         n = _tasks(st, world)
         em = _Emitter(g, st, flag_no, scopes, attend_block, taken)
@@ -189,39 +198,47 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
         mark = None if timeline_base is None else (timeline_base + offset, [x.name for x in stages(g)].index(sname))
         gm = plan.group_m if plan is not None and sname == plan.consumer else group_m
         own_first = own_rows_first(g, st, group_m) if overlap and plan is None and k.persistent else None
-        if own_first is not None:  # this rank's rows first (order.py), while the copy moves the peers'
-            gm, rotate = own_first, (lambda t, n: f"({t} + rank * {n // world}) % {n}")
+        if own_first is not None and sname not in folded:  # this rank's rows first (order.py), while the copy
+            gm, rotate = own_first, (lambda t, n: f"({t} + rank * {n // world}) % {n}")  # moves the peers'
         else:
             rotate = (lambda t, n: _rotated(t, n, start_local, world))
-        body = _task_body(em, st, gm if has_sum else 1, mark, world)
+        # a folded stage's task number is computed by its producer in plain order (no grouped decode)
+        body = _task_body(em, st, gm if has_sum and sname not in folded else 1, mark, world)
         call = f"{sname}_task"
         if len(k.stages) > 1:
             tasks.append((call, list(em.params), body))
-        if k.groups:
+        offset += n
+        for p in em.params:
+            if p not in params:
+                params.append(p)
+        if sname in folded:
+            continue
+        i = looped.index(sname)
+        if shares:
             lo, hi = bounds[i], bounds[i + 1]
-            cond = "if" if i == 0 else "elif" if i < len(k.stages) - 1 else "else"
+            cond = "if" if i == 0 else "elif" if i < len(looped) - 1 else "else"
             lines.append(f"{cond} pid < {hi}:  # stage {sname}" if cond != "else" else f"else:  # stage {sname}")
             lines.append(f"    for task in range(pid - {lo}, {n}, {hi} - {lo}):")
             calls.append((len(lines), call, rotate("task", n)))
             lines.append("        ")
         elif len(k.stages) == 1:
             lines += [f"t = {rotate('task', n)}"] + [b[4:] for b in body]
+        elif len(looped) == 1:  # the kernel's other stages are folded into this one
+            calls.append((len(lines), call, rotate("task", n)))
+            lines.append("")
         else:
-            cond = "if" if i == 0 else "elif" if i < len(k.stages) - 1 else "else"
-            test = f" task < {offset + n}" if cond != "else" else ""
+            cond = "if" if i == 0 else "elif" if i < len(looped) - 1 else "else"
+            test = f" task < {at_task + n}" if cond != "else" else ""
             lines.append(f"{cond}{test}:")
-            local = f"task - {offset}" if offset else "task"
+            local = f"task - {at_task}" if at_task else "task"
             calls.append((len(lines), call, rotate(local, n)))
             lines.append("    ")
-        offset += n
-        for p in em.params:
-            if p not in params:
-                params.append(p)
+        at_task += n
     if plan is not None:
         lines, calls = _overlapped(g, plan, start_local, world)
     args = [param_name(p) for p in params] + list(TASK_ARGS)
     lines = [tidy(ln) for ln in lines]
-    base = "    " if k.groups else "        "  # where the template puts these lines
+    base = "    " if shares else "        "  # where the template puts these lines
     at = {c[0]: c[1:] for c in calls}
     out: list[str] = []
     for j, ln in enumerate(lines):  # calls of the stages' task functions, wrapped at 120 columns
@@ -233,9 +250,21 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
     sig = wrap(f"def {k.name}(", [*args[:-2], "timeout_ns", "EPOCH_AT", "NPROG: tl.constexpr",
                                   "UPCAST_DOT: tl.constexpr", "GRAPH: tl.constexpr", "PDL: tl.constexpr"], "):", "")
     fns = tuple(TaskFn(name, tuple(wrap(f"def {name}(", ["t", *args[:-1], "UPCAST_DOT: tl.constexpr"], "):", "")),
-                       tuple(body)) for name, _p, body in tasks)
+                       tuple(_with_args(body, args))) for name, _p, body in tasks)
     return KernelModel(k.name, k.stages, tuple(params), tuple(sig), tuple(out), total, k.persistent, k.concurrent,
-                       k.barrier_before, share, len(k.groups), fns)
+                       k.barrier_before, share, len(shares), fns)
+
+
+def _with_args(body: list[str], args: list[str]) -> list[str]:
+    """A folded consumer's call inside its producer's task (flags.arrive) takes the kernel's arguments."""
+    out = []
+    for ln in body:
+        if TASK_ARGS_MARK not in ln:
+            out.append(ln)
+            continue
+        head, first = ln[: ln.index("(") + 1], ln[ln.index("(") + 1: ln.index(f", {TASK_ARGS_MARK}")]
+        out += wrap(head, [first, *args], ")", head[: len(head) - len(head.lstrip())])
+    return out
 
 
 def _rotated(t: str, n: int, on: bool, world: int) -> str:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import networkx as nx
 
-from tilec.ir.graph import Flag, flags, stages, waits
+from tilec.ir.graph import Flag, Fold, flags, folds, stages, waits
 from tilec.ir.queries import flag_dims
 from tilec.ir.tiling import DimInverse, strides
 from tilec.ir.types import ME
-from tilec.ir.wait_plan import plan_wait
+from tilec.ir.wait_plan import plan_fold, plan_wait
 
 from .text import ident
+
+TASK_ARGS_MARK = "_tilec_task_args_"  # where a folded consumer's call takes the kernel's arguments (emit._kernel)
 
 
 class Flags:
@@ -20,6 +22,8 @@ class Flags:
     def wait(self, w, out: list[str], indent: str) -> None:
         f: Flag = self.fl[w.flag]
         read = w.read
+        if any(fo.flag == f.name and fo.consumer == self.st.name for fo in folds(self.g)):
+            return  # folded: the task that completed the group runs this one (arrive)
         # Waits go at the start of the task and cover everything its reductions will read, so the reduction
         # loop stays free of spins (Triton pipelines its loads only then).
         plan = plan_wait(self.g, f, read, self.loop_vars, self.scope, self.flag_scope[f.name])
@@ -65,6 +69,65 @@ class Flags:
                                 f" heap_bases, ERR, timeout_ns, {self.flag_no[f.name]}, {tail}")
 
     def release(self, f: Flag, out: list[str], indent: str) -> None:
+        fp = self.param(f"F_{ident(f.name)}")
+        owner = "rank" if f.write.rank == ME else f.write.rank
+        out.append(f"{indent}td.release({fp} + {self._counter(f)}, rank, {owner}, heap_bases,"
+                   f" \"{self.flag_scope[f.name]}\")")
+
+    def arrive(self, fold: Fold, f: Flag, out: list[str], indent: str) -> None:
+        """fold-last: bump the group's arrival counter; the bump that completes it runs the consumer's tasks of
+        the group (a range of the consumer var that picks each keyed dim, every value of its other vars)."""
+        plan = plan_fold(self.g, fold)
+        if f.count == 1:  # a group of one task: no counter, it runs them itself (silent_flags: none allocated)
+            out.append(f"{indent}# {fold.consumer}'s tasks that read this tile run right here (a group of one)")
+            out.append(f"{indent}tl.debug_barrier()  # every thread's stores of the tile are done before they read it")
+            ind = indent
+        else:
+            fp = self.param(f"F_{ident(f.name)}")
+            out.append(f"{indent}# the last of the {f.count} {f.producer} tasks of this group runs {fold.consumer}'s"
+                       " tasks that read them")
+            out.append(f"{indent}if td.arrive({fp} + {self._counter(f)}, epoch * {f.count}):")
+            ind = indent + "    "
+        names = {}
+        for fd in plan.dims:
+            d, v, k, c = fd.dim, fd.var, fd.coef, fd.const
+            rv = f" + {d.rank_coef} * {d.rank_var}" if d.rank_var else ""
+            e0 = f"{d.const}{rv}" + (f" + {d.tile_var}" if d.tile_var else "")
+            if not d.tile_var:
+                span = "1"
+            elif d.extent % d.step:
+                span = f"tl.minimum({d.step}, {d.extent} - {d.tile_var})"
+            else:
+                span = str(d.step)
+            e1 = f"{e0} + {span}"
+            # the values of v whose read starts in [e0, e1): ceil((e - c) / k), clipped to v's range
+            lo, hi = (e0, e1) if c == 0 else (f"tl.maximum({e0} - {c}, 0)", f"tl.maximum({e1} - {c}, 0)")
+            if k != 1:
+                lo, hi = f"({lo} + {k - 1}) // {k}", f"({hi} + {k - 1}) // {k}"
+            if v.step != 1:
+                lo = f"({lo} + {v.step - 1}) // {v.step} * {v.step}"
+            e1_max = d.const + (d.rank_coef * (d.world - 1) if d.rank_var else 0) + (d.extent if d.tile_var else 1)
+            if -(-max(e1_max - c, 0) // k) > v.extent:
+                hi = f"tl.minimum({hi}, {v.extent})"
+            names[v.name] = self.tmp(v.name)
+            if span == "1" and k == 1 and c == 0 and v.step == 1 and not hi.startswith("tl.minimum"):
+                out.append(f"{ind}{names[v.name]} = {e0}")  # one value
+                continue
+            stride = f", {v.step}" if v.step != 1 else ""
+            out.append(f"{ind}for {names[v.name]} in range({lo}, {hi}{stride}):")
+            ind += "    "
+        for v in plan.free:
+            names[v.name] = self.tmp(v.name)
+            out.append(f"{ind}for {names[v.name]} in range(0, {v.extent}{f', {v.step}' if v.step != 1 else ''}):")
+            ind += "    "
+        t = "0"
+        for v in plan.order:
+            x = names[v.name] if v.step == 1 else f"({names[v.name]} // {v.step})"
+            t = x if t == "0" else f"({t}) * {v.trips} + {x}"
+        out.append(f"{ind}{fold.consumer}_task({t}, {TASK_ARGS_MARK})")
+
+    def _counter(self, f: Flag) -> str:
+        """The counter of flag f a task of its producer bumps (from the task's own vars)."""
         dims = flag_dims(self.g, f)
         st = strides(dims)
         parts = []
@@ -75,12 +138,15 @@ class Flags:
             t = f"({d.tile_var} // {d.step})" if d.key_tile else "0"
             lin = _lin_of(d, r, t)
             parts.append(lin if s == 1 else f"({lin}) * {s}")
-        idx = " + ".join(parts) or "0"
-        fp = self.param(f"F_{ident(f.name)}")
-        owner = "rank" if f.write.rank == ME else f.write.rank
-        out.append(f"{indent}td.release({fp} + {idx}, rank, {owner}, heap_bases, \"{self.flag_scope[f.name]}\")")
+        return " + ".join(parts) or "0"
 
     # -- one task ----------------------------------------------------------------------------------
+
+
+def silent_flags(g: nx.DiGraph) -> set[str]:
+    """Fold flags whose groups are one producer task: that task runs its consumers with no counter (flags.arrive),
+    so none is allocated or bumped."""
+    return {fo.flag for fo in folds(g) if any(f.name == fo.flag and f.count == 1 for f in flags(g))}
 
 
 def flag_scopes(g: nx.DiGraph) -> dict[str, str]:

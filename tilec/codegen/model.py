@@ -71,6 +71,8 @@ class ModuleModel:
     num_stages: int
     exit_barrier: bool
     timeline_slots: int = 0  # > 0: a timeline build, one record per task of every kernel
+    kernel_slots: tuple[int, ...] = ()  # a timeline build: each kernel's records (its stages' tasks, folded ones too)
     noinline_tasks: bool = False  # merged kernels call their stages' task functions instead of inlining them
     uses_iris: bool = False  # a load translates addresses with iris.load (a pulled tile that straddles ranks)
+    dma: tuple[str, ...] = ()  # the DMA_COPIES table's lines (codegen/dma.py); empty: no stage on the copy engines
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from tilec.ir.dtypes import TL_DTYPE
-from tilec.ir.graph import flags, tensor
+from tilec.ir.graph import flags, folds, tensor
 from tilec.ir.types import Const, Idx, Op
 
 from .text import tidy
@@ -76,9 +76,13 @@ class Tasks:
                 body.append(f"    tl.store({ptr} + {delta} + {off}, {v}.to({dt}){m})")
             else:
                 body.append(f"    tl.store({ptr} + {off}, {v}.to({dt}){m})")
+        folded = {fo.flag: fo for fo in folds(self.g)}
         for f in flags(self.g):
             if f.producer == st.name:
-                self.release(f, body, "    ")
+                if f.name in folded:
+                    self.arrive(folded[f.name], f, body, "    ")
+                else:
+                    self.release(f, body, "    ")
         if timeline is None:
             lines = head + self.wait_lines + self.prologue + body
         else:

@@ -2,7 +2,7 @@
 
 Nodes (id -> attrs):
   "t:NAME"  kind=tensor   payload=Tensor
-  "s:NAME"  kind=stage    payload=Stage       (tile tasks over loops; body of stores)
+  "s:NAME"  kind=stage    payload=Stage       (tile tasks over loops; body of stores; transport sm or dma)
   "b:I"     kind=barrier  payload=Barrier     (a global cross-rank barrier)
   "f:NAME"  kind=flag     payload=Flag        (per-tile ready counters replacing a barrier)
 Edges:
@@ -12,12 +12,12 @@ Edges:
 Graph attributes: program (BoundProgram: name, world, dims, source), order (tuple of stage/barrier ids in program
 order), sync (how stages are ordered across ranks: BARRIERS, global barriers between phases, as written; or
 FLAGS, per-tile ready counters only, once replace-barriers ran), kernels (tuple of Kernel, set by `persist`),
-passes (names applied so far), options.
+folds (tuple of Fold, set by `fold-last`), passes (names applied so far), options.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
@@ -55,6 +55,9 @@ class Stage:
     body: tuple[Store, ...]
     loc: Loc = field(compare=False, repr=False)
     note: str = ""  # what a pass did to it, printed by the IR printer
+    # who moves a copy stage's tiles: "sm" (tasks of a kernel) or "dma" (the copy engines, passes/transport.py;
+    # the stage is in no kernel and the module's DMA_COPIES table says what to copy)
+    transport: str = "sm"
     # pairs of rank variables (loop vars or ME): the tasks where the two are equal are not run (local-in-place
     # drops a copy's tasks from a rank to itself)
     skip_equal: tuple[tuple[str, str], ...] = ()
@@ -79,7 +82,11 @@ class Barrier:
 class Flag:
     """Ready counters for the tiles that `producer` writes into `tensor`. One counter per value of the `key` vars
     (the producer's loop vars that index the written tile); each counter is bumped `count` times per call, on the
-    rank whose copy was written (`owner`: a producer rank var, or ME). Consumers wait for epoch * count."""
+    rank whose copy was written (`owner`: a producer rank var, or ME). Consumers wait for epoch * count.
+
+    `also`: the producer's other stores whose tiles the same bump counts ((write, key) each, see
+    replace-barriers): every producer task maps them to the same counter as `write`, so one release after all of
+    a task's stores readies them all. `member(tensor)` is the flag as seen by a reader of one of them."""
 
     name: str
     tensor: str
@@ -90,6 +97,18 @@ class Flag:
     count: int
     granularity: str
     loc: Loc = field(compare=False, repr=False)
+    also: tuple[tuple[Access, tuple[str, ...]], ...] = ()
+
+    @property
+    def tensors(self) -> tuple[str, ...]:
+        return (self.tensor, *(a.tensor for a, _ in self.also))
+
+    def member(self, tensor: str) -> Flag:
+        """This flag's counters as defined by its store into `tensor` (same counters, that tensor's tiles)."""
+        if tensor == self.tensor:
+            return self
+        a, key = next((a, k) for a, k in self.also if a.tensor == tensor)
+        return replace(self, tensor=tensor, write=a, key=key, also=())
 
 
 @dataclass(frozen=True)
@@ -113,7 +132,26 @@ class Kernel:
     groups: tuple[float, ...] = ()  # workgroup specialization: each stage's share of the programs (in per mille)
 
 
+@dataclass(frozen=True)
+class Fold:
+    """Stage `consumer` runs inside stage `producer` (fold-last): each producer task bumps its counter of `flag`
+    (one per group of producer tasks, acq_rel), and the task whose bump completes the group runs, right there,
+    every consumer task whose waits are on that counter. The consumer's waits on `flag` are then satisfied by
+    construction and not emitted; its tasks leave the persistent loop."""
+
+    consumer: str
+    producer: str
+    flag: str
+    loc: Loc = field(compare=False, repr=False)
+
+
 BARRIERS, FLAGS = "barriers", "flags"  # g.graph["sync"]
+SM, DMA = "sm", "dma"  # Stage.transport
+
+
+def dma_stages(g: nx.DiGraph) -> list[Stage]:
+    """The stages the copy engines run (in no kernel)."""
+    return [s for s in stages(g) if s.transport == DMA]
 
 
 def sync(g: nx.DiGraph) -> str:
@@ -155,6 +193,10 @@ def waits(g: nx.DiGraph, stage_name: str) -> list[Wait]:
         if d["kind"] == "wait":
             out += d["waits"]
     return out
+
+
+def folds(g: nx.DiGraph) -> tuple[Fold, ...]:
+    return tuple(g.graph.get("folds", ()))
 
 
 def barriers(g: nx.DiGraph) -> list[str]:

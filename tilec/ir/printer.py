@@ -59,6 +59,8 @@ def print_graph(g: nx.DiGraph) -> str:
         st = d["payload"]
         k = kernel_of.get(st.name)
         where = f"  [kernel {k.name}]" if k else ""
+        if st.transport != "sm":
+            where += f"  [transport {st.transport}]"
         note = f"  # {st.note}" if st.note else ""
         skip = "".join(f", {a} != {b}" for a, b in st.skip_equal)
         out.append(f"stage {st.name} over {', '.join(fmt_loop(v) for v in st.loops)}{skip}:{where}{note}")

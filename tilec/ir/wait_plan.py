@@ -16,7 +16,7 @@ import networkx as nx
 
 from tilec.ir.graph import Flag
 from tilec.ir.queries import flag_dims
-from tilec.ir.tiling import DimInverse, strides
+from tilec.ir.tiling import DimInverse, invert, strides
 from tilec.ir.types import ME, Access, Var
 
 MAX_BLOCK = 1024  # counters polled at once at most (a block wider than this is polled in chunks)
@@ -76,6 +76,7 @@ class WaitPlan:
 def plan_wait(g: nx.DiGraph, f: Flag, read: Access, red: set[str], scope: dict[str, Var], flag_scope: str) -> WaitPlan:
     """The plan of one wait on flag `f` before `read`; `red`: the reduction vars the read sits in (the wait covers
     all they reach), `scope`: every var of the consumer task by name."""
+    f = f.member(read.tensor)  # a shared flag: its counters as the store of the tensor read defines them
     dims = flag_dims(g, f)
     st = strides(dims)
     reach = []
@@ -104,3 +105,109 @@ def plan_wait(g: nx.DiGraph, f: Flag, read: Access, red: set[str], scope: dict[s
     block_dim = max(range(len(reach)), key=counts.__getitem__) if counts and max(counts) > 1 else None
     block = min(MAX_BLOCK, 1 << (counts[block_dim] - 1).bit_length()) if block_dim is not None else 1
     return WaitPlan(key, owner, tuple(reach), block_dim, block)
+
+
+def release_signature(f: Flag, p, world: int) -> tuple:
+    """What decides the counter a task of producer stage `p` bumps, as codegen's release computes it (flags.py):
+    two stores of one producer with equal signatures have their tiles counted by the same counter, bumped by the
+    same tasks the same number of times, so one flag (one release per task) serves both (replace-barriers)."""
+    loops = {v.name: v for v in p.loops} | {ME: Var(ME, "me", world, 1, p.loc)}
+    dims = invert(f.write, loops, set(f.key), world, f"flag {f.name}")
+    return (f.producer, f.write.rank, f.size, f.count, tuple(
+        (s, d.key_rank and d.rank_var, d.world if d.key_rank else 0, d.key_tile and d.tile_var,
+         d.step if d.key_tile else 0, d.trips if d.key_tile else 0)
+        for d, s in zip(dims, strides(dims), strict=True) if d.size > 1))
+
+
+@dataclass(frozen=True)
+class FoldDim:
+    """One keyed dim of a fold's arrival counter: the consumer var `var` that picks the group's elements of it
+    (the consumer reads `coef * var + const` there). The producer task that completes a group knows the group's
+    elements from its own vars: [first, first + extent) with first = dim.const + rank_coef * rank var + tile var."""
+
+    dim: DimInverse
+    var: Var
+    coef: int
+    const: int
+
+    def producer_span(self, rv, tv):
+        """The group's elements of this dim: [e0, e1), from the producer's rank-like and tile var values."""
+        d = self.dim
+        e0 = d.const + (d.rank_coef * rv if d.rank_var else 0) + (tv if d.tile_var else 0)
+        return e0, e0 + (min(d.step, d.extent - tv) if d.tile_var else 1)
+
+    def var_range(self, e0: int, e1: int) -> range:
+        """The consumer var's values whose read starts in [e0, e1) (emitted as the same arithmetic)."""
+        v, k = self.var, self.coef
+        lo, hi = -(-max(e0 - self.const, 0) // k), -(-max(e1 - self.const, 0) // k)
+        lo = -(-lo // v.step) * v.step
+        return range(lo, min(hi, v.extent), v.step)
+
+
+@dataclass(frozen=True)
+class FoldPlan:
+    """Which consumer tasks the task completing a group runs: per keyed dim of the counter the consumer var that
+    selects them (`dims`), every value of the consumer's other loop vars (`free`); the consumer's task number
+    from its vars in decode order (`order`: its loops of more than one trip, the last one fastest)."""
+
+    flag: Flag  # the arrival flag as the first waited read's store defines it
+    flag_dims: tuple[DimInverse, ...]  # all its dims (their strides number the counters)
+    dims: tuple[FoldDim, ...]
+    free: tuple[Var, ...]
+    order: tuple[Var, ...]
+
+    def task_number(self, vals: dict[str, int]) -> int:
+        t = 0
+        for v in self.order:
+            t = t * v.trips + vals[v.name] // v.step
+        return t
+
+
+def task_scope(st, world: int) -> dict[str, Var]:
+    """Every var of a task of stage `st` by name: its loops, `rank` and its reduction vars."""
+    from tilec.ir.types import reduction_vars
+
+    out = {v.name: v for v in st.loops} | {ME: Var(ME, "me", world, 1, st.loc)}
+    return out | {v.name: v for s in st.body for v in reduction_vars(s.value)}
+
+
+def fold_reads(g: nx.DiGraph, consumer: str, flag: str):
+    """The consumer's waits on `flag`, each with the reduction vars its read sits in."""
+    from tilec.ir.graph import stage, waits
+    from tilec.ir.types import reduction_vars
+
+    st = stage(g, consumer)
+    red = {v.name for s in st.body for v in reduction_vars(s.value)}
+    return [(w, red) for w in waits(g, consumer) if w.flag == flag]
+
+
+def plan_fold(g: nx.DiGraph, fold) -> FoldPlan:
+    """The plan of a fold (ir/graph.Fold), or a ScheduleError saying why the consumer tasks of a group cannot be
+    enumerated from the producer's vars. The verifier checks the plan against every task's waits."""
+    from tilec.errors import ScheduleError
+    from tilec.ir.graph import stage
+
+    c = stage(g, fold.consumer)
+    f0: Flag = g.nodes[f"f:{fold.flag}"]["payload"]
+    scope = task_scope(c, g.graph["program"].world)
+    reads = fold_reads(g, fold.consumer, fold.flag)
+    if not reads:
+        raise ScheduleError(f"fold: stage '{fold.consumer}' does not wait on {fold.flag}")
+    w, red = reads[0]
+    f = f0.member(w.tensor)
+    plan = plan_wait(g, f, w.read, red, scope, "gpu")
+    dims = []
+    for r in plan.reach:
+        d = r.dim
+        if (d.rank_var and not d.key_rank) or (d.tile_var and not d.key_tile):
+            raise ScheduleError(f"fold: dim {d.dim} of {f.write} is counted in part: a group's elements there are"
+                                " not one run")
+        if len(r.terms) != 1 or r.tile is not None and r.tile.name != r.terms[0][0]:
+            raise ScheduleError(f"fold: {w.read} picks its counter of dim {d.dim} by {len(r.terms)} vars, not one")
+        (v, k), = r.terms
+        if v not in scope or scope[v].is_rank or k <= 0 or any(x.var.name == v for x in dims):
+            raise ScheduleError(f"fold: {w.read} picks its counter of dim {d.dim} by '{v}', not by one loop var")
+        dims.append(FoldDim(d, scope[v], k, r.const))
+    picked = {x.var.name for x in dims}
+    order = tuple(v for v in c.loops if v.trips > 1)
+    return FoldPlan(f, tuple(flag_dims(g, f)), tuple(dims), tuple(v for v in order if v.name not in picked), order)

@@ -23,7 +23,7 @@ import networkx as nx
 
 from tilec.errors import ScheduleError
 from tilec.ir.builtins import TILE_FNS
-from tilec.ir.graph import FLAGS, Kernel, stage, sync
+from tilec.ir.graph import DMA, FLAGS, Kernel, stage, sync
 from tilec.ir.queries import copy_stages
 from tilec.ir.types import Sum, TupleCall, walk
 
@@ -61,6 +61,8 @@ class Persist(Pass):
             if d["kind"] == "barrier":
                 pending_barrier = True
                 continue
+            if d["payload"].transport == DMA:  # the copy engines run it (runtime/dma.py), no kernel
+                continue
             name = d["payload"].name
             if self.merge and groups and not pending_barrier:
                 groups[-1][0].append(name)
@@ -68,8 +70,10 @@ class Persist(Pass):
                 groups.append(([name], pending_barrier))
             pending_barrier = False
         kernels = []
+        dma = any(g.nodes[n]["kind"] == "stage" and g.nodes[n]["payload"].transport == DMA for n in g.graph["order"])
         for i, (names, barrier) in enumerate(groups):
-            persistent = flagged and (self.merge or len(groups) > 1)
+            # a kernel beside the copy engines is persistent too: its programs take tiles in order as they arrive
+            persistent = flagged and (self.merge or len(groups) > 1 or dma)
             shares = self._shares(g, names) if self.specialize else ()
             kernels.append(Kernel(f"k{i}_{'_'.join(names)}", tuple(names), persistent or bool(shares),
                                   concurrent=flagged and not self.merge and len(groups) > 1, barrier_before=barrier,

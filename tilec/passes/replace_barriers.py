@@ -15,11 +15,19 @@ granularity: auto (default: a counter per producer tile, except along dims its r
 one counter counts all the tiles: a GEMM waits once per row block instead of once per k-tile), tile (a counter per
 producer tile), rank (per source rank: fewer waits, later start), or tensor (one counter: a barrier that only the
 readers of this tensor wait on).
+
+One flag per producer tile: where a stage stores several tensors per task and their flags bump the same counter
+from the same task (same owner, count, size and release index, as emitted), they become one flag (`Os+Ls.split`,
+the others listed in `Flag.also`): one release per task after all its stores, and a reader of any of them waits on
+the same counters (a second reader's wait is then already covered, see ir/wait_plan.py).
+
+  Before:  release Os.split; release Ls.split      (two atomics per split task, two waits per local task)
+  After:   release Os+Ls.split                     (one of each)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import networkx as nx
 
@@ -27,6 +35,7 @@ from tilec.errors import ScheduleError
 from tilec.ir.graph import FLAGS, Flag, Pull, Wait, flags, rebuild_edges, sid, stages
 from tilec.ir.tiling import flag_size, invert
 from tilec.ir.types import ME, Var, reduction_vars
+from tilec.ir.wait_plan import release_signature
 
 from .base import Pass
 
@@ -51,6 +60,7 @@ class ReplaceBarriers(Pass):
                                         " per-tile flags cannot order the second write after the first one's readers")
                 writer[t] = s.name
         made: dict[str, Flag] = {f.name: f for f in flags(g)}
+        before = set(made)
         deps = []  # (consumer, read, producer, producer's store)
         reduced: dict[str, set[int]] = {}  # flag -> dims some consumer reads whole inside a reduction
         for c in stages(g):
@@ -78,12 +88,40 @@ class ReplaceBarriers(Pass):
                     g.edges[fn, sid(c.name)]["waits"] += (w,)
             else:
                 g.add_edge(fn, sid(c.name), kind="wait", waits=(w,))
+        self._share(g, [n for n in made if n not in before])
         for n in [n for n in g.graph["order"] if g.nodes[n]["kind"] == "barrier"]:
             g.remove_node(n)
         g.graph["order"] = tuple(n for n in g.graph["order"] if n in g)
         g.graph["sync"] = FLAGS
         rebuild_edges(g)
         return g
+
+    def _share(self, g: nx.DiGraph, names: list[str]) -> None:
+        """Merge the flags of one producer whose releases are the same counter from the same task."""
+        world = g.graph["program"].world
+        groups: dict[tuple, list[Flag]] = {}
+        for n in names:
+            f = g.nodes[f"f:{n}"]["payload"]
+            p = g.nodes[sid(f.producer)]["payload"]
+            groups.setdefault(release_signature(f, p, world), []).append(f)
+        for fs in groups.values():
+            if len(fs) < 2:
+                continue
+            p = g.nodes[sid(fs[0].producer)]["payload"]
+            order = [st.access.tensor for st in p.body]
+            fs.sort(key=lambda f: order.index(f.tensor))
+            first = fs[0]
+            merged = replace(first, name=f"{'+'.join(f.tensor for f in fs)}.{p.name}",
+                             also=tuple((f.write, f.key) for f in fs[1:]))
+            g.add_node(f"f:{merged.name}", kind="flag", payload=merged)
+            g.add_edge(sid(p.name), f"f:{merged.name}", kind="release")
+            for f in fs:
+                for _, c, d in list(g.out_edges(f"f:{f.name}", data=True)):
+                    ws = tuple(replace(w, flag=merged.name) for w in d["waits"])
+                    if g.has_edge(f"f:{merged.name}", c):
+                        ws = g.edges[f"f:{merged.name}", c]["waits"] + ws
+                    g.add_edge(f"f:{merged.name}", c, kind="wait", waits=ws)
+                g.remove_node(f"f:{f.name}")
 
     def _flag(self, name: str, p, write, world: int, reduced: set[int]) -> Flag:
         loops = {v.name: v for v in p.loops} | {ME: Var(ME, "me", world, 1, p.loc)}
@@ -106,3 +144,4 @@ class ReplaceBarriers(Pass):
         if write.rank != ME and ME not in key:  # every rank pushes into the same counters of the peer
             count *= world
         return Flag(name, write.tensor, p.name, write, tuple(key), flag_size(dims), count, self.granularity, p.loc)
+

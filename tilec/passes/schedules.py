@@ -1,15 +1,22 @@
-"""Schedules are pipelines of passes. `lower` always runs first; the verifier runs after every pass."""
+"""Schedules are pipelines of passes. `lower` always runs first; the verifier runs after every pass.
+
+fused-push and specialized end with fold-last; TILEC_FOLD=0 in the environment leaves it out (an A/B switch for
+measuring the tail, e.g. `TILEC_FOLD=0 tilec bench ...`)."""
 
 from __future__ import annotations
+
+import os
 
 from tilec.errors import ScheduleError
 
 from .base import Pass
 from .coarsen_copies import CoarsenCopies
+from .fold_last import FoldLast
 from .fuse_comm import FuseComm
 from .local_in_place import LocalInPlace
 from .persist import Persist
 from .replace_barriers import ReplaceBarriers
+from .transport import Transport, wants_dma
 
 SCHEDULES = ("bsp", "flags", "fused-pull", "fused-push", "specialized")
 
@@ -22,7 +29,25 @@ DESCRIPTIONS = {
 }
 
 
-def pipeline(schedule: str, granularity: str = "auto", comm_share: float = 0.25) -> list[Pass]:
+def pipeline(schedule: str, granularity: str = "auto", comm_share: float = 0.25,
+             transport: str = "sm") -> list[Pass]:
+    """transport (of copy stages, passes/transport.py): sm adds no pass; others add `transport` before persist
+    (schedules with flags)."""
+    passes = _pipeline(schedule, granularity, comm_share)
+    if transport == "sm":
+        return passes
+    if schedule == "bsp":
+        if wants_dma(transport):
+            raise ScheduleError("transport=dma needs flags (a copy engine releases per-chunk flags): schedule bsp"
+                                " has barriers only")
+        return passes
+    # copy stages leave the kernels; local-in-place then leaves the copy engines' stages as they are
+    at = next(i for i, p in enumerate(passes) if isinstance(p, LocalInPlace | Persist))
+    return [*passes[:at], Transport(transport), *passes[at:]]
+
+
+def _pipeline(schedule: str, granularity: str, comm_share: float) -> list[Pass]:
+    fold = [FoldLast()] if os.environ.get("TILEC_FOLD", "1") != "0" else []
     if schedule == "bsp":
         return [Persist(merge=False)]
     if schedule == "flags":
@@ -30,11 +55,13 @@ def pipeline(schedule: str, granularity: str = "auto", comm_share: float = 0.25)
     if schedule == "fused-pull":
         return [FuseComm("pull"), ReplaceBarriers(granularity), Persist(merge=True)]
     if schedule == "fused-push":
-        return [FuseComm("push"), ReplaceBarriers(granularity), LocalInPlace(), CoarsenCopies(), Persist(merge=True)]
+        return [FuseComm("push"), ReplaceBarriers(granularity), LocalInPlace(), CoarsenCopies(), Persist(merge=True),
+                *fold]
     if schedule == "specialized":
         return [ReplaceBarriers(granularity), LocalInPlace(whole=False),
-                Persist(merge=True, specialize=True, comm_share=comm_share)]
+                Persist(merge=True, specialize=True, comm_share=comm_share), *fold]
     raise ScheduleError(f"unknown schedule '{schedule}' (choose from {', '.join(SCHEDULES)})")
 
 
-PASS_NAMES = ("lower", "fuse-comm", "replace-barriers", "local-in-place", "coarsen-copies", "persist", "codegen")
+PASS_NAMES = ("lower", "fuse-comm", "replace-barriers", "transport", "local-in-place", "coarsen-copies", "persist",
+              "fold-last", "codegen")

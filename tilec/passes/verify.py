@@ -6,15 +6,17 @@ enumerated per component of variables, not per task or element). The rules, in o
   structure  nodes, payloads, names, program order, accesses well formed, kernels name known stages
   accesses   variables in scope, tile extents, in bounds, peers only of symmetric tensors, no stores into inputs;
              a pull reads an input through a copy whose variables the buffer index solves
-  kernels    every stage in exactly one kernel, kernels in program order, global barriers exactly where the
-             program has them and only between kernels
+  kernels    every stage in exactly one kernel (a dma stage in none), kernels in program order, global barriers
+             exactly where the program has them and only between kernels
+  transport  a dma stage copies tiles whose sources no stage writes, in a graph ordered by flags
   writes     no two tasks (of any stages, on any ranks, pushes included) store one element of one rank's copy in
              one phase (between barriers; at all once flags replace them); every output element is written
   reads      every element a stage reads of a computed tensor, on the rank that holds it, is written by an earlier
              stage and ordered before the read: by a barrier, by program order on that rank (kernels that run one
              after another), or, once flags replace barriers, by a flag wait; no later store races the read
   flags      a flag belongs to its producer's store, its counters are solvable per element, and every counter is
-             released exactly `count` times per call on the rank that owns it
+             released exactly `count` times per call on the rank that owns it (a dma stage's chunk, one counter's
+             tiles, sets its counter once)
   waits      every wait is emitted (names a read of its stage), covers, as the emitted code computes it, the
              counters of every producer tile of every element read, and waits only on counters released `count`
              times per call
@@ -33,7 +35,22 @@ import numpy as np
 
 from tilec.errors import Loc, ScheduleError, VerifyError
 from tilec.ir import regions
-from tilec.ir.graph import BARRIERS, FLAGS, Barrier, Flag, InPlace, Kernel, Pull, Stage, Wait, sid, stages, sync
+from tilec.ir.graph import (
+    BARRIERS,
+    DMA,
+    FLAGS,
+    SM,
+    Barrier,
+    Flag,
+    InPlace,
+    Kernel,
+    Pull,
+    Stage,
+    Wait,
+    sid,
+    stages,
+    sync,
+)
 from tilec.ir.regions import Undecidable
 from tilec.ir.tiling import DimInverse, flag_size, invert, strides
 from tilec.ir.types import ME, Access, Dot, Load, Op, Store, Sum, Tensor, TupleCall, Var
@@ -65,7 +82,7 @@ class _Ctx:
         self.problems: list[str] = []
         self._region: dict[tuple, regions.Region] = {}
         self._scope: dict[str, dict[str, Var]] = {}
-        self.flag_info: dict[str, _FlagInfo] = {}
+        self.flag_info: dict[tuple[str, str], _FlagInfo] = {}  # (flag, tensor it counts) ->
         self.flag_reads: list[tuple[Stage, _Read, str]] = []  # reads that need a flag wait: (consumer, read, producer)
 
     def err(self, loc: Loc | None, msg: str) -> None:
@@ -204,9 +221,11 @@ def _structure(ctx: _Ctx) -> None:
             else:
                 _access_form(ctx, e.access, e.loc, f"stage '{s.name}' reads")
     for f in ctx.flags.values():
-        _access_form(ctx, f.write, f.loc, f"flag {f.name} counts stores")
-        if f.tensor not in ctx.tensors:
-            ctx.err(f.loc, f"flag {f.name} counts tiles of unknown tensor '{f.tensor}'")
+        for a in (f.write, *(a for a, _ in f.also)):
+            _access_form(ctx, a, f.loc, f"flag {f.name} counts stores")
+        for t in f.tensors:
+            if t not in ctx.tensors:
+                ctx.err(f.loc, f"flag {f.name} counts tiles of unknown tensor '{t}'")
     for u, v, d in g.edges(data=True):
         kind = d.get("kind")
         if kind == "wait":
@@ -360,15 +379,16 @@ def _kernels(ctx: _Ctx) -> None:
     ks = ctx.kernels
     if ks is None:
         return
-    names = [s.name for s in ctx.stages]
+    names = [s.name for s in ctx.stages if s.transport != DMA]
     ran = [s for k in ks for s in k.stages]
     for k in ks:
         if not k.stages:
             ctx.err(None, f"kernel {k.name} runs no stage")
     for s in ctx.stages:
         n = ran.count(s.name)
-        if n != 1:
-            ctx.err(s.loc, f"stage '{s.name}' runs in {n} kernels, not one")
+        if n != (s.transport != DMA):
+            want = "none (the copy engines run it)" if s.transport == DMA else "one"
+            ctx.err(s.loc, f"stage '{s.name}' runs in {n} kernels, not {want}")
     if ran != names and sorted(ran) == sorted(names):
         first = next(a for a, b in zip(ran, names, strict=True) if a != b)
         ctx.err(ctx.stages[ctx.pos[first]].loc, f"kernels run the stages in the order {', '.join(ran)}, not in"
@@ -388,6 +408,18 @@ def _kernels(ctx: _Ctx) -> None:
         if k.groups and (len(k.groups) != len(k.stages) or not k.persistent):
             ctx.err(loc, f"kernel {k.name} gives {len(k.groups)} program groups to {len(k.stages)} stages"
                          f"{'' if k.persistent else ' and is not persistent'}")
+
+
+def _transport(ctx: _Ctx) -> None:
+    from .transport import dma_blocker
+
+    for s in ctx.stages:
+        if s.transport not in (SM, DMA):
+            ctx.err(s.loc, f"stage '{s.name}' has transport {s.transport!r}, neither {SM!r} nor {DMA!r}")
+        elif s.transport == DMA:
+            why = dma_blocker(ctx.g, s)
+            if why:
+                ctx.err(s.loc, f"stage '{s.name}' cannot run on the copy engines: {why}")
 
 
 def _seq_before(ctx: _Ctx, a: str, b: str) -> bool:
@@ -568,6 +600,9 @@ def _in_place(ctx: _Ctx, c: Stage, rd: _Read, sc: dict[str, Var], by_tensor, dep
     if ctx.pos[cp.name] >= ctx.pos[c.name]:
         ctx.err(e.loc, f"stage '{c.name}' reads '{e.read.tensor}' before stage '{cp.name}' writes it")
         return
+    if cp.skip_equal and cp.transport != SM:
+        ctx.err(e.loc, f"{what}: stage '{cp.name}' runs on the copy engines, which copy every task it has")
+        return
     dep.add_edge(cp.name, c.name)
     _pull_cover(ctx, c, e, sc)
     d = _solving_dim(ctx, e)
@@ -618,7 +653,7 @@ def _read_access(e) -> Access:
 
 
 def _flags(ctx: _Ctx) -> None:
-    from tilec.ir.queries import flag_dims
+    from tilec.ir.wait_plan import release_signature
 
     g = ctx.g
     for f in sorted(ctx.flags.values(), key=lambda x: x.name):
@@ -633,40 +668,60 @@ def _flags(ctx: _Ctx) -> None:
         if releasers != [f.producer]:
             other = next(x for x in releasers if x != f.producer)
             ctx.err(f.loc, f"flag {f.name} of stage '{f.producer}' has a release edge from stage '{other}'")
-        if f.tensor != f.write.tensor or all(st.access != f.write for st in p.body):
-            ctx.err(f.loc, f"flag {f.name} counts stores {f.write} into '{f.tensor}', which stage '{f.producer}'"
-                           " does not make")
+        if len(set(f.tensors)) != len(f.tensors):
+            ctx.err(f.loc, f"flag {f.name} counts the stores into one tensor twice ({', '.join(f.tensors)})")
             continue
-        try:
-            dims = flag_dims(g, f)
-        except ScheduleError as e:
-            ctx.err(f.loc, str(e))
+        infos = {t: _flag_member(ctx, f.member(t), p) for t in f.tensors}  # a shared flag: each store it counts
+        if any(i is None for i in infos.values()):
             continue
-        bad_dim = next((d for d in dims if d.rank_var and d.tile_var and d.extent > d.rank_coef), None)
-        if bad_dim:
-            d = bad_dim
-            ctx.err(f.loc, f"flag {f.name}: in dim {d.dim} of {f.write} the tiles of '{d.tile_var}' ({d.extent}"
-                           f" elements) overlap those of the next '{d.rank_var}' ({d.rank_coef} apart): its"
-                           " counters cannot be solved per element")
+        sig = release_signature(f, p, ctx.world)
+        odd = next((t for t in f.tensors if release_signature(f.member(t), p, ctx.world) != sig), None)
+        if odd:  # codegen releases the first store's counter: every other store must map each task to it too
+            ctx.err(f.loc, f"flag {f.name} counts stores {f.member(odd).write} and {f.write}, but one release per"
+                           " task does not bump the same counter for both")
             continue
-        if f.size != flag_size(dims):
-            ctx.err(f.loc, f"flag {f.name} has {f.size} counters but its key ({', '.join(f.key)}) makes"
-                           f" {flag_size(dims)}")
-            continue
-        try:
-            hits = _hits(ctx, f, p, dims)
-        except Undecidable as e:
-            ctx.err(f.loc, f"flag {f.name}: cannot count its releases ({e}); rejected rather than trusted")
-            continue
-        if not hits.any():
-            ctx.err(f.loc, f"missing release: no task of stage '{f.producer}' releases flag {f.name}")
-            continue
-        wrong = np.argwhere((hits != f.count) & (hits != 0))
-        if len(wrong):
-            q, *coords = (int(x) for x in wrong[0])
-            ctx.err(f.loc, _count_msg(f, dims, q, coords, int(hits[tuple(wrong[0])])))
-            continue
-        ctx.flag_info[f.name] = _FlagInfo(dims, hits, hits != f.count)
+        for t, info in infos.items():
+            ctx.flag_info[(f.name, t)] = info
+
+
+def _flag_member(ctx: _Ctx, f: Flag, p: Stage) -> _FlagInfo | None:
+    from tilec.ir.queries import flag_dims
+
+    g = ctx.g
+    if f.tensor != f.write.tensor or all(st.access != f.write for st in p.body):
+        ctx.err(f.loc, f"flag {f.name} counts stores {f.write} into '{f.tensor}', which stage '{f.producer}'"
+                       " does not make")
+        return None
+    try:
+        dims = flag_dims(g, f)
+    except ScheduleError as e:
+        ctx.err(f.loc, str(e))
+        return None
+    bad_dim = next((d for d in dims if d.rank_var and d.tile_var and d.extent > d.rank_coef), None)
+    if bad_dim:
+        d = bad_dim
+        ctx.err(f.loc, f"flag {f.name}: in dim {d.dim} of {f.write} the tiles of '{d.tile_var}' ({d.extent}"
+                       f" elements) overlap those of the next '{d.rank_var}' ({d.rank_coef} apart): its"
+                       " counters cannot be solved per element")
+        return None
+    if f.size != flag_size(dims):
+        ctx.err(f.loc, f"flag {f.name} has {f.size} counters but its key ({', '.join(f.key)}) makes"
+                       f" {flag_size(dims)}")
+        return None
+    try:
+        hits = _hits(ctx, f, p, dims)
+    except Undecidable as e:
+        ctx.err(f.loc, f"flag {f.name}: cannot count its releases ({e}); rejected rather than trusted")
+        return None
+    if not hits.any():
+        ctx.err(f.loc, f"missing release: no task of stage '{f.producer}' releases flag {f.name}")
+        return None
+    wrong = np.argwhere((hits != f.count) & (hits != 0))
+    if len(wrong):
+        q, *coords = (int(x) for x in wrong[0])
+        ctx.err(f.loc, _count_msg(f, dims, q, coords, int(hits[tuple(wrong[0])])))
+        return None
+    return _FlagInfo(dims, hits, hits != f.count)
 
 
 def _count_msg(f: Flag, dims, q: int, coords: list[int], h: int) -> str:
@@ -706,6 +761,8 @@ def _hits(ctx: _Ctx, f: Flag, p: Stage, dims: list[DimInverse]) -> np.ndarray:
     for name, v in dom.items():
         if name not in used:
             hits = hits * v.trips
+    if p.transport == DMA:  # the runtime copies a counter's tiles as one chunk, then sets the counter once
+        hits = (hits > 0).astype(np.int64)
     return hits
 
 
@@ -722,9 +779,11 @@ def _waits(ctx: _Ctx) -> None:
             if f is None:
                 ctx.err(w.loc, f"stage '{c.name}' waits on unknown flag {w.flag}")
                 continue
-            if f.tensor != w.read.tensor or w.tensor != f.tensor:
-                ctx.err(w.loc, f"stage '{c.name}' waits on {w.flag}, a flag of '{f.tensor}', before reading {w.read}")
+            if w.tensor != w.read.tensor or w.tensor not in f.tensors:
+                ctx.err(w.loc, f"stage '{c.name}' waits on {w.flag}, a flag of '{'+'.join(f.tensors)}', before"
+                               f" reading {w.read}")
                 continue
+            f = f.member(w.tensor)
             if w.producer != f.producer:
                 ctx.err(w.loc, f"stage '{c.name}' waits on {w.flag} as released by stage '{w.producer}', but stage"
                                f" '{f.producer}' releases it")
@@ -734,7 +793,7 @@ def _waits(ctx: _Ctx) -> None:
                 ctx.err(w.loc, f"the wait on {w.flag} before {w.read} is never emitted: stage '{c.name}' reads no tile"
                                f" {w.read} with these tile vars and extents ({_tiles(w.read)})")
                 continue
-            if w.flag not in ctx.flag_info:
+            if (w.flag, w.tensor) not in ctx.flag_info:
                 continue  # the flag itself is rejected
             try:
                 covered[(c.name, rd, w)] = _wait_check(ctx, c, rd, w, f)
@@ -773,7 +832,7 @@ def _wait_check(ctx: _Ctx, c: Stage, rd: _Read, w: Wait, f: Flag) -> str | None:
     element the read touches in every task (else returns why not)."""
     from tilec.ir.wait_plan import plan_wait
 
-    info = ctx.flag_info[f.name]
+    info = ctx.flag_info[(f.name, f.tensor)]
     sc = ctx.scope(c)
     red = {v.name for v in rd.red}
     read = w.read
@@ -920,7 +979,145 @@ def _deadlock(ctx: _Ctx) -> None:
         pass
 
 
-RULES = [_accesses, _barriers, _kernels, _writes, _reads, _flags, _waits, _deadlock]
+# ---- folds -----------------------------------------------------------------------------------------------
+
+
+def _folds(ctx: _Ctx) -> None:
+    """fold-last: the consumer runs inside the producer task that completes a group, with no wait of its own, so
+    every consumer task must run exactly once, in the group whose counter its waits cover (one counter per task),
+    inside the same persistent kernel, and wait on nothing else (an inlined wait could block its producer)."""
+    from tilec.ir.graph import Fold
+    from tilec.ir.wait_plan import fold_reads, plan_fold
+
+    seen: set[str] = set()
+    for fo in ctx.g.graph.get("folds", ()):
+        if not isinstance(fo, Fold):
+            ctx.err(None, "the fold list holds something that is not a fold")
+            continue
+        f = ctx.flags.get(fo.flag)
+        if fo.consumer not in ctx.pos or fo.producer not in ctx.pos or f is None:
+            ctx.err(fo.loc, f"fold of stage '{fo.consumer}' into '{fo.producer}' names an unknown stage or flag")
+            continue
+        c = ctx.stages[ctx.pos[fo.consumer]]
+        what = f"stage '{fo.consumer}' folded into stage '{fo.producer}'"
+        if fo.consumer in seen or fo.consumer == fo.producer or f.producer != fo.producer:
+            ctx.err(fo.loc, f"{what}: folded twice, into itself, or on a flag ({fo.flag}) another stage releases")
+            continue
+        seen.add(fo.consumer)
+        k = ctx.kernel_of.get(fo.consumer)
+        ks = ctx.kernels or ()
+        if k is None or k != ctx.kernel_of.get(fo.producer) or not ks[k].persistent or \
+                ks[k].stages.index(fo.producer) > ks[k].stages.index(fo.consumer):
+            ctx.err(fo.loc, f"{what}: not an earlier stage of the same persistent kernel")
+            continue
+        if ctx.world > 1 and (f.write.rank != ME or any(a.rank != ME for a, _ in f.also)):
+            ctx.err(fo.loc, f"{what}: {fo.flag} counts stores into peers; the last arrival is not on this GPU")
+            continue
+        ws = _stage_waits(ctx.g, fo.consumer)
+        other = next((w for w in ws if w.flag != fo.flag or (w.read.rank != ME and ctx.world > 1)), None)
+        if other is not None:
+            ctx.err(other.loc, f"{what}: it also waits on {other.flag} before reading {other.read}; run inside its"
+                               " producer's task that wait could block the producer")
+            continue
+        if any((fo.flag, t) not in ctx.flag_info for t in f.tensors) or \
+                any(w.tensor not in f.tensors or w.read.tensor != w.tensor for w in ws):
+            continue  # the flag or the wait itself is rejected (rules flags and waits)
+        try:
+            plan = plan_fold(ctx.g, fo)
+            why = _fold_groups(ctx, c, fo, plan, fold_reads(ctx.g, fo.consumer, fo.flag))
+        except (ScheduleError, Undecidable) as e:
+            why = f"{e}; rejected rather than trusted"
+        if why:
+            ctx.err(fo.loc, f"{what}: {why}")
+
+
+def fold_problem(g: nx.DiGraph, fo) -> str | None:
+    """Why fold `fo` of graph g is unsound (its groups, as _folds checks them), or None: fold-last asks before it
+    commits to a fold."""
+    from tilec.ir.wait_plan import fold_reads, plan_fold
+
+    ctx = _Ctx(g)
+    ctx.setup()
+    try:
+        return _fold_groups(ctx, ctx.stages[ctx.pos[fo.consumer]], fo, plan_fold(g, fo),
+                            fold_reads(g, fo.consumer, fo.flag))
+    except (ScheduleError, Undecidable) as e:
+        return str(e)
+
+
+def _fold_groups(ctx: _Ctx, c: Stage, fo, plan, reads) -> str | None:
+    from tilec.ir.queries import flag_dims
+    from tilec.ir.wait_plan import plan_wait
+
+    sc = ctx.scope(c)
+    order = [v for v in c.loops if v.trips > 1]
+    env = regions.grid(order, f"the tasks of stage '{c.name}'")
+    n = len(next(iter(env.values()))) if env else 1
+    tno = np.zeros(n, dtype=np.int64)
+    for v in order:
+        tno = tno * v.trips + env[v.name] // v.step
+    if plan.order != tuple(order) or sorted(tno.tolist()) != list(range(n)):
+        return "its task numbers are not the plain decode order"
+    counter = None
+    for w, red in reads:  # the one counter each task waits on, the same for every read
+        fw = ctx.flags[fo.flag].member(w.tensor)
+        wp = plan_wait(ctx.g, fw, w.read, red, sc, "gpu")
+        dims = flag_dims(ctx.g, fw)
+        st = dict(zip((d.dim for d in dims), strides(dims), strict=True))
+        mine = np.zeros(n, dtype=np.int64)
+        for r in wp.reach:
+            if any(v not in env and sc[v].trips > 1 for v, _ in r.terms):
+                return f"its read {w.read} picks counters by a reduction"
+            full = {v: env.get(v, np.zeros(n, dtype=np.int64)) for v in sc}
+            first, last = _waited(r, full, n)
+            if (first != last).any():
+                i = int(np.flatnonzero(first != last)[0])
+                return f"its task {int(tno[i])} waits on counters {first[i]}..{last[i]} of dim {r.dim.dim} before" \
+                       f" reading {w.read}: more than one group"
+            mine += first * st[r.dim.dim]
+        if counter is not None and (mine != counter).any():
+            return f"its reads wait on different counters of {fo.flag} in one task"
+        counter = mine
+    by_task = dict(zip(tno.tolist(), counter.tolist(), strict=True))
+    # the producer side, as emitted: the counter a producer task bumps and the consumer tasks it then runs
+    p = ctx.stages[ctx.pos[fo.producer]]
+    pl = ctx.loops(p)
+    if any(fd.dim.rank_var == ME for fd in plan.dims):
+        return "a group is picked by the producer's rank"
+    pvars = sorted({x for fd in plan.dims for x in (fd.dim.rank_var, fd.dim.tile_var) if x})
+    penv = regions.grid([pl[v] for v in pvars], f"the groups of {fo.flag}")
+    pn = len(next(iter(penv.values()))) if penv else 1
+    pst = dict(zip((d.dim for d in plan.flag_dims), strides(list(plan.flag_dims)), strict=True))
+    runs: dict[int, int] = {}
+    groups: dict[int, frozenset] = {}
+    for i in range(pn):
+        vals = {v: int(penv[v][i]) for v in pvars}
+        ctr, ranges = 0, {}
+        for fd in plan.dims:
+            d = fd.dim
+            rv, tv = vals.get(d.rank_var, 0), vals.get(d.tile_var, 0)
+            ctr += int(d.lin_of(rv, tv // d.step if d.tile_var else 0)) * pst[d.dim]
+            ranges[fd.var.name] = fd.var_range(*fd.producer_span(rv, tv))
+        for v in plan.free:
+            ranges[v.name] = range(0, v.extent, v.step)
+        tasks = frozenset(plan.task_number(dict(zip(ranges, combo, strict=True)))
+                          for combo in itertools.product(*ranges.values()))
+        if groups.setdefault(ctr, tasks) != tasks:
+            return f"producer tasks of counter {ctr} of {fo.flag} would run different consumer tasks"
+    for ctr, tasks in groups.items():
+        for t in tasks:
+            if t not in by_task:
+                return f"the group of counter {ctr} would run task {t}, which the stage does not have"
+            if by_task[t] != ctr:
+                return f"task {t} waits on counter {by_task[t]} but runs when counter {ctr} completes"
+            runs[t] = runs.get(t, 0) + 1
+    missed = next((t for t in range(n) if runs.get(t, 0) != 1), None)
+    if missed is not None:
+        return f"its task {missed} runs {runs.get(missed, 0)} times per call, not once"
+    return None
+
+
+RULES = [_accesses, _barriers, _kernels, _transport, _writes, _reads, _flags, _waits, _folds, _deadlock]
 
 
 def verify(g: nx.DiGraph, after: str = "?") -> None:

@@ -82,16 +82,6 @@ def median_time(fn, heap, iters: int, warmup: int) -> float:
     return statistics.median(_samples_us(fn, heap, iters, warmup)) / 1e6
 
 
-def time_checked(prog, heap, args: dict, iters: int, warmup: int) -> float:
-    """Median seconds of `prog` on `args` (tilec's timing discipline, median_time), bracketed by synchronous
-    calls: the first compiles and fails fast on a wait that never completes (WaitTimeout), the last raises one
-    that timed out during the unsynchronized timed calls instead of letting it go unseen."""
-    prog(heap, **args)
-    secs = median_time(lambda: prog(heap, entry_barrier=False, sync=False, **args), heap, iters, warmup)
-    prog(heap, **args)
-    return secs
-
-
 # -- device time and host time of one row (tilec bench) -----------------------------------------------------------
 
 GRAPH = "cuda graph replay, L2 flushed by a read and a cross-rank barrier before each, outside the events"

@@ -14,6 +14,9 @@ Static accounting, exact and CPU only, read off each schedule's compiled graph, 
                 (ir/wait_plan.py), one per counter a consumer task covers, its reductions included, except
                 that the counters of one flag dim are polled as one block, and a wait that another of the task
                 covers (same producer tiles, same range) is not emitted, so not counted
+  transport     stages whose tiles the copy engines move (transport=dma) run in no kernel: their copies overlap the
+                kernels and the model charges them nothing yet (it has no copy-engine terms); their releases are
+                one per chunk (flag counter)
 Element counts are exact for masked (ragged) tiles; a loop variable that indexes two dims of one access is counted
 as if independent. Where ranks differ, each number is the largest over ranks. `tilec.perf.model` turns it into time.
 """
@@ -22,19 +25,23 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
+from tilec.codegen.dma import dma_table
 from tilec.codegen.emit import flag_scopes
+from tilec.codegen.text import ident
 from tilec.errors import ArgumentError, CompileError, ScheduleError, TilecError, VerifyError
 from tilec.ir.dtypes import ESIZE
-from tilec.ir.graph import InPlace, Pull, sid, stages, tensor, waits
+from tilec.ir.graph import DMA, InPlace, Pull, flags, sid, stages, tensor, waits
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Dot, Load, Sum, Var
 from tilec.ir.wait_plan import WaitPlan, plan_wait
 from tilec.passes.schedules import SCHEDULES
 from tilec.perf.model import Machine, Prediction, predict
+
+COPY_ENGINES = "copy engines"  # StageCost.kernel of a stage with transport=dma
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,7 @@ class Static:
     stage_costs: tuple[StageCost, ...]
     kernel_costs: tuple[KernelCost, ...]
     roundtrips: tuple[RoundTrip, ...]
+    copy_engine_stages: tuple[str, ...]  # stages with transport=dma (in no kernel: the copy engines move their tiles)
 
 
 @dataclass(frozen=True)
@@ -317,7 +325,10 @@ def _stage_cost(g, st, kernel: str, rt: set[str], q: int, world: int,
     releases = tasks * sum(1 for _, _, d in g.out_edges(sid(st.name), data=True) if d["kind"] == "release")
     nwait = nremote = 0
     covered = set()
+    folded = {fo.flag for fo in g.graph.get("folds", ()) if fo.consumer == st.name}  # no wait: run when complete
     for w in {(w.flag, str(w.read)): w for w in waits(g, st.name)}.values():  # one wait per counter range read
+        if w.flag in folded:
+            continue
         red = red_of.get(str(w.read), ())
         scope = base | {v.name: v for v in red}
         f = g.nodes[f"f:{w.flag}"]["payload"]
@@ -367,6 +378,9 @@ def static(prog) -> Static:
     world = prog.world
     kernels = g.graph["kernels"]
     kernel_of = {s: k.name for k in kernels for s in k.stages}
+    dma = {st.name for st in stages(g) if st.transport == DMA}
+    kernel_of |= {s: COPY_ENGINES for s in dma}
+    chunks = dma_table(g) if dma else {}
     rt, inter = _buffers_read_across(g, kernel_of)
     scopes = flag_scopes(g)
     per_rank = []
@@ -374,6 +388,9 @@ def static(prog) -> Static:
         costs, traffic = [], {}
         for st in stages(g):
             c, bufs = _stage_cost(g, st, kernel_of[st.name], rt, q, world, scopes)
+            if st.name in dma:  # a chunk sets its counter once
+                mine = {f"F_{ident(f.name)}" for f in flags(g) if f.producer == st.name}
+                c = replace(c, flag_releases=sum(1 for ch in chunks.get(q, ()) if ch[0] in mine))
             costs.append(c)
             for t, v in bufs.items():
                 acc = traffic.setdefault(t, [0, 0, 0])
@@ -408,6 +425,7 @@ def static(prog) -> Static:
         flag_releases=sum(c.flag_releases for c in costs), flag_waits=sum(c.flag_waits for c in costs),
         flops=sum(c.flops + c.flops_f32 for c in costs),
         stage_costs=costs, kernel_costs=kcosts, roundtrips=tuple(trips),
+        copy_engine_stages=tuple(sorted(dma)),
     )
 
 

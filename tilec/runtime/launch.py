@@ -11,6 +11,8 @@ import contextlib
 import os
 import time
 
+from . import dma
+
 MAX_PROGRAMS_PER_SM = int(os.environ.get("TILEC_PROGRAMS_PER_SM", "2"))
 
 # a KERNELS entry: (kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups,
@@ -36,7 +38,10 @@ class LaunchContext:
         # is compiled and fitted on its own, so capturing never resizes the ordinary calls' grids
         self.per_sm: dict = {}
         self.plan: list | None = None  # the launches of a call, reused while the call's tensors stay the same
+        self.dma = None  # the copy engines' plan of a call (runtime/dma.py), kept while the call's tensors stay
         self.graph = False  # launching into a CUDA graph capture (Program.capture): kernels read the epoch on device
+        # (BARRIER, ERR) buffers of the call: its barriers are device kernels (device_barrier), not host ones
+        self.device_barrier: tuple | None = None
         # programmatic dependent launch (sm_90+): a kernel may be launched before the previous one in its stream
         # has finished, and waits for it on the device (griddepcontrol) before touching memory; what it saves
         # is the gap between kernels. TILEC_PDL=0 turns it off.
@@ -52,7 +57,10 @@ class LaunchContext:
                         and os.environ.get("TILEC_PDL", "1") != "0")
 
     def barrier(self) -> None:
-        self.heap.barrier()
+        if self.device_barrier is not None:
+            device_barrier(self, *self.device_barrier)
+        else:
+            self.heap.barrier()
 
     def heap_bases(self):
         if self._bases is None:
@@ -195,6 +203,18 @@ def launch(ctx, mod, buffers, epoch, entry_barrier=True, only=None) -> None:
         ctx.barrier()
     if ctx.plan is None:  # the launches of a call with these tensors; calls differ only in the epoch
         ctx.plan = [_plan(ctx, buffers, i, entry) for i, entry in enumerate(mod.KERNELS)]
+    # stages on the copy engines start first: their sources are ready after the entry barrier, and the kernels
+    # wait on their chunks' flags
+    copies = dma.start(ctx, mod, buffers, epoch)
+    try:
+        _launch_kernels(ctx, mod, epoch, only)
+    finally:
+        dma.finish(copies)
+    if entry_barrier and mod.EXIT_BARRIER:
+        ctx.barrier()
+
+
+def _launch_kernels(ctx, mod, epoch, only) -> None:
     pdl = ctx.pdl and serial(mod)
     for i, (stream, barrier_before, runner, k, nprog, args) in enumerate(ctx.plan):
         if only is not None and i not in only:
@@ -211,5 +231,23 @@ def launch(ctx, mod, buffers, epoch, entry_barrier=True, only=None) -> None:
                 k[(nprog,)](*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, PDL=pdl, num_warps=mod.NUM_WARPS,
                             num_stages=mod.NUM_STAGES, launch_pdl=pdl)
     ctx.join_streams()
-    if entry_barrier and mod.EXIT_BARRIER:
-        ctx.barrier()
+
+
+def device_barrier(ctx, bar, err, warm: bool = False) -> None:
+    """A barrier of every rank as a one-program kernel on the current stream (tilec.device.barrier), which a CUDA
+    graph can hold; the host does not wait. warm=True compiles it without running it (before a capture); once
+    compiled it is launched straight, as the plan's kernels are."""
+    import tilec.device as td
+
+    args = (bar, err, ctx.heap_bases(), ctx.rank, ctx.timeout_ns)
+    key = ("barrier", aligned(args))
+    if warm:
+        if not ctx.interpret:
+            compiled = td.barrier.warmup(*args, WORLD=ctx.heap.world, INTERPRET=False, grid=(1,), num_warps=1)
+            ctx.compiled[key] = compiled.result() if hasattr(compiled, "result") else compiled
+        return
+    compiled = ctx.compiled.get(key)
+    if compiled is not None:
+        compiled[(1, 1, 1)](*(a.data_ptr() if hasattr(a, "data_ptr") else a for a in args), ctx.heap.world, False)
+    else:
+        td.barrier[(1,)](*args, WORLD=ctx.heap.world, INTERPRET=ctx.interpret, num_warps=1)
