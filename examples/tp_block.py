@@ -35,8 +35,16 @@ import torch.nn.functional as F
 from torch import nn
 
 import tilec
+from tilec.errors import TilecError
 
 EXAMPLES = Path(__file__).resolve().parent
+
+
+def _on_gpu() -> bool:
+    try:
+        return tilec.runtime.active_heap().device.type == "cuda"
+    except TilecError:  # sizing the heap before the ranks start: the GPU's ops if there is one
+        return torch.cuda.is_available()
 
 
 def _ops(dtype: torch.dtype, barrier: str = "auto"):
@@ -45,7 +53,7 @@ def _ops(dtype: torch.dtype, barrier: str = "auto"):
     retype = {"f16": "bf16"} if dtype == torch.bfloat16 else None
     sfx = ("_bf16" if retype else "") + ("_devbar" if barrier == "device" else "")
     gemm = {}
-    if tilec.runtime.active_heap().device.type == "cuda":  # the .tile defaults (64x64x32 tiles) suit the emulation
+    if _on_gpu():  # the .tile defaults (64x64x32 tiles) suit the emulation
         # the first of `tilec bench`'s Hopper configs (perf/bench.py CONFIGS); `tilec bench` tunes per shape
         gemm = {"dims": {"BM": 128, "BN": 256, "BK": 64}, "num_warps": 8, "num_stages": 3, "group_m": 8}
         sfx += "_h"
