@@ -275,6 +275,14 @@ class TileOp:
                                               mutates_args=tuple(o.name for o in self.outputs), schema=out_schema)
         self.out_op.register_fake(self._fake_out)
 
+        def variant_tag(op=self) -> str:
+            """The `variant` argument of this op's calls now: "w<world>:<digest of the program and settings>"."""
+            return f"w{op._world()}:{op.digest}"
+
+        # traced as the constant it returns (no symbolic world under dynamic=True); made here, not at import: the
+        # decorator imports torch._dynamo (and Triton), which `import tilec` must not
+        self.variant_tag = torch.compiler.assume_constant_result(variant_tag)
+
     def __repr__(self) -> str:
         dims = ", ".join(f"{k}={v}" for k, v in self.fixed.items())
         return (f"<tilec op {self.qualname}({', '.join(a.name for a in self.inputs)}) follows "
@@ -494,11 +502,6 @@ class TileOp:
         return out
 
     # -- calls ---------------------------------------------------------------------------------------------------
-
-    @torch._dynamo.assume_constant_result  # traced as the constant it returns (no symbolic world under dynamic=True)
-    def variant_tag(self) -> str:
-        """The `variant` argument of this op's calls now: "w<world>:<digest of the program and settings>"."""
-        return f"w{self._world()}:{self.digest}"
 
     @staticmethod
     def _variant_world(variant: str) -> int:

@@ -312,7 +312,11 @@ def test_wait_timeout_tiles_partition_what_producers_write(example):
             prog = tilec.compile(str(ROOT / "examples" / f"{example}.tile"), world=2, schedule=sched)
         except tilec.errors.TilecError:
             continue  # not a schedule of this example
+        # fold-last's arrival counters are bumped, never waited on: no WaitTimeout names them
+        arrivals = {fo.flag for fo in prog.graph.graph.get("folds", ())}
         for no, f in enumerate(flags(prog.graph), 1):
+            if f.name in arrivals:
+                continue
             spans = []
             for c in range(f.size):
                 e = _timed_out(prog, 0, no, c, 0, 0, 1)

@@ -55,14 +55,14 @@ class FakeHeap:
 
 
 def _setup(monkeypatch, regs, shared, schedule="fused-push", major=None, example="examples/flash_decode.tile",
-           dims=None):
+           dims=None, world=1):
     props = SimpleNamespace(multi_processor_count=132, regs_per_multiprocessor=65536,
                             shared_memory_per_multiprocessor=228 * 1024, max_threads_per_multi_processor=2048)
     if major is not None:
         props.major = major
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: props)
     dims = dims or dict(B=2, HKV=16, G=8, D=128, S=8192, BS=256)
-    prog = tilec.compile(example, world=1, schedule=schedule, dims=dims)
+    prog = tilec.compile(example, world=world, schedule=schedule, dims=dims)
     mod = prog.module
     fakes = [FakeKernel(k.__name__, regs, shared) for k, *_ in mod.KERNELS]
     monkeypatch.setattr(mod, "KERNELS", [(f, *rest) for f, (_k, *rest) in zip(fakes, mod.KERNELS, strict=True)])
@@ -113,8 +113,9 @@ def test_one_program_kernels_are_not_resized(monkeypatch):
 def test_programmatic_dependent_launch(monkeypatch, example, schedule, major, env, pdl):
     monkeypatch.setenv("TILEC_PDL", env)
     dims = dict(M=64, N=64, K=64, BM=32, BN=32, BK=32) if "ag_gemm" in example else None
+    # world 2 for flags: at world 1 local-in-place leaves ag_gemm's gemm alone (no concurrent pair)
     mod, fakes, ctx, bufs = _setup(monkeypatch, 64, 16 * 1024, schedule=schedule, major=major, example=example,
-                                   dims=dims)
+                                   dims=dims, world=2 if schedule == "flags" else 1)
     launch.warmup(ctx, mod, bufs)
     assert all(f.pdl and set(f.pdl) == {pdl} for f in fakes)
     monkeypatch.setattr(ctx, "stream", lambda i: contextlib.nullcontext())  # no CUDA streams here

@@ -1004,6 +1004,10 @@ def _folds(ctx: _Ctx) -> None:
             ctx.err(fo.loc, f"{what}: folded twice, into itself, or on a flag ({fo.flag}) another stage releases")
             continue
         seen.add(fo.consumer)
+        if ctx.stages[ctx.pos[fo.producer]].skip_equal:
+            ctx.err(fo.loc, f"{what}: stage '{fo.producer}' skips some of its tasks (local-in-place), so a group's"
+                            " last arrival may never come")
+            continue
         k = ctx.kernel_of.get(fo.consumer)
         ks = ctx.kernels or ()
         if k is None or k != ctx.kernel_of.get(fo.producer) or not ks[k].persistent or \
