@@ -249,7 +249,10 @@ def test_fold_into_a_later_stage_is_rejected(fd):
 
 # -- fold-last on generated programs (tests/gen_programs.py): seeds whose fused-push or specialized build folds ------
 
-GEN_FOLDED = {2: [(10, False), (15, False), (30, True)], 3: [(7, False), (19, False)]}
+GEN_FOLDED = {2: [(15, False), (30, True)], 3: [(7, False), (19, False)]}
+# seeds that once folded unsoundly, run against torch (seed 10: its producer was thinned by local-in-place, so a
+# group's last arrival never came; fold-last now leaves it unfolded)
+GEN_REGRESSIONS = {2: [(10, False)]}
 
 
 def test_generated_seeds_still_fold():
@@ -274,7 +277,7 @@ def test_generated_seeds_still_fold():
 def test_folded_generated_programs_match_torch(world):
     from tests.test_generated_programs import run_world
 
-    failures, stats = run_world(world, GEN_FOLDED[world])
+    failures, stats = run_world(world, GEN_FOLDED[world] + GEN_REGRESSIONS.get(world, []))
     assert not failures, "\n\n".join(failures)
     assert stats["fused-push", "ran"] + stats["specialized", "ran"] >= 2, dict(stats)
 
