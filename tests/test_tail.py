@@ -230,6 +230,27 @@ def test_fold_of_a_consumer_reading_two_groups_is_rejected():
         " P[s, m, n]: more than one group" in problems(g)
 
 
+def test_fold_into_a_producer_that_skips_tasks_is_rejected():
+    """A fold counts every producer task of a group; local-in-place drops a copy's tasks to the rank itself, so the
+    group's last arrival never comes (seed 10 of the generator gave wrong outputs before fold-last refused it)."""
+    from tests.gen_programs import generate
+    from tilec.ir.graph import Fold, stage, waits
+    from tilec.passes.fold_last import FoldLast
+
+    gp = generate(10, 2, focus=False)
+    prog = tilec.compile(f"tests/generated/{gp.name}.tile", world=2, schedule="fused-push", source=gp.text)
+    assert stage(prog.graph, "s0").skip_equal and "s1" not in [f.consumer for f in prog.graph.graph["folds"]]
+    g = copy_graph(prog.graph)  # the fold fold-last refused, made anyway
+    c = g.nodes["s:s1"]["payload"]
+    ws = waits(g, "s1")
+    f = g.nodes[f"f:{ws[0].flag}"]["payload"]
+    arrival = FoldLast._arrival(g, f, c, ws)
+    fold = Fold("s1", "s0", arrival.name, c.loc)
+    g = FoldLast._rewrite(g, f, arrival, c, fold)
+    g.graph["folds"] = (*g.graph["folds"], fold)
+    assert "stage 's1' folded into stage 's0': stage 's0' skips some of its tasks (local-in-place)" in problems(g)
+
+
 def test_fold_of_a_consumer_that_waits_on_something_else_is_rejected():
     prog = _splitk(2, "specialized")
     g = copy_graph(prog.graph)

@@ -68,8 +68,6 @@ class FoldLast(Pass):
             p = f.producer
             if kernel_of.get(p) != kernel_of[c.name] or k.stages.index(p) >= k.stages.index(c.name):
                 continue
-            if stage(g, p).skip_equal:  # local-in-place dropped some producer tasks: a group may never complete
-                continue
             remote = [a.rank for a, _ in ((f.write, ()), *f.also)] + [w.read.rank for w in ws]
             if world > 1 and any(r != ME for r in remote):
                 continue  # a peer's tiles: the group's last arrival is on another GPU (at world 1 every rank is this)

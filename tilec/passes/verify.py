@@ -1004,10 +1004,6 @@ def _folds(ctx: _Ctx) -> None:
             ctx.err(fo.loc, f"{what}: folded twice, into itself, or on a flag ({fo.flag}) another stage releases")
             continue
         seen.add(fo.consumer)
-        if ctx.stages[ctx.pos[fo.producer]].skip_equal:
-            ctx.err(fo.loc, f"{what}: stage '{fo.producer}' skips some of its tasks (local-in-place), so a group's"
-                            " last arrival may never come")
-            continue
         k = ctx.kernel_of.get(fo.consumer)
         ks = ctx.kernels or ()
         if k is None or k != ctx.kernel_of.get(fo.producer) or not ks[k].persistent or \
@@ -1053,6 +1049,9 @@ def _fold_groups(ctx: _Ctx, c: Stage, fo, plan, reads) -> str | None:
     from tilec.ir.queries import flag_dims
     from tilec.ir.wait_plan import plan_wait
 
+    if ctx.stages[ctx.pos[fo.producer]].skip_equal:  # the groups below count every producer task
+        return (f"stage '{fo.producer}' skips some of its tasks (local-in-place), so a group's last arrival may never"
+                " come")
     sc = ctx.scope(c)
     order = [v for v in c.loops if v.trips > 1]
     env = regions.grid(order, f"the tasks of stage '{c.name}'")
