@@ -211,21 +211,27 @@ def test_fold_whose_group_misses_a_tile_is_rejected():
         " rejected rather than trusted" in problems(g)
 
 
-def test_fold_of_a_consumer_reading_two_groups_is_rejected():
+def _forced_fold(graph, consumer: str, producer: str):
+    """A copy of `graph` with the fold of `consumer` into `producer` that fold-last refused, made anyway."""
     from tilec.ir.graph import Fold, waits
     from tilec.passes.fold_last import FoldLast
 
+    g = copy_graph(graph)
+    c = g.nodes[f"s:{consumer}"]["payload"]
+    ws = waits(g, consumer)
+    f = g.nodes[f"f:{ws[0].flag}"]["payload"]
+    arrival = FoldLast._arrival(g, f, c, ws)
+    fold = Fold(consumer, producer, arrival.name, c.loc)
+    g = FoldLast._rewrite(g, f, arrival, c, fold)
+    g.graph["folds"] = (*g.graph["folds"], fold)
+    return g
+
+
+def test_fold_of_a_consumer_reading_two_groups_is_rejected():
     # merge tiles of 32 columns: each reads the partials of two output tiles, two groups: fold-last leaves it alone
     prog = _splitk(2, "fused-push", N=64, BN2=32)
     assert "merge" not in [f.consumer for f in prog.graph.graph["folds"]]
-    g = copy_graph(prog.graph)  # the fold it refused, made anyway: run when the first of its groups completes
-    c = g.nodes["s:merge"]["payload"]
-    ws = waits(g, "merge")
-    f = g.nodes[f"f:{ws[0].flag}"]["payload"]
-    arrival = FoldLast._arrival(g, f, c, ws)
-    fold = Fold("merge", "part", arrival.name, c.loc)
-    g = FoldLast._rewrite(g, f, arrival, c, fold)
-    g.graph["folds"] = (*g.graph["folds"], fold)
+    g = _forced_fold(prog.graph, "merge", "part")  # the fold it refused: run when the first of its groups completes
     assert "stage 'merge' folded into stage 'part': its task 0 waits on counters 0..1 of dim 2 before reading" \
         " P[s, m, n]: more than one group" in problems(g)
 
@@ -234,20 +240,12 @@ def test_fold_into_a_producer_that_skips_tasks_is_rejected():
     """A fold counts every producer task of a group; local-in-place drops a copy's tasks to the rank itself, so the
     group's last arrival never comes (seed 10 of the generator gave wrong outputs before fold-last refused it)."""
     from tests.gen_programs import generate
-    from tilec.ir.graph import Fold, stage, waits
-    from tilec.passes.fold_last import FoldLast
+    from tilec.ir.graph import stage
 
     gp = generate(10, 2, focus=False)
     prog = tilec.compile(f"tests/generated/{gp.name}.tile", world=2, schedule="fused-push", source=gp.text)
     assert stage(prog.graph, "s0").skip_equal and "s1" not in [f.consumer for f in prog.graph.graph["folds"]]
-    g = copy_graph(prog.graph)  # the fold fold-last refused, made anyway
-    c = g.nodes["s:s1"]["payload"]
-    ws = waits(g, "s1")
-    f = g.nodes[f"f:{ws[0].flag}"]["payload"]
-    arrival = FoldLast._arrival(g, f, c, ws)
-    fold = Fold("s1", "s0", arrival.name, c.loc)
-    g = FoldLast._rewrite(g, f, arrival, c, fold)
-    g.graph["folds"] = (*g.graph["folds"], fold)
+    g = _forced_fold(prog.graph, "s1", "s0")
     assert "stage 's1' folded into stage 's0': stage 's0' skips some of its tasks (local-in-place)" in problems(g)
 
 
