@@ -112,7 +112,7 @@ def captured_cases(heap, cases, replays: int = 3):
                 calls[i % 2].replay()
             errs.append(float((args["O"].float().cpu() - want).abs().max()))
         st = prog._state[id(heap)]
-        in_step = int(st["bufs"]["EPOCH"].item()) == st["epoch"] and counters_in_step(heap, prog)
+        in_step = int(st["bufs"]["EPOCH"][0].item()) == st["epoch"] and counters_in_step(heap, prog)
         heap.release(mark)
         out.append((prog.schedule, dtype, prog.dims, errs, in_step))
     return out

@@ -290,9 +290,23 @@ def enter(epoch, EPOCH_AT, GRAPH: tl.constexpr, PDL: tl.constexpr):
         # this one leaves idle (it waits below for this one to finish)
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()  # the previous kernel has finished and its writes are visible
-    if GRAPH:  # a call replayed from a CUDA graph (Program.capture): the graph bumps the epoch on the device
+    if GRAPH == 2:  # the epoch is on the device and this kernel advances it itself (leave): EPOCH_AT holds the last
+        epoch = tl.load(EPOCH_AT) + 1
+    elif GRAPH:  # a call replayed from a CUDA graph (Program.capture): the graph bumps the epoch before the kernels
         epoch = tl.load(EPOCH_AT)
     return epoch
+
+
+@triton.jit
+def leave(EPOCH_AT, epoch, NPROG: tl.constexpr, GRAPH: tl.constexpr):
+    # the last thing every kernel does. GRAPH == 2 (a call that is one kernel, its epoch on the device): the last of
+    # its NPROG programs to get here publishes the call's epoch for the next call, which reads it after this kernel
+    # ends (stream order, or gdc_wait under PDL). A separate bump before the kernel cost 1-2 us per graph replay on
+    # an H200 (benchmarks/runs/epoch_probe.py). EPOCH_AT[1] counts the programs that finished, back to 0 each call.
+    if GRAPH == 2:
+        if tl.atomic_add(EPOCH_AT + 1, 1, sem="acq_rel") == NPROG - 1:
+            tl.store(EPOCH_AT + 1, 0)
+            tl.store(EPOCH_AT, epoch)
 
 
 @triton.jit

@@ -651,7 +651,7 @@ def _program_bytes(prog) -> int:
     total = sum(_align(math.prod(t.shape) * TORCH_DTYPE[t.dtype].itemsize)
                 for t in prog.program.tensors if t.kind == "buf")
     total += sum(_align(f.size * 4) for f in flags(prog.graph))
-    total += _align(8 * 4) + _align(4) + _align(2 * 4)  # ERR, EPOCH, BARRIER
+    total += _align(8 * 4) + _align(2 * 4) + _align(2 * 4)  # ERR, EPOCH, BARRIER
     slots = re.search(r"^TIMELINE_SLOTS = (\d+)", prog.source, re.M)  # the module's table, without importing it
     if slots and int(slots.group(1)):
         total += _align(int(slots.group(1)) * 5 * 8)

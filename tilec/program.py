@@ -174,7 +174,8 @@ class CompiledProgram:
             for param, (size, *_rest) in self.module.FLAGS.items():
                 bufs[param] = heap.alloc((size,), torch.int32)
             bufs["ERR"] = heap.alloc((8,), torch.int32)
-            bufs["EPOCH"] = heap.alloc((1,), torch.int32)  # the epoch of calls replayed from a CUDA graph
+            # [epoch of the last call kept on the device (graph replays, ops), programs finished (launch.graph_mode)]
+            bufs["EPOCH"] = heap.alloc((2,), torch.int32)
             bufs["BARRIER"] = heap.alloc((2,), torch.int32)  # arrivals and entries of device barriers (device.barrier)
             if getattr(self.module, "TIMELINE_SLOTS", 0):
                 bufs["TIMELINE"] = heap.alloc((self.module.TIMELINE_SLOTS * 5,), torch.int64)
@@ -296,7 +297,7 @@ class CompiledProgram:
             ctx.plan = None
         bufs = {**st["bufs"], **tensors}
         mod = self.module
-        ctx.graph = device_epoch  # the kernels that read the epoch on the device
+        ctx.graph = launch.graph_mode(mod) if device_epoch else False  # kernels that read the epoch on the device
         try:
             if not st["warm"]:
                 launch.warmup(ctx, mod, bufs)
@@ -306,8 +307,8 @@ class CompiledProgram:
                     heap.barrier()  # zeroed its counters (just allocated): one host barrier, on the first call only
                 st["warm"] = True
             st["epoch"] += 1
-            if device_epoch:
-                bufs["EPOCH"].add_(1)
+            if ctx.graph is True:  # (a one-kernel call advances it itself: launch.graph_mode)
+                bufs["EPOCH"][:1].add_(1)
             ctx.device_barrier = (bufs["BARRIER"], bufs["ERR"]) if device_barrier else None
             launch.launch(ctx, mod, bufs, st["epoch"], entry_barrier, only)
         finally:
@@ -359,14 +360,15 @@ class CompiledProgram:
         st = self._buffers(heap)
         ctx, bufs = st["ctx"], {**st["bufs"], **tensors}
         graph = torch.cuda.CUDAGraph()
-        ctx.graph, ctx.plan = True, None
+        ctx.graph, ctx.plan = launch.graph_mode(mod), None
         try:
             launch.warmup(ctx, mod, bufs)  # the variants that read the epoch on the device, compiled before the capture
-            bufs["EPOCH"].fill_(st["epoch"])
+            bufs["EPOCH"][:1].fill_(st["epoch"])
             st["dev_epoch"] = st["epoch"]
             torch.cuda.synchronize(heap.device)
             with torch.cuda.graph(graph):
-                bufs["EPOCH"].add_(1)
+                if ctx.graph is True:
+                    bufs["EPOCH"][:1].add_(1)
                 launch.launch(ctx, mod, bufs, 0, entry_barrier=False)
         finally:
             ctx.graph, ctx.plan = False, None
@@ -497,7 +499,7 @@ class CapturedCall:
         if entry_barrier:
             heap.barrier()
         if st["dev_epoch"] != st["epoch"]:  # ordinary calls ran since the last replay: the device epoch catches up
-            st["bufs"]["EPOCH"].fill_(st["epoch"])
+            st["bufs"]["EPOCH"][:1].fill_(st["epoch"])
         st["epoch"] += 1
         st["dev_epoch"] = st["epoch"]
         self.graph.replay()

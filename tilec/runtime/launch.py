@@ -195,6 +195,13 @@ def adversary_delay(rank: int, world: int, epoch: int) -> None:
         time.sleep(float(late))
 
 
+def graph_mode(mod) -> bool | int:
+    """GRAPH of a call whose epoch lives on the device (graph capture, ops): 2 where the call is one kernel, which
+    advances the epoch itself at its end (tilec.device.leave); True (the caller bumps it before the kernels) where
+    several kernels or copy-engine stages read it during the call."""
+    return 2 if len(mod.KERNELS) == 1 and not getattr(mod, "DMA_COPIES", None) else True
+
+
 def launch(ctx, mod, buffers, epoch, entry_barrier=True, only=None) -> None:
     """One call of the module's program on this rank: a barrier so every rank's inputs are ready, then the kernels
     (and a closing barrier where peers touch this rank's inputs/outputs). entry_barrier=False skips both: the

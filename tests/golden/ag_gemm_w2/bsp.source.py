@@ -44,6 +44,7 @@ def k0_gather(A, Ag, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: 
         peer_r = td.peer_offset(heap_bases, rank, r, 2)
         a_tile = tl.load(A + peer_r + m_r[:, None] * 128 + k_r[None, :])
         tl.store(Ag + (128 * r + m_r)[:, None] * 128 + k_r[None, :], a_tile.to(tl.float16))
+    td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
@@ -75,6 +76,7 @@ def k1_gemm(Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG:
             ag_ptrs += 32
             b_ptrs += 6144
         tl.store(C + m_r[:, None] * 192 + n_r[None, :], acc.to(tl.float16))
+    td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 
 # kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups, buffer arguments

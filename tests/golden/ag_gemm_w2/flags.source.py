@@ -49,6 +49,7 @@ def k0_gather(A, Ag, F_Ag_gather, ERR, heap_bases, rank, epoch, timeout_ns, EPOC
         a_tile = tl.load(A + peer_r + m_r[:, None] * 128 + k_r[None, :])
         tl.store(Ag + (128 * r + m_r)[:, None] * 128 + k_r[None, :], a_tile.to(tl.float16))
         td.release(F_Ag_gather + r * 2 + m // 64, rank, rank, heap_bases, "gpu")
+    td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
@@ -93,6 +94,7 @@ def k1_gemm(F_Ag_gather, A, Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, 
             ag_ptrs += 32
             b_ptrs += 6144
         tl.store(C + m_r[:, None] * 192 + n_r[None, :], acc.to(tl.float16))
+    td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 
 # kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups, buffer arguments

@@ -59,6 +59,7 @@ def k0_gemm(B, A, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: 
             acc = td.dot(a_tile, b_tile, acc, UPCAST_DOT, False)
             b_ptrs += 6144
         tl.store(C + m_r[:, None] * 192 + n_r[None, :], acc.to(tl.float16))
+    td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 
 # kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups, buffer arguments

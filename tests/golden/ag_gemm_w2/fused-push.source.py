@@ -104,6 +104,7 @@ def k0_gather_gemm(A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeo
         else:
             gemm_task((task - 2 + rank * 6) % 12, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns,
                       UPCAST_DOT)
+    td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 
 # kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups, buffer arguments

@@ -172,6 +172,7 @@ def k0_split_local_exchange_combine(Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, 
         else:
             combine_task(task - 8, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, O, ERR,
                          heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
+    td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 
 # kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups, buffer arguments
