@@ -1,3 +1,4 @@
+# ruff: noqa: B023 - each closure is timed before the loop moves on
 """Probe (issue 20): how fast can flash decode's split stage stream the KV cache on one GPU, by load form?
 
 The generated split task loads 64-key blocks of K and V through masked pointer loads (tilec.device.attend_*). This
