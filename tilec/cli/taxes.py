@@ -202,7 +202,7 @@ def render(program: str, rows: list, machine, shared_gpu: bool = False) -> str:
     for r in done:
         if r.copy_engine_stages:
             out.append(f"{r.schedule:<12}transport dma: stage(s) {', '.join(r.copy_engine_stages)} on the copy engines"
-                       " (no kernel; releases are one per chunk; the model charges their copies nothing yet)")
+                       f" (no kernel; releases are one per chunk): {_copy_engines(r)}")
     if any(r.intra_roundtrip_tensors for r in done):
         out.append("(intra): written and read inside one kernel; it still goes through memory, and the model charges"
                    " it once it exceeds L2")
@@ -218,6 +218,14 @@ def render(program: str, rows: list, machine, shared_gpu: bool = False) -> str:
                    f"{_us(r.launch_tax_us) + ' ' + _pct(r.launch_share):<17}{bsp:<34}"
                    f"{_us(r.locality_tax_us) + ' ' + _pct(r.locality_share):<19}{_us(r.flag_wait_us):>11}"
                    f"{_us(r.predicted_us):>12}{meas:>11}")
+    for r in done:
+        if r.copy_engine_us:
+            hidden = "hidden under the kernels" if not r.copy_engine_exposed_us else \
+                f"{_us(r.copy_engine_exposed_us)} beyond the kernels (in predicted)"
+            out.append(f"{r.schedule:<12}copy engines: {_us(r.copy_engine_us)} beside the kernels, {hidden}")
+        if r.sm_copy_us:
+            out.append(f"{r.schedule:<12}SM copies: {_us(r.sm_copy_us)} of link time that holds the kernel's programs"
+                       " (no other stage of the kernel runs meanwhile; in predicted)")
     if done:
         out.append("where the time goes (largest term):")
         out += [f"  {r.schedule:<11} {_dominant(r)}" for r in done]
@@ -225,11 +233,21 @@ def render(program: str, rows: list, machine, shared_gpu: bool = False) -> str:
     return "\n".join(out)
 
 
+def _copy_engines(r) -> str:
+    """A dma row's chunks on its busiest rank: how many, the bytes and the part of them over the link."""
+    chunks = max(r.copy_engine_chunks, key=lambda cs: sum(c.bytes for c in cs), default=())
+    link = sum(c.bytes for c in chunks if c.peer)
+    streams = len({c.stream for c in chunks})
+    return (f"{len(chunks)} chunk(s) on {streams} side stream(s), {_bytes(sum(c.bytes for c in chunks))}"
+            f" ({_bytes(link)} over the link), {sum(c.copies for c in chunks)} issued copies")
+
+
 def _dominant(r) -> str:
     """The largest term of a prediction, in words, with the count that drives it."""
     terms = {"compute": r.compute_us if r.compute_us >= r.comm_us else 0.0,
              "link": r.comm_us if r.comm_us > r.compute_us else 0.0,
-             "bsp": r.bsp_tax_us, "locality": r.locality_tax_us, "launch": r.launch_tax_us, "flags": r.flag_wait_us}
+             "bsp": r.bsp_tax_us, "locality": r.locality_tax_us, "launch": r.launch_tax_us, "flags": r.flag_wait_us,
+             "sm copies": r.sm_copy_us, "copy engines": r.copy_engine_exposed_us}
     top = max(terms, key=terms.get)
     pct = f"{100 * terms[top] / r.predicted_us:.0f}%" if r.predicted_us else "-"
     return {
@@ -240,6 +258,8 @@ def _dominant(r) -> str:
         "locality": f"locality tax {pct}",
         "launch": f"launch tax {pct} ({r.launches} launch(es))",
         "flags": f"flag waits {pct} ({r.flag_waits} waits; try --granularity rank)",
+        "sm copies": f"SM copies {pct} (link time of copy tasks in the kernel; try --transport dma)",
+        "copy engines": f"copy engines {pct} (their copies outlast the kernels)",
     }[top]
 
 
@@ -259,7 +279,8 @@ def plot(rows: list, path: str, title: str) -> None:
     done = [r for r in rows if not isinstance(r, Skipped)]
     parts = [("work: max(compute, comm)", "overlap_us", "#4c72b0"), ("BSP tax", "bsp_tax_us", "#dd8452"),
              ("locality tax", "locality_tax_us", "#55a868"), ("launch tax", "launch_tax_us", "#c44e52"),
-             ("flag waits", "flag_wait_us", "#8172b3")]
+             ("flag waits", "flag_wait_us", "#8172b3"), ("SM copies", "sm_copy_us", "#937860"),
+             ("copy engines (beyond the kernels)", "copy_engine_exposed_us", "#da8bc3")]
     fig, ax = plt.subplots(figsize=(max(5, 1.5 * len(done) + 2), 4))
     xs = range(len(done))
     bottom = [0.0] * len(done)

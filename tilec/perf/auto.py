@@ -27,7 +27,6 @@ from tilec.perf.measure import CPU_KEY, device_key, this_device  # noqa: F401 - 
 from tilec.perf.taxes import Skipped, TaxRow, compile_all, taxes
 from tilec.program import cache_dir
 
-
 PREDICTED = "predicted_v2"  # the model's times of every variant (v1, "predicted": schedules only)
 DMA = "dma"
 

@@ -191,8 +191,10 @@ def _compute_us(c, m: Machine, share: float) -> float:
 
 def calibrate(base: Machine = H200, log=print) -> Machine:
     """Measure this machine's rates: GEMM (triton.testing.do_bench), device copy (gpu_time.cold_time, a flush
-    that leaves no dirty lines to write back), launch latency, host barrier over the visible GPUs and, with two or
-    more, a peer copy (do_bench). Fields it cannot measure (flag polls; the link on one GPU) keep `base`'s values."""
+    that leaves no dirty lines to write back), launch latency, the copy engines (a large and a tiny
+    cudaMemcpyAsync on a side stream, as runtime/dma.py issues them), host barrier over the visible GPUs and, with two
+    or more, a peer copy (do_bench; a cross-device copy is a copy-engine copy, so it gives ce_link_GBps too). Fields
+    it cannot measure (flag polls; the link on one GPU) keep `base`'s values."""
     try:
         import torch
     except ImportError:
@@ -206,22 +208,24 @@ def calibrate(base: Machine = H200, log=print) -> Machine:
 
     dev = torch.device("cuda", 0)
     gpus = torch.cuda.device_count()
-    bar = progress(5 if gpus > 1 else 4, "calibrate", log)
+    bar = progress(6 if gpus > 1 else 5, "calibrate", log)
     gemm = _gemm_tflops(torch, dev, do_bench)
     bar.step(f"gemm bf16 8192^3: {gemm:.0f} TFLOP/s")
     hbm = _copy_GBps(torch, dev)
     bar.step(f"device copy: {hbm:.0f} GB/s (read + write)")
     launch = _launch_us(torch)
     bar.step(f"launch: {launch:.1f} us")
+    ce, ce_lat = _copy_engine(torch, dev)
+    bar.step(f"copy engine: {ce:.0f} GB/s (bytes copied), {ce_lat:.1f} us per issued copy")
     out = replace(base, name=f"{torch.cuda.get_device_name(dev)} (calibrated)", gemm_tflops=round(gemm, 1),
-                  hbm_GBps=round(hbm, 1), launch_us=round(launch, 2),
-                  sms=torch.cuda.get_device_properties(dev).multi_processor_count)
+                  hbm_GBps=round(hbm, 1), launch_us=round(launch, 2), ce_GBps=round(ce, 1),
+                  ce_latency_us=round(ce_lat, 2), sms=torch.cuda.get_device_properties(dev).multi_processor_count)
     if gpus > 1:
         link = _peer_copy_GBps(torch)
-        bar.step(f"peer copy 0 -> 1: {link:.0f} GB/s")
-        out = replace(out, link_GBps=round(link, 1))
+        bar.step(f"peer copy 0 -> 1 (copy engine): {link:.0f} GB/s")
+        out = replace(out, link_GBps=round(link, 1), ce_link_GBps=round(link, 1))
     else:
-        log("  one GPU: link bandwidth and latency keep their defaults")
+        log("  one GPU: link bandwidth and latency, and the copy engines' peer rate, keep their defaults")
     out = replace(out, barrier_us=round(_barrier_us(gpus), 1))
     bar.step(f"host barrier over {gpus} GPU(s): {out.barrier_us:.1f} us")
     bar.close()
@@ -240,6 +244,37 @@ def _copy_GBps(torch, dev) -> float:
     x = torch.empty(1 << 29, device=dev, dtype=torch.uint8)
     y = torch.empty_like(x)
     return 2 * x.numel() / cold_time(lambda: y.copy_(x), reps=100, warmup=10) / 1e9
+
+
+def _copy_engine(torch, dev, n: int = 200) -> tuple[float, float]:
+    """(GB/s of a 512 MB device-to-device copy, us per tiny copy) through cudaMemcpyAsync on a side stream, timed
+    with CUDA events on that stream: the calls runtime/dma.py issues for transport=dma. The tiny copies (4 bytes, a
+    chunk's flag write) go back to back, so their time per copy is the driver's issue plus the engine's start."""
+    import ctypes
+
+    from tilec.runtime.dma import _DEFAULT, _cudart
+
+    rt = _cudart()
+    x = torch.empty(1 << 29, device=dev, dtype=torch.uint8)
+    y = torch.empty_like(x)
+    side = torch.cuda.Stream(device=dev)
+    h = ctypes.c_void_p(side.cuda_stream)
+
+    def timed(nbytes: int, reps: int) -> float:
+        torch.cuda.synchronize(dev)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(side)
+        for _ in range(reps):
+            rt.cudaMemcpyAsync(y.data_ptr(), x.data_ptr(), nbytes, _DEFAULT, h)
+        end.record(side)
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3 / reps  # seconds per copy
+
+    timed(x.numel(), 2)  # warm-up
+    big = min(timed(x.numel(), 5) for _ in range(3))
+    timed(4, 20)
+    tiny = min(timed(4, n) for _ in range(3))
+    return x.numel() / big / 1e9, tiny * 1e6
 
 
 def _launch_us(torch, n: int = 2000) -> float:
