@@ -192,3 +192,23 @@ def test_calibrate_measures_the_copy_engine():
 
     gbps, lat = _copy_engine(torch, torch.device("cuda", 0))
     assert 100 < gbps < 10_000 and 0.1 < lat < 100
+
+
+def test_bench_auto_row_times_the_picked_variant():
+    from tilec.perf.bench import auto_picks
+    from tilec.perf.measure import CPU_KEY
+
+    picks = auto_picks(AG, [(256, 192, 128), (4096, 4608, 8192)], 2, CPU_KEY)
+    assert picks[(256, 192, 128)] == "fused-push"
+    assert picks[(4096, 4608, 8192)].endswith("+dma")  # the program's own tiles (64 x 64 x 32) at this shape
+
+
+def test_auto_ranks_for_the_machine_file_tilec_machine_names(tmp_path, monkeypatch):
+    dims = {"M": 256, "N": 192, "K": 128}
+    src = open(AG).read()
+    assert auto.candidates(AG, src, 2, dims, dims)[0]["schedule"] == "fused-push"
+    FAST_CE.save(tmp_path / "m.json")  # a calibrated machine whose copies cost nothing: dma wins
+    monkeypatch.setenv("TILEC_MACHINE", str(tmp_path / "m.json"))
+    assert auto.candidates(AG, src, 2, dims, dims)[0]["schedule"].endswith("+dma")
+    entry = json.loads((tmp_path / "auto.json").read_text())[auto.key(src, 2, dims)]
+    assert auto.PREDICTED in entry and any(f.startswith(auto.PREDICTED + "@") for f in entry)  # kept apart

@@ -149,7 +149,8 @@ def cmd_calibrate(args) -> int:
     print("tilec calibrate: measuring this machine")
     m = calibrate()
     m.save(args.output)
-    print(f"wrote {args.output} ({m.name}); use it with `tilec taxes ... --machine {args.output}`")
+    print(f"wrote {args.output} ({m.name}); use it with `tilec taxes ... --machine {args.output}`, and for"
+          f" `--schedule auto` with TILEC_MACHINE={args.output}")
     return 0
 
 

@@ -9,7 +9,8 @@ tilec.compile (below the cost model) means sm.
 
 Choices and measurements are cached in <cache>/auto.json keyed by (program source, world, dims, device): the GPU's
 name, or CPU_KEY for times of the CPU emulation (the Triton interpreter), which a GPU's choice never reads. An
-entry holds PREDICTED (the model's times of every variant) and "measured" (variant -> us). Entries written before
+entry holds PREDICTED (the model's times of every variant, on the H200 defaults; PREDICTED@HASH on the machine file
+TILEC_MACHINE names) and "measured" (variant -> us). Entries written before
 transports were ranked hold "predicted" (schedules only, an older model): it is not read, and its measured times,
 all of SM-transport schedules, keep their meaning. The file is updated under a lock and replaced atomically
 (tilec.fileio), so concurrent writers lose no record.
@@ -18,17 +19,35 @@ all of SM-transport schedules, keep their meaning. The file is updated under a l
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+from dataclasses import asdict
 from pathlib import Path
 
 from tilec.fileio import read_json, update_json
 from tilec.ir.dtypes import ESIZE
 from tilec.ir.queries import pull_rereads
 from tilec.perf.measure import CPU_KEY, device_key, this_device  # noqa: F401 - CPU_KEY, device_key: re-exported
+from tilec.perf.model import Machine
 from tilec.perf.taxes import Skipped, TaxRow, compile_all, taxes
 from tilec.program import cache_dir
 
 PREDICTED = "predicted_v2"  # the model's times of every variant (v1, "predicted": schedules only)
 DMA = "dma"
+
+
+def machine() -> Machine:
+    """The machine `auto` ranks for: the file TILEC_MACHINE names (`tilec calibrate -o FILE`), else the H200
+    defaults (docs/GPU.md)."""
+    path = os.environ.get("TILEC_MACHINE")
+    return Machine.load(path) if path else Machine()
+
+
+def _predicted_field(m: Machine) -> str:
+    """PREDICTED for the default machine; a calibrated one's predictions are kept apart, under its rates' hash."""
+    if m == Machine():
+        return PREDICTED
+    return f"{PREDICTED}@{hashlib.sha256(json.dumps(asdict(m), sort_keys=True).encode()).hexdigest()[:8]}"
 
 
 def variant(schedule: str, transport: str = "sm") -> str:
@@ -86,11 +105,13 @@ def candidates(program, source: str, world: int, dims: dict[str, int], bound_dim
     compiles every variant from it); device: a GPU name or CPU_KEY (default: this process's GPU, else CPU_KEY)."""
     k = key(source, world, {d: bound_dims[d] for d in bound_dims}, device)
     entry = _load().get(k, {})
-    if PREDICTED not in entry:  # the model compiles every variant: outside the lock, then merged in
-        predicted = dict(rank_schedules(program, world, dims, granularity=granularity))
-        entry = update_json(_path(), lambda d: d.setdefault(k, {}).setdefault(PREDICTED, predicted))[k]
+    m = machine()
+    field = _predicted_field(m)
+    if field not in entry:  # the model compiles every variant: outside the lock, then merged in
+        predicted = dict(rank_schedules(program, world, dims, m, granularity=granularity))
+        entry = update_json(_path(), lambda d: d.setdefault(k, {}).setdefault(field, predicted))[k]
     measured = entry.get("measured", {})
-    rows = [{"schedule": s, "predicted_us": p, "measured_us": measured.get(s)} for s, p in entry[PREDICTED].items()]
+    rows = [{"schedule": s, "predicted_us": p, "measured_us": measured.get(s)} for s, p in entry[field].items()]
     full = all(r["measured_us"] is not None for r in rows)
     rows.sort(key=lambda r: r["measured_us"] if full else r["predicted_us"])
     return rows

@@ -12,8 +12,9 @@ comm          remote bytes (peer loads, pulls, pushes) / link bandwidth + one li
               reader's, so a remote tile re-read once per output column (fused-pull) is fetched once per read.
 BSP tax       barriers x barrier_us, plus serialization: kernels run one after another (bsp) overlap nothing, so
               sum over kernels of max(compute, comm) exceeds max(total compute, total comm) by the idle time.
-              Kernels of one launch phase (flags: concurrent kernels) or one fused kernel overlap fully; the
-              stages of a specialized kernel run side by side, each on its group of programs.
+              Kernels of one launch phase (flags: concurrent kernels) or one fused kernel overlap compute with
+              link traffic (a fused kernel's SM copies excepted: SM copy time); the stages of a specialized
+              kernel run side by side, each on its group of programs.
 locality tax  buffers that round-trip through HBM: bytes written + distinct bytes read back, at HBM bandwidth.
               A buffer written and read inside one kernel costs the same once it exceeds L2. Bytes the copy
               engines write are their copy time (which overlaps), so only their read-back is charged here.
@@ -33,7 +34,8 @@ flag waits    not one of the three taxes but the price of removing them: each wa
               its program, of one counter or of a block polled at once (flag_us; a peer's counter:
               link_latency_us), spread over the kernel's programs.
 Deliberately simple: ranks are balanced, taxes add (they are not hidden under compute), and no pipeline fill is
-charged. `tilec.perf.auto.rank_schedules` ranks schedules with it.
+charged. `tilec.perf.auto.rank_schedules` ranks schedules, each with its copy stages on the SMs and (where the
+transport pass accepts it) on the copy engines, with it.
 """
 
 from __future__ import annotations
@@ -255,6 +257,7 @@ def _copy_engine(torch, dev, n: int = 200) -> tuple[float, float]:
     from tilec.runtime.dma import _DEFAULT, _cudart
 
     rt = _cudart()
+    rt.cudaSetDevice(dev.index or 0)
     x = torch.empty(1 << 29, device=dev, dtype=torch.uint8)
     y = torch.empty_like(x)
     side = torch.cuda.Stream(device=dev)
@@ -265,7 +268,8 @@ def _copy_engine(torch, dev, n: int = 200) -> tuple[float, float]:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record(side)
         for _ in range(reps):
-            rt.cudaMemcpyAsync(y.data_ptr(), x.data_ptr(), nbytes, _DEFAULT, h)
+            if rt.cudaMemcpyAsync(y.data_ptr(), x.data_ptr(), nbytes, _DEFAULT, h):
+                raise TilecError("tilec calibrate: a cudaMemcpyAsync on a side stream failed")
         end.record(side)
         end.synchronize()
         return start.elapsed_time(end) * 1e-3 / reps  # seconds per copy
