@@ -212,3 +212,9 @@ def test_auto_ranks_for_the_machine_file_tilec_machine_names(tmp_path, monkeypat
     assert auto.candidates(AG, src, 2, dims, dims)[0]["schedule"].endswith("+dma")
     entry = json.loads((tmp_path / "auto.json").read_text())[auto.key(src, 2, dims)]
     assert auto.PREDICTED in entry and any(f.startswith(auto.PREDICTED + "@") for f in entry)  # kept apart
+
+
+def test_taxes_transport_auto_lists_both_transports(capsys):
+    assert main(["taxes", AG, "-w", "2", "--transport", "auto"]) == 0
+    out = capsys.readouterr().out
+    assert "fused-push+dma " in out and "\nfused-push " in out and "copy engines:" in out
