@@ -9,10 +9,10 @@ tilec.compile (below the cost model) means sm.
 
 Choices and measurements are cached in <cache>/auto.json keyed by (program source, world, dims, device): the GPU's
 name, or CPU_KEY for times of the CPU emulation (the Triton interpreter), which a GPU's choice never reads. An
-entry holds PREDICTED (the model's times of every variant, on the H200 defaults; PREDICTED@HASH on the machine file
-TILEC_MACHINE names) and "measured" (variant -> us). Entries written before
-transports were ranked hold "predicted" (schedules only, an older model): it is not read, and its measured times,
-all of SM-transport schedules, keep their meaning. The file is updated under a lock and replaced atomically
+entry holds PREDICTED (the model's times of every variant on the H200 defaults; PREDICTED@HASH on the machine
+file TILEC_MACHINE names) and "measured" (variant -> us). Entries written before transports were ranked hold
+"predicted" (schedules only, an older model): it is not read, and their measured times, all of SM-transport
+schedules, keep their meaning. The file is updated under a lock and replaced atomically
 (tilec.fileio), so concurrent writers lose no record.
 """
 
