@@ -44,10 +44,10 @@ def _common(p: argparse.ArgumentParser, schedule: bool = True) -> None:
                        + "; ".join(f" {k}: {v}" for k, v in DESCRIPTIONS.items()) + " (default: auto)")
     p.add_argument("--granularity", default="auto", choices=("auto", "tile", "rank", "tensor"),
                    help="flag granularity (auto: per tile, whole along dims readers reduce over)")
-    p.add_argument("--transport", default="sm", type=transport_arg, metavar="MODE",
-                   help="who moves the tiles of copy stages: sm (tasks on the SMs, the default), dma (the copy"
-                   " engines, chunk by chunk with a flag each; schedules with flags), auto (sm until the cost model"
-                   " knows copy engines), or per stage: STAGE=MODE,... (e.g. gather=dma)")
+    p.add_argument("--transport", default=None, type=transport_arg, metavar="MODE",
+                   help="who moves the tiles of copy stages: sm (tasks on the SMs), dma (the copy engines, chunk by"
+                   " chunk with a flag each; schedules with flags), auto (the cost model picks sm or dma), or per"
+                   " stage: STAGE=MODE,... (e.g. gather=dma). Default: auto with --schedule auto, else sm")
 
 
 def _compile(args, schedule: str | None = None):
@@ -55,14 +55,20 @@ def _compile(args, schedule: str | None = None):
     from tilec.perf.auto import compile_auto
 
     schedule = schedule or args.schedule
-    transport = getattr(args, "transport", "sm")
-    if schedule == "auto":
-        prog = compile_auto(args.program, _world(args), _dims(args.dims), granularity=args.granularity)
-        if transport == "sm":
-            return prog
-        schedule = prog.schedule  # the pick, built again with the copy stages on the transport asked for
+    transport = getattr(args, "transport", None)
+    schedule, plus, variant = schedule.partition("+")  # a candidate of --schedule auto, e.g. flags+dma
+    if plus:
+        transport = variant
+    if schedule == "auto" or transport == "auto":  # the model picks (the compiler reads transport=auto as sm)
+        from tilec.perf.auto import variant_of
+
+        prog = compile_auto(args.program, _world(args), _dims(args.dims), granularity=args.granularity,
+                            transport=transport, schedule=None if schedule == "auto" else schedule)
+        print(f"tilec: auto picked {variant_of(prog)} (schedule {prog.schedule}, copy stages on the"
+              f" {'copy engines' if variant_of(prog).endswith('+dma') else 'SMs'})", file=sys.stderr)
+        return prog
     return tilec.compile(args.program, world=_world(args), schedule=schedule, dims=_dims(args.dims),
-                         granularity=args.granularity, transport=transport)
+                         granularity=args.granularity, transport=transport or "sm")
 
 
 def cmd_compile(args) -> int:
@@ -277,8 +283,8 @@ def cmd_bench(args) -> int:
     schedules = args.schedules.split(",") if args.schedules else None
     for s in schedules or ():
         base, plus, transport = s.partition("+")  # SCHEDULE+TRANSPORT, e.g. flags+dma
-        if base not in SCHEDULES or (plus and transport not in TRANSPORTS):
-            raise TilecError(f"--schedules {s}: choose from {', '.join(SCHEDULES)}, each optionally with"
+        if s != "auto" and (base not in SCHEDULES or (plus and transport not in TRANSPORTS)):
+            raise TilecError(f"--schedules {s}: choose from auto, {', '.join(SCHEDULES)}, each optionally with"
                              f" +TRANSPORT ({', '.join(TRANSPORTS)}), e.g. flags+dma")
     if args.out:  # refused before an hour of timing, not after
         from tilec.fileio import ensure_dir
@@ -390,7 +396,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shapes", default="small", help="shape sets, comma separated: paper, square, decode, small"
                    " (GEMM programs); decode-paper, decode-quick, decode-small (flash decode)")
     p.add_argument("--schedules", default=None, help="comma separated (default: all); SCHEDULE+dma puts its copy"
-                   " stages on the copy engines, e.g. flags+dma,fused-push+dma")
+                   " stages on the copy engines, e.g. flags+dma,fused-push+dma; auto: the variant --schedule auto"
+                   " picks for each shape (a row named auto)")
     p.add_argument("--dtype", default="bf16", choices=("f16", "bf16", "f32"),
                    help="element type the program's f16 tensors are built in (default: bf16)")
     p.add_argument("--iters", type=_positive, default=20, help="timed runs per row after warm-up; the median and "

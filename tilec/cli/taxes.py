@@ -32,7 +32,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--num-warps", type=int, default=4, help="warps per program of the measured kernels (default 4)")
     p.add_argument("--num-stages", type=int, default=3, help="software-pipeline stages (default 3)")
     p.add_argument("--transport", default="sm", type=transport_arg, metavar="MODE",
-                   help="who moves the tiles of copy stages: sm, dma, auto or STAGE=MODE,... (default sm)")
+                   help="who moves the tiles of copy stages: sm, dma, auto (both: SCHEDULE and SCHEDULE+dma rows, as"
+                   " --schedule auto weighs them) or STAGE=MODE,... (default sm)")
     p.set_defaults(fn=cmd_taxes)
     p = subparsers.add_parser("calibrate", help="measure this GPU's rates into a machine file for `tilec taxes`")
     p.add_argument("-o", "--output", default="machine.json", help="where to write it (default: machine.json)")
@@ -52,8 +53,17 @@ def cmd_taxes(args) -> int:
     world = _world(args)
     _check_trace_args(args)
     measure = args.measure and gpu_count() > 0
+    launch = {"num_warps": args.num_warps, "num_stages": args.num_stages}
     rows = taxes(args.program, world, _dims(args.dims), machine, granularity=args.granularity, measure=measure,
-                 launch={"num_warps": args.num_warps, "num_stages": args.num_stages, "transport": args.transport})
+                 launch={**launch, "transport": "sm" if args.transport == "auto" else args.transport})
+    if args.transport == "auto":  # both transports, as `--schedule auto` weighs them: SCHEDULE+dma rows beside
+        from dataclasses import replace
+
+        from tilec.perf.taxes import TaxRow
+
+        dma = taxes(args.program, world, _dims(args.dims), machine, granularity=args.granularity, measure=measure,
+                    launch={**launch, "transport": "dma"})
+        rows += [replace(r, schedule=f"{r.schedule}+dma") for r in dma if isinstance(r, TaxRow)]
     shared = measure and world > gpu_count()
     print(render(args.program, rows, machine, shared))
     if args.measure and not measure:
@@ -149,7 +159,8 @@ def cmd_calibrate(args) -> int:
     print("tilec calibrate: measuring this machine")
     m = calibrate()
     m.save(args.output)
-    print(f"wrote {args.output} ({m.name}); use it with `tilec taxes ... --machine {args.output}`")
+    print(f"wrote {args.output} ({m.name}); use it with `tilec taxes ... --machine {args.output}`, and for"
+          f" `--schedule auto` with TILEC_MACHINE={args.output}")
     return 0
 
 
@@ -183,7 +194,8 @@ def render(program: str, rows: list, machine, shared_gpu: bool = False) -> str:
         head += f": world {r0.world}, " + " ".join(f"{k}={v}" for k, v in r0.dims.items())
     out = [head, f"machine: {machine.name}; every number is per rank, per call", "",
            "static accounting (exact, from the compiled graph)"]
-    cols = f"{'schedule':<12}{'launches':>8}  {'barriers e+b+x':<15}{'HBM round trip (buffers)':<27}" \
+    sw = max(12, 1 + max((len(r.schedule) for r in rows), default=0))  # "fused-push+dma" needs more than 12
+    cols = f"{'schedule':<{sw}}{'launches':>8}  {'barriers e+b+x':<15}{'HBM round trip (buffers)':<27}" \
            f"{'written':>10}{'read back':>11}{'remote rd':>11}{'remote wr':>11}{'releases':>10}{'waits':>11}" \
            f"{'GFLOP':>9}"
     out.append(cols)
@@ -194,42 +206,60 @@ def render(program: str, rows: list, machine, shared_gpu: bool = False) -> str:
         w = sum(x.write_bytes for x in r.roundtrips)
         rb = sum(x.read_bytes for x in r.roundtrips)
         bars = f"{r.barriers} = {r.barriers_entry}+{r.barriers_between}+{r.barriers_exit}"
-        out.append(f"{r.schedule:<12}{r.launches:>8}  {bars:<15}{names or '-':<27}{_bytes(w) if w else '-':>10}"
+        out.append(f"{r.schedule:<{sw}}{r.launches:>8}  {bars:<15}{names or '-':<27}{_bytes(w) if w else '-':>10}"
                    f"{_bytes(rb) if rb else '-':>11}{_bytes(r.remote_read_bytes):>11}"
                    f"{_bytes(r.remote_write_bytes):>11}{r.flag_releases:>10}{r.flag_waits:>11}{r.flops / 1e9:>9.4g}")
     for s in skipped:
-        out.append(f"{s.schedule:<12}skipped: {s.skipped}")
+        out.append(f"{s.schedule:<{sw}}skipped: {s.skipped}")
     for r in done:
         if r.copy_engine_stages:
-            out.append(f"{r.schedule:<12}transport dma: stage(s) {', '.join(r.copy_engine_stages)} on the copy engines"
-                       " (no kernel; releases are one per chunk; the model charges their copies nothing yet)")
+            out.append(f"{r.schedule:<{sw}}transport dma: stage(s) {', '.join(r.copy_engine_stages)} on the copy"
+                       f" engines (no kernel; releases are one per chunk): {_copy_engines(r)}")
     if any(r.intra_roundtrip_tensors for r in done):
         out.append("(intra): written and read inside one kernel; it still goes through memory, and the model charges"
                    " it once it exceeds L2")
     out += ["", "predicted (tilec.perf.model: compute and link traffic overlap, except across kernels run one after"
             " another; read back counts re-reads, the model only distinct bytes)"]
-    out.append(f"{'schedule':<12}{'compute':>10}{'comm':>10}  {'launch tax':<17}{'BSP tax = barriers + idle':<34}"
+    out.append(f"{'schedule':<{sw}}{'compute':>10}{'comm':>10}  {'launch tax':<17}{'BSP tax = barriers + idle':<34}"
                f"{'locality tax':<19}{'flag waits':>11}{'predicted':>12}{'measured':>11}")
     for r in done:
         bsp = "n/a (shared GPU)" if shared_gpu else \
             f"{_us(r.bsp_tax_us)} {_pct(r.bsp_share)} = {r.barrier_us:.0f} + {r.serialization_us:.0f}"
         meas = _us(r.measured_us) if r.measured_us is not None else "-"
-        out.append(f"{r.schedule:<12}{_us(r.compute_us):>10}{_us(r.comm_us):>10}  "
+        out.append(f"{r.schedule:<{sw}}{_us(r.compute_us):>10}{_us(r.comm_us):>10}  "
                    f"{_us(r.launch_tax_us) + ' ' + _pct(r.launch_share):<17}{bsp:<34}"
                    f"{_us(r.locality_tax_us) + ' ' + _pct(r.locality_share):<19}{_us(r.flag_wait_us):>11}"
                    f"{_us(r.predicted_us):>12}{meas:>11}")
+    for r in done:
+        if r.copy_engine_us:
+            hidden = "hidden under the kernels" if not r.copy_engine_exposed_us else \
+                f"{_us(r.copy_engine_exposed_us)} beyond the kernels (in predicted)"
+            out.append(f"{r.schedule:<{sw}}copy engines: {_us(r.copy_engine_us)} beside the kernels, {hidden}")
+        if r.sm_copy_us:
+            out.append(f"{r.schedule:<{sw}}SM copies: {_us(r.sm_copy_us)} of link time that holds the kernel's programs"
+                       " (no other stage of the kernel runs meanwhile; in predicted)")
     if done:
         out.append("where the time goes (largest term):")
-        out += [f"  {r.schedule:<11} {_dominant(r)}" for r in done]
+        out += [f"  {r.schedule:<{sw - 1}} {_dominant(r)}" for r in done]
         out.append(f"fastest predicted: {min(done, key=lambda r: r.predicted_us).schedule}")
     return "\n".join(out)
+
+
+def _copy_engines(r) -> str:
+    """A dma row's chunks on its busiest rank: how many, the bytes and the part of them over the link."""
+    chunks = max(r.copy_engine_chunks, key=lambda cs: sum(c.bytes for c in cs), default=())
+    link = sum(c.bytes for c in chunks if c.peer)
+    streams = len({c.stream for c in chunks})
+    return (f"{len(chunks)} chunk(s) on {streams} side stream(s), {_bytes(sum(c.bytes for c in chunks))}"
+            f" ({_bytes(link)} over the link), {sum(c.copies for c in chunks)} issued copies")
 
 
 def _dominant(r) -> str:
     """The largest term of a prediction, in words, with the count that drives it."""
     terms = {"compute": r.compute_us if r.compute_us >= r.comm_us else 0.0,
              "link": r.comm_us if r.comm_us > r.compute_us else 0.0,
-             "bsp": r.bsp_tax_us, "locality": r.locality_tax_us, "launch": r.launch_tax_us, "flags": r.flag_wait_us}
+             "bsp": r.bsp_tax_us, "locality": r.locality_tax_us, "launch": r.launch_tax_us, "flags": r.flag_wait_us,
+             "sm copies": r.sm_copy_us, "copy engines": r.copy_engine_exposed_us}
     top = max(terms, key=terms.get)
     pct = f"{100 * terms[top] / r.predicted_us:.0f}%" if r.predicted_us else "-"
     return {
@@ -240,6 +270,8 @@ def _dominant(r) -> str:
         "locality": f"locality tax {pct}",
         "launch": f"launch tax {pct} ({r.launches} launch(es))",
         "flags": f"flag waits {pct} ({r.flag_waits} waits; try --granularity rank)",
+        "sm copies": f"SM copies {pct} (link time of copy tasks in the kernel; try --transport dma)",
+        "copy engines": f"copy engines {pct} (their copies outlast the kernels)",
     }[top]
 
 
@@ -259,7 +291,8 @@ def plot(rows: list, path: str, title: str) -> None:
     done = [r for r in rows if not isinstance(r, Skipped)]
     parts = [("work: max(compute, comm)", "overlap_us", "#4c72b0"), ("BSP tax", "bsp_tax_us", "#dd8452"),
              ("locality tax", "locality_tax_us", "#55a868"), ("launch tax", "launch_tax_us", "#c44e52"),
-             ("flag waits", "flag_wait_us", "#8172b3")]
+             ("flag waits", "flag_wait_us", "#8172b3"), ("SM copies", "sm_copy_us", "#937860"),
+             ("copy engines (beyond the kernels)", "copy_engine_exposed_us", "#da8bc3")]
     fig, ax = plt.subplots(figsize=(max(5, 1.5 * len(done) + 2), 4))
     xs = range(len(done))
     bottom = [0.0] * len(done)

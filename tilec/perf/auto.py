@@ -1,22 +1,79 @@
-"""`--schedule auto`: pick the schedule with the cost model (tilec.perf.model, the same one `tilec taxes` uses),
-preferring times measured by `tilec bench` on this GPU for the same program, shape and world when there are some.
+"""`--schedule auto`: pick the schedule and the transport of its copy stages with the cost model (tilec.perf.model,
+the same one `tilec taxes` uses), preferring times measured by `tilec bench` / `tilec tune` on this GPU for the same
+program, shape and world when there are some.
+
+The candidates are variants, named as `tilec bench --schedules` spells them: every schedule that applies with its
+copy stages on the SMs ("flags"), and, where passes/transport.py accepts transport=dma for it, the same schedule
+with them on the copy engines ("flags+dma"). The choice lives here, not in the compiler: `transport=auto` in
+tilec.compile (below the cost model) means sm.
 
 Choices and measurements are cached in <cache>/auto.json keyed by (program source, world, dims, device): the GPU's
-name, or CPU_KEY for times of the CPU emulation (the Triton interpreter), which a GPU's choice never reads. The file
-is updated under a lock and replaced atomically (tilec.fileio), so concurrent writers lose no record.
+name, or CPU_KEY for times of the CPU emulation (the Triton interpreter), which a GPU's choice never reads. An
+entry holds PREDICTED (the model's times of every variant on the H200 defaults; PREDICTED@HASH on the machine
+file TILEC_MACHINE names) and "measured" (variant -> us). Entries written before transports were ranked hold
+"predicted" (schedules only, an older model): it is not read, and their measured times, all of SM-transport
+schedules, keep their meaning. The file is updated under a lock and replaced atomically
+(tilec.fileio), so concurrent writers lose no record.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+from dataclasses import asdict
 from pathlib import Path
 
 from tilec.fileio import read_json, update_json
 from tilec.ir.dtypes import ESIZE
 from tilec.ir.queries import pull_rereads
 from tilec.perf.measure import CPU_KEY, device_key, this_device  # noqa: F401 - CPU_KEY, device_key: re-exported
+from tilec.perf.model import Machine
 from tilec.perf.taxes import Skipped, TaxRow, compile_all, taxes
 from tilec.program import cache_dir
+
+PREDICTED = "predicted_v2"  # the model's times of every variant (v1, "predicted": schedules only)
+DMA = "dma"
+
+
+def machine() -> Machine:
+    """The machine `auto` ranks for: the file TILEC_MACHINE names (`tilec calibrate -o FILE`), else the H200
+    defaults (docs/GPU.md)."""
+    path = os.environ.get("TILEC_MACHINE")
+    return Machine.load(path) if path else Machine()
+
+
+def _predicted_field(m: Machine) -> str:
+    """PREDICTED for the default machine; a calibrated one's predictions are kept apart, under its rates' hash."""
+    if m == Machine():
+        return PREDICTED
+    return f"{PREDICTED}@{hashlib.sha256(json.dumps(asdict(m), sort_keys=True).encode()).hexdigest()[:8]}"
+
+
+def variant(schedule: str, transport: str = "sm") -> str:
+    """The name of a candidate: "flags" (copy stages on the SMs) or "flags+dma" (on the copy engines)."""
+    return schedule if transport == "sm" else f"{schedule}+{transport}"
+
+
+def split_variant(name: str) -> tuple[str, str]:
+    """"flags+dma" -> ("flags", "dma"); "flags" -> ("flags", "sm")."""
+    schedule, _, transport = name.partition("+")
+    return schedule, transport or "sm"
+
+
+def variant_of(prog) -> str:
+    """The candidate name of a compiled program: its schedule, "+dma" when some stage runs on the copy engines."""
+    from tilec.ir.graph import stages
+
+    return variant(prog.schedule, DMA if any(st.transport == DMA for st in stages(prog.graph)) else "sm")
+
+
+def compile_variant(program, world: int, name: str, dims: dict[str, int] | None = None, **options):
+    """`tilec.compile` of a candidate by name ("flags+dma": schedule flags, transport dma)."""
+    from tilec.api import compile as compile_program
+
+    schedule, transport = split_variant(name)
+    return compile_program(program, world, schedule, dims, transport=transport, **options)
 
 
 def _path() -> Path:
@@ -42,42 +99,65 @@ def record_measured(k: str, schedule: str, micros: float) -> None:
 
 def candidates(program, source: str, world: int, dims: dict[str, int], bound_dims: dict[str, int],
                granularity: str = "auto", device: str | None = None) -> list[dict]:
-    """Every schedule that applies, with its predicted (and, when measured on `device`, measured) time, best first.
-    `program`: a path or a CompiledProgram of the same source (the model compiles every schedule from it);
-    device: a GPU name or CPU_KEY (default: this process's GPU, else CPU_KEY)."""
+    """Every variant that applies (schedule, and schedule+dma where its copy stages can run on the copy engines),
+    with its predicted (and, when measured on `device`, measured) time, best first: by measured time once every
+    variant has one, else by the model. `program`: a path or a CompiledProgram of the same source (the model
+    compiles every variant from it); device: a GPU name or CPU_KEY (default: this process's GPU, else CPU_KEY)."""
     k = key(source, world, {d: bound_dims[d] for d in bound_dims}, device)
     entry = _load().get(k, {})
-    if "predicted" not in entry:  # the model compiles every schedule: outside the lock, then merged in
-        predicted = dict(rank_schedules(program, world, dims, granularity=granularity))
-        entry = update_json(_path(), lambda d: d.setdefault(k, {}).setdefault("predicted", predicted))[k]
+    m = machine()
+    field = _predicted_field(m)
+    if field not in entry:  # the model compiles every variant: outside the lock, then merged in
+        predicted = dict(rank_schedules(program, world, dims, m, granularity=granularity))
+        entry = update_json(_path(), lambda d: d.setdefault(k, {}).setdefault(field, predicted))[k]
     measured = entry.get("measured", {})
-    rows = [{"schedule": s, "predicted_us": p, "measured_us": measured.get(s)} for s, p in entry["predicted"].items()]
+    rows = [{"schedule": s, "predicted_us": p, "measured_us": measured.get(s)} for s, p in entry[field].items()]
     full = all(r["measured_us"] is not None for r in rows)
     rows.sort(key=lambda r: r["measured_us"] if full else r["predicted_us"])
     return rows
 
 
 def compile_auto(program, world: int = 1, dims: dict[str, int] | None = None, *, granularity: str = "auto",
-                 source: str | None = None, **options):
-    """`tilec.compile` with the schedule the cost model ranks first (measured times of this shape on this device
-    win when every legal schedule has one); the ranking is kept on the result as `prog.candidates`."""
+                 source: str | None = None, transport: str | None = None, schedule: str | None = None, **options):
+    """`tilec.compile` with the variant (schedule and transport) the cost model ranks first (measured times of this
+    shape on this device win when every variant has one); the ranking is kept on the result as `prog.candidates`.
+    transport: None or "auto" (the model picks sm or dma), "sm" or "dma" (only variants of that transport), or a
+    per-stage spec (STAGE=MODE,...: the best SM variant's schedule, compiled with that spec). schedule: only that
+    schedule's variants (`tilec.compile(..., transport="auto")` routed here by the CLI)."""
     from tilec.api import compile as compile_program
 
     base = compile_program(program, world, "bsp", dims, granularity=granularity, source=source,
                            retype=options.get("retype"))
     ranking = candidates(base, base.program.source, world, dims or {}, dict(base.program.dims), granularity)
-    prog = compile_program(program, world, ranking[0]["schedule"], dims, granularity=granularity,
-                           source=base.program.source, **options)
+    rows = [r for r in ranking if schedule is None or split_variant(r["schedule"])[0] == schedule]
+    kind = transport if transport in ("sm", DMA) else "sm" if transport not in (None, "auto") else None
+    rows = [r for r in rows if kind is None or split_variant(r["schedule"])[1] == kind]
+    if not rows:
+        from tilec.errors import ScheduleError
+
+        raise ScheduleError(f"--schedule auto: no {schedule or 'schedule'} applies with transport={transport}"
+                            f" (candidates: {', '.join(r['schedule'] for r in ranking) or 'none'})")
+    pick, how = split_variant(rows[0]["schedule"])
+    if transport not in (None, "auto", "sm", DMA):
+        how = transport  # STAGE=MODE,...: the user's spec on the model's schedule
+    prog = compile_program(program, world, pick, dims, granularity=granularity, source=base.program.source,
+                           transport=how, **options)
     prog.candidates = ranking
     return prog
 
 
-def rank_schedules(program, world: int, dims: dict[str, int] | None = None, machine=None,
+def rank_schedules(program, world: int, dims: dict[str, int] | None = None, machine=None, transports=("sm", DMA),
                    **kw) -> list[tuple[str, float]]:
-    """(schedule, predicted us) for every schedule that applies, fastest first (for `--schedule auto`); fused-pull
-    is left out where it re-reads REREAD_BYTES or more from the peers (pull_rereads) and another schedule applies."""
-    rows = taxes(program, world, dims, machine, **kw)
-    ranked = sorted(((r.schedule, r.predicted_us) for r in rows if isinstance(r, TaxRow)), key=lambda x: x[1])
+    """(variant, predicted us) for every schedule that applies, and every schedule+dma whose copy stages the copy
+    engines can move (passes/transport.py decides), fastest first (for `--schedule auto`); fused-pull is left out
+    where it re-reads REREAD_BYTES or more from the peers (pull_rereads) and another schedule applies."""
+    launch = dict(kw.pop("launch", None) or {})
+    ranked = []
+    for t in transports:
+        rows = taxes(program, world, dims, machine, launch={**launch, "transport": t}, **kw)
+        ranked += [(variant(r.schedule, t), r.predicted_us) for r in rows
+                   if isinstance(r, TaxRow) and (t == "sm" or r.copy_engine_stages)]
+    ranked.sort(key=lambda x: x[1])
     if len(ranked) > 1 and any(s == "fused-pull" for s, _ in ranked) and \
             reread_bytes(program, world, dims, kw.get("granularity", "auto")) >= REREAD_BYTES:
         ranked = [x for x in ranked if x[0] != "fused-pull"]

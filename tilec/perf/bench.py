@@ -121,6 +121,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
     retype = {"f16": dtype} if dtype != "f16" else None
     stem = Path(path).stem
     bar = progress(len(shapes) * (len(schedules) + 1), "bench", log if heap.rank == 0 else None)
+    picks = auto_picks(path, shapes, world, device) if "auto" in schedules else {}
     for (m, n, k) in shapes:
         dims = {"M": m, "N": n, "K": k}
         pattern = gemm_pattern(path, world, dims)
@@ -142,7 +143,8 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
             shape_rows.append(timed_row(stem, dims, world, dtype, op.name, op.kind, t, flops, rel_err=rel_err(out, ref),
                                         note=op.note))
         bar.step(f"{dims} baselines: " + ", ".join(f"{r.name} {r.device_us:.0f}us" for r in shape_rows))
-        for s in schedules:
+        for name in schedules:
+            s = picks[(m, n, k)] if name == "auto" else name  # the auto row times the variant auto picks
             key = f"{src_hash}|{s}|{m}x{n}x{k}|w{world}|{dtype}|{device}"
             configs = all_configs if heap.interpret else gemm_configs(m, n, sms)
             cands = [tuple(cache[key])] if key in cache else (configs if tune else configs[:1])
@@ -179,15 +181,17 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
                 continue
             cfg, prog = best[0], best[1]
             try:
-                r = _time_tilec(prog, heap, iters, {"A": a, "B": b}, ref, flops, stem, dims, world, dtype, s)
+                r = _time_tilec(prog, heap, iters, {"A": a, "B": b}, ref, flops, stem, dims, world, dtype, name)
             except Exception as e:  # noqa: BLE001 - e.g. a wait that timed out: said, the other rows still run
                 bar.step(f"{dims} {s}: failed ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
                 continue
             cache[key] = found[key] = list(cfg)
             r.config = dict(zip(("BM", "BN", "BK", "num_warps", "num_stages", "group_m"), cfg, strict=True))
             r.config["programs_per_sm"] = prog.programs_per_sm(heap)  # of the persistent kernels (occupancy)
-            if heap.rank == 0 and "+" not in s:  # `--schedule auto` prefers device times of this program, shape,
-                # world and device (of the schedules it picks from: no transport variants yet)
+            if name == "auto":
+                r.note = f"auto picked {s}"
+            if heap.rank == 0:  # `--schedule auto` prefers device times of this program, shape, world and device
+                # (recorded under the variant's name: "flags", "flags+dma")
                 from tilec.perf.auto import key as auto_key
                 from tilec.perf.auto import record_measured
 
@@ -212,6 +216,19 @@ TOLERANCE = {"f16": 2e-2, "bf16": 5e-2, "f32": 1e-4}
 def _wrong(r, dtype: str) -> str:
     return f"  WRONG RESULT: relative error {r.rel_err:.2e}" if r.rel_err is not None and \
         r.rel_err > TOLERANCE.get(dtype, 5e-2) else ""
+
+
+def auto_picks(path: str, shapes, world: int, device: str) -> dict[tuple, str]:
+    """(M, N, K) -> the variant `--schedule auto` picks (schedule, "+dma" for the copy engines), for every shape
+    before any is timed: every rank then reads the same auto cache (rank 0 records times as it goes)."""
+    from tilec.perf.auto import candidates
+
+    src = Path(path).read_text()
+    out = {}
+    for m, n, k in shapes:
+        dims = {"M": m, "N": n, "K": k}
+        out[(m, n, k)] = candidates(path, src, world, dims, dims, device=device)[0]["schedule"]
+    return out
 
 
 def _time_tilec(prog, heap, iters: int, inputs: dict, ref, flops: float, stem, dims, world, dtype, name) -> Row:

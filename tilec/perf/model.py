@@ -1,6 +1,7 @@
 """A cost model of one call of a compiled program, per rank: where the time goes and what each tax costs.
 
-    predicted = max(compute, comm) + BSP tax + locality tax + launch tax + flag waits
+    predicted = max(compute, comm) + BSP tax + SM copy time + copy-engine time left over
+                + locality tax + launch tax + flag waits
 
 compute       Dot FLOPs / GEMM rate, or the stage's own HBM traffic / HBM bandwidth where that is larger (distinct
               bytes of its operands: re-reads of a tile come from L2, which is how a tiled GEMM reaches cuBLAS
@@ -11,16 +12,30 @@ comm          remote bytes (peer loads, pulls, pushes) / link bandwidth + one li
               reader's, so a remote tile re-read once per output column (fused-pull) is fetched once per read.
 BSP tax       barriers x barrier_us, plus serialization: kernels run one after another (bsp) overlap nothing, so
               sum over kernels of max(compute, comm) exceeds max(total compute, total comm) by the idle time.
-              Kernels of one launch phase (flags: concurrent kernels) or one fused kernel overlap fully; the
-              stages of a specialized kernel run side by side, each on its group of programs.
+              Kernels of one launch phase (flags: concurrent kernels) or one fused kernel overlap compute with
+              link traffic (a fused kernel's SM copies excepted: SM copy time); the stages of a specialized
+              kernel run side by side, each on its group of programs.
 locality tax  buffers that round-trip through HBM: bytes written + distinct bytes read back, at HBM bandwidth.
-              A buffer written and read inside one kernel costs the same once it exceeds L2.
+              A buffer written and read inside one kernel costs the same once it exceeds L2. Bytes the copy
+              engines write are their copy time (which overlaps), so only their read-back is charged here.
 launch tax    launches x launch_us.
+SM copy time  the SMs a copy takes from compute: in one persistent kernel whose programs run its stages' tasks in
+              turn (fused-push: every gather task, then every GEMM task), a stage's tasks hold their programs for
+              max(its compute, its link time), and the stages add; the link time of a copy stage is therefore not
+              hidden under the GEMM of the same kernel. (Concurrent kernels already pay by their SM share; the
+              stages of a specialized kernel overlap on their own programs.)
+copy-engine   stages with transport=dma run in no kernel and on no SM: their chunks (codegen/dma.py) go out on side
+time          streams, one per peer ring distance as runtime/dma.py issues them; a stream's time is the sum over its
+              chunks of bytes / (ce_link_GBps if a peer's memory is read or written, else ce_GBps) + ce_latency_us
+              per issued copy (the chunk's flag write is one), and the peers' streams share the link. They overlap
+              the kernels: the call cannot end before the last chunk lands and its consumer has worked on it, so
+              the kernels' time T becomes max(T, CE + consumer compute / chunks); only what exceeds T is added.
 flag waits    not one of the three taxes but the price of removing them: each wait is a serial acquire poll round in
               its program, of one counter or of a block polled at once (flag_us; a peer's counter:
               link_latency_us), spread over the kernel's programs.
 Deliberately simple: ranks are balanced, taxes add (they are not hidden under compute), and no pipeline fill is
-charged. `tilec.perf.auto.rank_schedules` ranks schedules with it.
+charged. `tilec.perf.auto.rank_schedules` ranks schedules, each with its copy stages on the SMs and (where the
+transport pass accepts it) on the copy engines, with it.
 """
 
 from __future__ import annotations
@@ -47,6 +62,11 @@ class Machine:
     launch_us: float = 11.0  # a Triton launch from Python, back to back
     barrier_us: float = 100.0  # a host barrier: device sync, gloo barrier, relaunch
     flag_us: float = 0.25  # one acquire poll of a local counter that is already set
+    # copy engines (transport=dma): estimates until `tilec calibrate` measures them (docs/GPU.md); a machine file
+    # written before these fields existed loads with these defaults
+    ce_GBps: float = 1600.0  # a device-to-device cudaMemcpyAsync on a side stream, bytes copied per second
+    ce_link_GBps: float = 370.0  # a peer copy by a copy engine over NVLink 4 (~80% of link_GBps, as NCCL's CE path)
+    ce_latency_us: float = 4.0  # per issued copy: the driver's cudaMemcpyAsync call (~2-3 us) + the engine's start
     sms: int = 132
     l2_MB: float = 50.0
 
@@ -86,6 +106,9 @@ class Prediction:
     locality_tax_us: float
     launch_tax_us: float
     flag_wait_us: float
+    sm_copy_us: float  # link time of SM copies that no other stage of their kernel hides (see the module doc)
+    copy_engine_us: float  # the copy engines' time (slowest stream or the shared link), 0 without dma stages
+    copy_engine_exposed_us: float  # the part of it (plus the consumer's last chunk) the kernels do not hide
     predicted_us: float
     bsp_share: float
     locality_share: float
@@ -102,33 +125,60 @@ def predict(st, m: Machine = H200, entry_barrier: bool = True) -> Prediction:
             phases[-1].append(k)
         else:
             phases.append([k])
-    compute = comm = core = flags = 0.0
+    compute = comm = core = flags = sm_copy = 0.0
+    stage_us: dict[str, float] = {}
     for ph in phases:
-        c_ph = m_ph = 0.0
+        c_ph = m_ph = busy = 0.0
         for k in ph:
             cs = [by_stage[s] for s in k.stages]
             # specialized kernels run their stages side by side on their own programs; others one task at a time
             shares = [k.share * g for g in k.groups] if k.groups else [k.share] * len(cs)
             times = [_compute_us(c, m, sh) for c, sh in zip(cs, shares, strict=True)]
+            stage_us |= {c.name: t for c, t in zip(cs, times, strict=True)}
             c_ph = max(c_ph, max(times) if k.groups else sum(times))
+            links = [(c.remote_read_bytes + c.remote_write_bytes) / (m.link_GBps * 1e3) for c in cs]
+            # stages in turn: a task holds its program while its remote loads and stores are in flight
+            held = [max(t, x) for t, x in zip(times, links, strict=True)]
+            busy = max(busy, max(held) if k.groups else sum(held))
             remote = sum(c.remote_read_bytes + c.remote_write_bytes for c in cs)
             m_ph += remote / (m.link_GBps * 1e3) + (m.link_latency_us if remote else 0.0)
             for c, sh in zip(cs, shares, strict=True):
                 polls = (c.flag_waits - c.remote_flag_waits) * m.flag_us + c.remote_flag_waits * m.link_latency_us
                 flags += polls / max(1.0, m.sms * sh)
         compute, comm, core = compute + c_ph, comm + m_ph, core + max(c_ph, m_ph)
+        sm_copy += max(0.0, busy - max(c_ph, m_ph))
     overlap = max(compute, comm)
     serial = core - overlap
+    ce, ce_exposed = copy_engine_us(st, m), 0.0
+    if ce:
+        chunks = max(1, max((len(r) for r in st.copy_engine_chunks), default=1))
+        last = sum(stage_us.get(s, 0.0) for s in st.copy_engine_consumers) / chunks  # the consumer's last chunk
+        ce_exposed = max(0.0, ce + last - (core + sm_copy))
     nbar = st.barriers if entry_barrier else st.barriers_between
     barrier = nbar * m.barrier_us
     l2 = m.l2_MB * 1e6
-    moved = sum(r.write_bytes + r.unique_read_bytes for r in st.roundtrips if r.inter_kernel or r.tensor_bytes > l2)
+    moved = sum(r.write_bytes - r.ce_write_bytes + r.unique_read_bytes for r in st.roundtrips
+                if r.inter_kernel or r.tensor_bytes > l2)
     locality = moved / (m.hbm_GBps * 1e3)
     launch = st.launches * m.launch_us
-    total = core + barrier + locality + launch + flags
+    total = core + sm_copy + ce_exposed + barrier + locality + launch + flags
     share = (lambda x: x / total) if total else (lambda x: 0.0)
-    return Prediction(compute, comm, overlap, serial, barrier, serial + barrier, locality, launch, flags, total,
-                      share(serial + barrier), share(locality), share(launch))
+    return Prediction(compute, comm, overlap, serial, barrier, serial + barrier, locality, launch, flags, sm_copy, ce,
+                      ce_exposed, total, share(serial + barrier), share(locality), share(launch))
+
+
+def copy_engine_us(st, m: Machine = H200) -> float:
+    """The copy engines' time of one call on the slowest rank: per side stream the sum over its chunks of bytes /
+    rate + ce_latency_us per issued copy; the streams run at once, but the peers' bytes share one link."""
+    worst = 0.0
+    for chunks in st.copy_engine_chunks:
+        streams: dict[int, float] = {}
+        for c in chunks:
+            rate = m.ce_link_GBps if c.peer else m.ce_GBps
+            streams[c.stream] = streams.get(c.stream, 0.0) + c.bytes / (rate * 1e3) + c.copies * m.ce_latency_us
+        link = sum(c.bytes for c in chunks if c.peer) / (m.ce_link_GBps * 1e3)
+        worst = max(worst, max(streams.values(), default=0.0), link)
+    return worst
 
 
 def _compute_us(c, m: Machine, share: float) -> float:
@@ -143,8 +193,10 @@ def _compute_us(c, m: Machine, share: float) -> float:
 
 def calibrate(base: Machine = H200, log=print) -> Machine:
     """Measure this machine's rates: GEMM (triton.testing.do_bench), device copy (gpu_time.cold_time, a flush
-    that leaves no dirty lines to write back), launch latency, host barrier over the visible GPUs and, with two or
-    more, a peer copy (do_bench). Fields it cannot measure (flag polls; the link on one GPU) keep `base`'s values."""
+    that leaves no dirty lines to write back), launch latency, the copy engines (a large and a tiny
+    cudaMemcpyAsync on a side stream, as runtime/dma.py issues them), host barrier over the visible GPUs and, with two
+    or more, a peer copy (do_bench; a cross-device copy is a copy-engine copy, so it gives ce_link_GBps too). Fields
+    it cannot measure (flag polls; the link on one GPU) keep `base`'s values."""
     try:
         import torch
     except ImportError:
@@ -158,22 +210,24 @@ def calibrate(base: Machine = H200, log=print) -> Machine:
 
     dev = torch.device("cuda", 0)
     gpus = torch.cuda.device_count()
-    bar = progress(5 if gpus > 1 else 4, "calibrate", log)
+    bar = progress(6 if gpus > 1 else 5, "calibrate", log)
     gemm = _gemm_tflops(torch, dev, do_bench)
     bar.step(f"gemm bf16 8192^3: {gemm:.0f} TFLOP/s")
     hbm = _copy_GBps(torch, dev)
     bar.step(f"device copy: {hbm:.0f} GB/s (read + write)")
     launch = _launch_us(torch)
     bar.step(f"launch: {launch:.1f} us")
+    ce, ce_lat = _copy_engine(torch, dev)
+    bar.step(f"copy engine: {ce:.0f} GB/s (bytes copied), {ce_lat:.1f} us per issued copy")
     out = replace(base, name=f"{torch.cuda.get_device_name(dev)} (calibrated)", gemm_tflops=round(gemm, 1),
-                  hbm_GBps=round(hbm, 1), launch_us=round(launch, 2),
-                  sms=torch.cuda.get_device_properties(dev).multi_processor_count)
+                  hbm_GBps=round(hbm, 1), launch_us=round(launch, 2), ce_GBps=round(ce, 1),
+                  ce_latency_us=round(ce_lat, 2), sms=torch.cuda.get_device_properties(dev).multi_processor_count)
     if gpus > 1:
         link = _peer_copy_GBps(torch)
-        bar.step(f"peer copy 0 -> 1: {link:.0f} GB/s")
-        out = replace(out, link_GBps=round(link, 1))
+        bar.step(f"peer copy 0 -> 1 (copy engine): {link:.0f} GB/s")
+        out = replace(out, link_GBps=round(link, 1), ce_link_GBps=round(link, 1))
     else:
-        log("  one GPU: link bandwidth and latency keep their defaults")
+        log("  one GPU: link bandwidth and latency, and the copy engines' peer rate, keep their defaults")
     out = replace(out, barrier_us=round(_barrier_us(gpus), 1))
     bar.step(f"host barrier over {gpus} GPU(s): {out.barrier_us:.1f} us")
     bar.close()
@@ -192,6 +246,39 @@ def _copy_GBps(torch, dev) -> float:
     x = torch.empty(1 << 29, device=dev, dtype=torch.uint8)
     y = torch.empty_like(x)
     return 2 * x.numel() / cold_time(lambda: y.copy_(x), reps=100, warmup=10) / 1e9
+
+
+def _copy_engine(torch, dev, n: int = 200) -> tuple[float, float]:
+    """(GB/s of a 512 MB device-to-device copy, us per tiny copy) through cudaMemcpyAsync on a side stream, timed
+    with CUDA events on that stream: the calls runtime/dma.py issues for transport=dma. The tiny copies (4 bytes, a
+    chunk's flag write) go back to back, so their time per copy is the driver's issue plus the engine's start."""
+    import ctypes
+
+    from tilec.runtime.dma import _DEFAULT, _cudart
+
+    rt = _cudart()
+    rt.cudaSetDevice(dev.index or 0)
+    x = torch.empty(1 << 29, device=dev, dtype=torch.uint8)
+    y = torch.empty_like(x)
+    side = torch.cuda.Stream(device=dev)
+    h = ctypes.c_void_p(side.cuda_stream)
+
+    def timed(nbytes: int, reps: int) -> float:
+        torch.cuda.synchronize(dev)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(side)
+        for _ in range(reps):
+            if rt.cudaMemcpyAsync(y.data_ptr(), x.data_ptr(), nbytes, _DEFAULT, h):
+                raise TilecError("tilec calibrate: a cudaMemcpyAsync on a side stream failed")
+        end.record(side)
+        end.synchronize()
+        return start.elapsed_time(end) * 1e-3 / reps  # seconds per copy
+
+    timed(x.numel(), 2)  # warm-up
+    big = min(timed(x.numel(), 5) for _ in range(3))
+    timed(4, 20)
+    tiny = min(timed(4, n) for _ in range(3))
+    return x.numel() / big / 1e9, tiny * 1e6
 
 
 def _launch_us(torch, n: int = 2000) -> float:

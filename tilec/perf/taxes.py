@@ -14,9 +14,9 @@ Static accounting, exact and CPU only, read off each schedule's compiled graph, 
                 (ir/wait_plan.py), one per counter a consumer task covers, its reductions included, except
                 that the counters of one flag dim are polled as one block, and a wait that another of the task
                 covers (same producer tiles, same range) is not emitted, so not counted
-  transport     stages whose tiles the copy engines move (transport=dma) run in no kernel: their copies overlap the
-                kernels and the model charges them nothing yet (it has no copy-engine terms); their releases are
-                one per chunk (flag counter)
+  transport     stages whose tiles the copy engines move (transport=dma) run in no kernel: their releases are one
+                per chunk (flag counter); each rank's chunks (codegen/dma.py's DMA_COPIES) are kept with their bytes,
+                issued copies and side stream, which the model turns into copy-engine time beside the kernels
 Element counts are exact for masked (ragged) tiles; a loop variable that indexes two dims of one access is counted
 as if independent. Where ranks differ, each number is the largest over ranks. `tilec.perf.model` turns it into time.
 """
@@ -29,7 +29,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from tilec.codegen.dma import dma_table
+from tilec.codegen.dma import dma_table, peer
 from tilec.codegen.emit import flag_scopes
 from tilec.codegen.text import ident
 from tilec.errors import ArgumentError, CompileError, ScheduleError, TilecError, VerifyError
@@ -78,6 +78,17 @@ class RoundTrip:
     write_bytes: int
     read_bytes: int  # every consumer tile read, re-reads included
     unique_read_bytes: int
+    ce_write_bytes: int = 0  # the part of write_bytes the copy engines write (transport=dma)
+
+
+@dataclass(frozen=True)
+class CopyChunk:
+    """One chunk of a dma stage on one rank: the copies behind one flag counter, in issue order."""
+
+    stream: int  # the side stream runtime/dma.py issues it on (one per peer ring distance)
+    bytes: int
+    peer: bool  # it reads or writes a peer's memory (over the link)
+    copies: int  # cudaMemcpy(2D)Async calls issued, the flag's 4-byte copy included
 
 
 @dataclass(frozen=True)
@@ -108,6 +119,8 @@ class Static:
     kernel_costs: tuple[KernelCost, ...]
     roundtrips: tuple[RoundTrip, ...]
     copy_engine_stages: tuple[str, ...]  # stages with transport=dma (in no kernel: the copy engines move their tiles)
+    copy_engine_chunks: tuple[tuple[CopyChunk, ...], ...]  # per rank, in issue order (empty without dma stages)
+    copy_engine_consumers: tuple[str, ...]  # stages that wait on a dma stage's flags
 
 
 @dataclass(frozen=True)
@@ -393,16 +406,17 @@ def static(prog) -> Static:
                 c = replace(c, flag_releases=sum(1 for ch in chunks.get(q, ()) if ch[0] in mine))
             costs.append(c)
             for t, v in bufs.items():
-                acc = traffic.setdefault(t, [0, 0, 0])
+                acc = traffic.setdefault(t, [0, 0, 0, 0])
                 for i in range(3):
                     acc[i] += v[i]
+                acc[3] += v[0] if st.name in dma else 0
         per_rank.append((costs, traffic))
     costs = tuple(_max_rows([pr[0][i] for pr in per_rank]) for i in range(len(per_rank[0][0])))
     trips = []
     for t in sorted(rt):
-        w, r, u = (max(pr[1].get(t, [0, 0, 0])[i] for pr in per_rank) for i in range(3))
+        w, r, u, ce = (max(pr[1].get(t, [0, 0, 0, 0])[i] for pr in per_rank) for i in range(4))
         tb = tensor(g, t).numel * ESIZE[tensor(g, t).dtype]
-        trips.append(RoundTrip(t, t in inter, tb, w, r, u))
+        trips.append(RoundTrip(t, t in inter, tb, w, r, u, ce))
     nconc = sum(1 for k in kernels if k.concurrent) or 1
     kcosts = tuple(KernelCost(k.name, k.stages, k.concurrent, 1.0 / nconc if k.concurrent else 1.0,
                               tuple(x / 1000 for x in getattr(k, "groups", ()))) for k in kernels)
@@ -426,7 +440,27 @@ def static(prog) -> Static:
         flops=sum(c.flops + c.flops_f32 for c in costs),
         stage_costs=costs, kernel_costs=kcosts, roundtrips=tuple(trips),
         copy_engine_stages=tuple(sorted(dma)),
+        copy_engine_chunks=tuple(_copy_chunks(g, chunks.get(q, ()), q) for q in range(world)) if dma else (),
+        copy_engine_consumers=tuple(sorted({st.name for st in stages(g) for w in waits(g, st.name)
+                                            if g.nodes[f"f:{w.flag}"]["payload"].producer in dma})),
     )
+
+
+def _copy_chunks(g, rows, q: int) -> tuple[CopyChunk, ...]:
+    """Rank q's DMA_COPIES rows as CopyChunks, on the side streams runtime/dma.py gives them: one per ring distance
+    of the chunk's peer (its local chunks on the stream of distance 0), at most MAX_STREAMS."""
+    from tilec.runtime.dma import MAX_STREAMS
+
+    world = g.graph["program"].world
+    ring: dict[int, int] = {}
+    out = []
+    for param, _counter, _owner, copies in rows:
+        first = peer(copies[0], q) if copies else q
+        stream = ring.setdefault((first - q) % world % MAX_STREAMS, len(ring))
+        nbytes = sum(c[8] * c[9] * ESIZE[tensor(g, c[0]).dtype] for c in copies)
+        far = any(c[1] != q or c[5] != q for c in copies)
+        out.append(CopyChunk(stream, nbytes, far, len(copies) + (param is not None)))
+    return tuple(out)
 
 
 def _max_rows(rows: list[StageCost]) -> StageCost:
@@ -458,7 +492,7 @@ def compile_all(program, world: int | None = None, dims: dict[str, int] | None =
         raise TilecError(f"{program}: no such file")
     out = []
     for s in schedules:
-        if own is not None and s == own.schedule:
+        if own is not None and s == own.schedule and _same_transport(own, (launch or {}).get("transport", "sm")):
             out.append(own)
             continue
         try:
@@ -471,6 +505,13 @@ def compile_all(program, world: int | None = None, dims: dict[str, int] | None =
         except Exception as e:  # noqa: BLE001 - one schedule's compiler crash must not hide the others' taxes
             out.append(Skipped(s, f"the compiler failed: {type(e).__name__}: {e}"))
     return out
+
+
+def _same_transport(prog, transport: str) -> bool:
+    """Whether `prog` moves its copy stages as `transport` asks (sm: on the SMs; anything else: it has dma stages, so
+    a program compiled with the SMs' copies is not reused for a dma request)."""
+    has_dma = any(st.transport == DMA for st in stages(prog.graph))
+    return has_dma == (transport != "sm")
 
 
 def taxes(program, world: int | None = None, dims: dict[str, int] | None = None, machine: Machine | None = None,

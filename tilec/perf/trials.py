@@ -42,7 +42,7 @@ def trial_rank(heap, path: str, dims: dict[str, int], iters: int = 5, warmup: in
     """In every rank: time each legal schedule (model order) for `iters` calls; returns the trials, fastest
     measured first (the same list on every rank)."""
     import tilec
-    from tilec.perf.auto import candidates, device_key, key, record_measured
+    from tilec.perf.auto import candidates, compile_variant, device_key, key, record_measured
     from tilec.perf.inputs import bench_inputs
     from tilec.perf.measure import progress, time_program
 
@@ -55,7 +55,7 @@ def trial_rank(heap, path: str, dims: dict[str, int], iters: int = 5, warmup: in
     out = []
     for row in ranked:
         s = row["schedule"]
-        prog = tilec.compile(path, heap.world, s, dims, granularity=granularity, retype=retype)
+        prog = compile_variant(path, heap.world, s, dims, granularity=granularity, retype=retype)  # e.g. flags+dma
         mark = heap.mark()
         try:
             us = time_program(prog, heap, bench_inputs(prog, heap, 0), iters, warmup, host_iters=1).device_us
