@@ -51,8 +51,8 @@ def compile(  # noqa: A001 - the public name the docs promise
     attend_block: keys per step of a streamed attend (a power of two >= 16; each step loads that many rows of k
     and v, pipelined num_stages deep).
     transport: who moves the tiles of copy stages: sm (tasks on the SMs), dma (the copy engines, for schedules with
-    flags: a side stream copies chunk by chunk and releases each chunk's flag), auto (sm until the cost model knows
-    copy engines), or per stage: "gather=dma" (stages not named stay on the SMs).
+    flags: a side stream copies chunk by chunk and releases each chunk's flag), auto (sm here: the
+    compiler sits below the cost model; tilec.perf.auto.compile_auto picks sm or dma per shape), or per stage: "gather=dma" (stages not named stay on the SMs).
     Raises CompileError (bad program), ScheduleError (schedule does not apply, with the reason) or VerifyError.
     """
     if num_warps < 1 or num_warps & (num_warps - 1):

@@ -7,8 +7,9 @@ counter, setting each chunk's counter right after the chunk's copies (runtime/dm
 codegen/dma.py's DMA_COPIES). A chunk sets its counter once per call, so the stage's flags count 1 per call.
 Consumers wait per tile exactly as on SM-moved tiles.
 
-mode: dma (every qualifying copy stage; a ScheduleError when none qualifies), auto (the cost model does not know
-copy engines yet: sm everywhere, the graph unchanged), or per stage, `STAGE=MODE,...` (e.g. `gather=dma`: a named
+mode: dma (every qualifying copy stage; a ScheduleError when none qualifies), auto (sm everywhere, the graph
+unchanged: the pass sits below the cost model, and the choice per shape is tilec.perf.auto's, which compiles the
+variant it ranks first with transport=dma or sm), or per stage, `STAGE=MODE,...` (e.g. `gather=dma`: a named
 stage that cannot run on the copy engines is a ScheduleError; stages not named stay on the SMs). sm is the default
 and runs no pass.
 
@@ -90,7 +91,7 @@ class Transport(Pass):
             raise ScheduleError(f"transport={self.mode}: no stage named {', '.join(map(repr, unknown))} here (stages:"
                                 f" {', '.join(names)}; a fusing schedule may have folded a copy stage away)")
         if default != DMA and DMA not in per.values():
-            return g  # auto: the cost model has no copy-engine terms yet, so the SMs keep every copy
+            return g  # auto: the SMs keep every copy (perf.auto chooses dma explicitly where it pays)
         released = {f.producer for f in flags(g)}
         picked, why = [], []
         for s in stages(g):
