@@ -52,7 +52,8 @@ def compile(  # noqa: A001 - the public name the docs promise
     and v, pipelined num_stages deep).
     transport: who moves the tiles of copy stages: sm (tasks on the SMs), dma (the copy engines, for schedules with
     flags: a side stream copies chunk by chunk and releases each chunk's flag), auto (sm here: the
-    compiler sits below the cost model; tilec.perf.auto.compile_auto picks sm or dma per shape), or per stage: "gather=dma" (stages not named stay on the SMs).
+    compiler sits below the cost model; tilec.perf.auto.compile_auto picks sm or dma per shape), or per stage:
+    "gather=dma" (stages not named stay on the SMs).
     Raises CompileError (bad program), ScheduleError (schedule does not apply, with the reason) or VerifyError.
     """
     if num_warps < 1 or num_warps & (num_warps - 1):
