@@ -64,9 +64,10 @@ class Machine:
     flag_us: float = 0.25  # one acquire poll of a local counter that is already set
     # copy engines (transport=dma): estimates until `tilec calibrate` measures them (docs/GPU.md); a machine file
     # written before these fields existed loads with these defaults
-    ce_GBps: float = 1600.0  # a device-to-device cudaMemcpyAsync on a side stream, bytes copied per second
+    # copy engines, measured by `tilec calibrate` on one H200 (benchmarks/results/h200-1gpu/session9/machine.json)
+    ce_GBps: float = 2080.0  # a device-to-device cudaMemcpyAsync on a side stream, bytes copied per second
     ce_link_GBps: float = 370.0  # a peer copy by a copy engine over NVLink 4 (~80% of link_GBps, as NCCL's CE path)
-    ce_latency_us: float = 4.0  # per issued copy: the driver's cudaMemcpyAsync call (~2-3 us) + the engine's start
+    ce_latency_us: float = 5.6  # per issued copy: the driver's cudaMemcpyAsync call + the engine's start
     sms: int = 132
     l2_MB: float = 50.0
 
