@@ -21,7 +21,7 @@ from tests._util import cat_shards, check_close, compile_example, compile_progra
 from tests.test_new_programs import all_to_all, all_to_all_offset, place_gather, push_scale
 from tilec.codegen.dma import dma_table
 from tilec.errors import ArgumentError, ScheduleError, VerifyError
-from tilec.ir.graph import DMA, copy_graph, flags, sid, stage, stages
+from tilec.ir.graph import DMA, InPlace, copy_graph, flags, sid, stage, stages
 from tilec.passes.verify import verify
 
 pytestmark = pytest.mark.usefixtures("no_shm_leftovers")
@@ -92,13 +92,25 @@ def test_strided_chunks_for_a_column_gather():
                                       (("A", 0, 0, 12, "Ag", 1, 0, 24, 12, 20),)]
 
 
+@pytest.mark.parametrize("schedule", ["flags", "fused-push"])
+def test_the_copy_engines_leave_local_rows_in_place(schedule):
+    """local-in-place on a dma stage: no chunk copies a rank's rows to itself, the GEMM reads them from A (and at
+    world 1 nothing is left for the copy engines)."""
+    prog = _dma(3, schedule, {"M": 96, "N": 32, "K": 32, "BM": 16})
+    table = dma_table(prog.graph)
+    assert all(cp[1] != cp[5] for chunks in table.values() for c in chunks for cp in c[3])
+    assert sum(len(chunks) for chunks in table.values()) == 3 * 2 * 2  # 2 m-tiles to each of 2 peers, per rank
+    assert any(isinstance(r, InPlace) for r in stage(prog.graph, "gemm").reads())
+    assert dma_table(_dma(1, schedule, {"M": 32, "N": 32, "K": 32, "BM": 16}).graph) == {}
+
+
 def test_fused_push_pushes_on_the_copy_engines():
-    """fused-push's copy stores into peers: rank q's copy engines write its rows into every rank's Ag, then set
-    that rank's counter (a peer's flag, over the peer mapping)."""
+    """fused-push's copy stores into peers: rank q's copy engines write its rows into every peer's Ag, then set
+    that rank's counter (a peer's flag, over the peer mapping); its own rows the GEMM reads in place from A."""
     prog = _dma(3, "fused-push", {"M": 96, "N": 32, "K": 32, "BM": 16})
     assert prog.graph.graph["kernels"][0].stages == ("gemm",)
-    chunks = dma_table(prog.graph)[1]  # rank 1: 2 m-tiles into each of 3 ranks, its own Ag first, then 2, then 0
-    assert [c[2] for c in chunks] == [1, 1, 2, 2, 0, 0]
+    chunks = dma_table(prog.graph)[1]  # rank 1: 2 m-tiles into each peer, the nearest (2) first, then 0
+    assert [c[2] for c in chunks] == [2, 2, 0, 0]
     assert all(cp[1] == 1 and cp[5] == c[2] and cp[4] == "Ag" for c in chunks for cp in c[3])
 
 
@@ -369,7 +381,8 @@ def test_tax_report_names_the_copy_engine_stages():
     assert st.copy_engine_stages == ("gather",) and st.launches == 1
     gather = next(c for c in st.stage_costs if c.name == "gather")
     assert gather.kernel == COPY_ENGINES
-    assert gather.flag_releases == 4  # one per chunk: 2 m-tiles of each of 2 ranks (not one per tile task)
+    # one per chunk (not one per tile task): the peer's 2 m-tiles; this rank's own rows are read in place
+    assert gather.flag_releases == 2
     assert static(compile_example(2, "flags")).copy_engine_stages == ()
 
 

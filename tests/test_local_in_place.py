@@ -180,6 +180,7 @@ def _simulate(source: str, kernel: str, world: int, nprog: int) -> dict[int, lis
     body = source.split(f"def {kernel}(")[1].split("\n\n\n")[0]
     loop = body[body.index("    for task in range("):]
     loop = loop.replace(".to(tl.int32)", "")  # a comparison is a bool, which adds as 0/1
+    loop = "\n".join(ln for ln in loop.splitlines() if "td.leave(" not in ln)  # the kernel's exit, not a task
     lines = loop.splitlines()
     code = "\n".join(ln[4:] for ln in lines)
     out = {}

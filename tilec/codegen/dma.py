@@ -84,8 +84,11 @@ def _boxes(g: nx.DiGraph, s, st, f, q: int):
             t = env[dv.tile_var] // dv.step if dv.key_tile and dv.tile_var else 0
             counter = counter + stride * dv.lin_of(r, t)
         owner = env[f.write.rank] if f.write.rank != ME else env[ME]
+    skipped = np.zeros(n, dtype=bool)  # local-in-place: a rank's copies to itself are dropped, readers read in place
+    for a, b in s.skip_equal:
+        skipped |= (env[a] if a != ME else env[ME]) == (env[b] if b != ME else env[ME])
     for i in range(n):
-        if any(int(x[i]) <= 0 for x in lens):
+        if skipped[i] or any(int(x[i]) <= 0 for x in lens):
             continue
         yield ((param, int(counter[i]) if param else 0, int(owner[i])),
                (src.tensor, int(srank[i]), tuple(int(x[i]) for x in s_lo), dst.tensor, int(drank[i]),

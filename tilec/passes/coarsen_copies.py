@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.ir.dtypes import ESIZE
-from tilec.ir.graph import InPlace, Stage, flags, sid, stages, tid
+from tilec.ir.graph import SM, InPlace, Stage, flags, sid, stages, tid
 from tilec.ir.types import Access, map_expr
 
 from .base import Pass
@@ -35,8 +35,8 @@ class CoarsenCopies(Pass):
 
     def apply(self, g: nx.DiGraph) -> nx.DiGraph:
         for cp in stages(g):
-            if not cp.skip_equal or len(cp.body) != 1:
-                continue
+            if not cp.skip_equal or len(cp.body) != 1 or cp.transport != SM:
+                continue  # (the copy engines merge a chunk's tiles into few large copies themselves)
             c, v = _factor(g, cp)
             if c == 1:
                 continue

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.errors import ScheduleError
-from tilec.ir.graph import FLAGS, SM, InPlace, Pull, Stage, flags, rebuild_edges, sid, stages, sync, tid
+from tilec.ir.graph import FLAGS, InPlace, Pull, Stage, flags, rebuild_edges, sid, stages, sync, tid
 from tilec.ir.queries import copy_stages
 from tilec.ir.tiling import DimInverse, invert
 from tilec.ir.types import ME, Access, Affine, Load, Store, Var, map_expr, reduction_vars, walk
@@ -49,8 +49,8 @@ class LocalInPlace(Pass):
         prog = g.graph["program"]
         for name in [s.name for s in copy_stages(g, single=True)]:
             cp = g.nodes[sid(name)]["payload"] if sid(name) in g else None  # as an earlier rewrite left it
-            if cp is None or cp.skip_equal or cp.transport != SM or not isinstance(cp.body[0].value, Load):
-                continue  # (the copy engines copy what the stage says: transport dma keeps its local copies)
+            if cp is None or cp.skip_equal or not isinstance(cp.body[0].value, Load):
+                continue  # (a dma stage qualifies too: the copy engines then copy only the peers' tiles)
             if why_not(g, cp, prog.world):
                 continue
             if prog.world == 1:

@@ -600,9 +600,6 @@ def _in_place(ctx: _Ctx, c: Stage, rd: _Read, sc: dict[str, Var], by_tensor, dep
     if ctx.pos[cp.name] >= ctx.pos[c.name]:
         ctx.err(e.loc, f"stage '{c.name}' reads '{e.read.tensor}' before stage '{cp.name}' writes it")
         return
-    if cp.skip_equal and cp.transport != SM:
-        ctx.err(e.loc, f"{what}: stage '{cp.name}' runs on the copy engines, which copy every task it has")
-        return
     dep.add_edge(cp.name, c.name)
     _pull_cover(ctx, c, e, sc)
     d = _solving_dim(ctx, e)

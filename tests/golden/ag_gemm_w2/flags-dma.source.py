@@ -31,14 +31,10 @@ FLAGS = {
 # dst, dst rank, dst offset, dst pitch, width, rows), ...)), in elements
 DMA_COPIES = {
     0: (
-        ('F_Ag_gather', 0, 0, (('A', 0, 0, 8192, 'Ag', 0, 0, 8192, 8192, 1),)),
-        ('F_Ag_gather', 1, 0, (('A', 0, 8192, 8192, 'Ag', 0, 8192, 8192, 8192, 1),)),
         ('F_Ag_gather', 2, 0, (('A', 1, 0, 8192, 'Ag', 0, 16384, 8192, 8192, 1),)),
         ('F_Ag_gather', 3, 0, (('A', 1, 8192, 8192, 'Ag', 0, 24576, 8192, 8192, 1),)),
     ),
     1: (
-        ('F_Ag_gather', 2, 1, (('A', 1, 0, 8192, 'Ag', 1, 16384, 8192, 8192, 1),)),
-        ('F_Ag_gather', 3, 1, (('A', 1, 8192, 8192, 'Ag', 1, 24576, 8192, 8192, 1),)),
         ('F_Ag_gather', 0, 1, (('A', 0, 0, 8192, 'Ag', 1, 0, 8192, 8192, 1),)),
         ('F_Ag_gather', 1, 1, (('A', 0, 8192, 8192, 'Ag', 1, 8192, 8192, 8192, 1),)),
     ),
@@ -47,7 +43,7 @@ TIMELINE_SLOTS = 0  # a timeline build: one (stage, program, start, waited, end)
 
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
-def k0_gemm(Ag, B, F_Ag_gather, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr,
+def k0_gemm(F_Ag_gather, A, Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr,
             UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr):
     # stages: gemm; 12 tasks; persistent
     pid = tl.program_id(0)
@@ -55,21 +51,30 @@ def k0_gemm(Ag, B, F_Ag_gather, C, ERR, heap_bases, rank, epoch, timeout_ns, EPO
     for task in range(pid, 12, NPROG):
         t = (task + rank * 6) % 12
         # stage gemm (examples/ag_gemm.tile:17): C[m, n] = sum k in K by BK: Ag[m, k] @ B[k, n]
-        # grouped order: 8 rows of m-tiles share the n-tiles in L2
-        g_size = 24
-        g_first = t // g_size * 8
-        g_rows = tl.minimum(4 - g_first, 8)
+        # grouped order: 2 rows of m-tiles share the n-tiles in L2
+        g_size = 6
+        g_first = t // g_size * 2
+        g_rows = tl.minimum(4 - g_first, 2)
         m = (g_first + t % g_size % g_rows) * 64
         n = t % g_size // g_rows * 64
         m_r = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
         n_r = tl.max_contiguous(tl.multiple_of(n + tl.arange(0, 64), 64), 64)
-        # wait until stage gather has written the tiles of Ag[m, k] this call
-        last = (m + 63) // 64
-        for ctr in range(m // 64, last + 1):
-            td.wait(F_Ag_gather + ctr, epoch, rank, rank, heap_bases, ERR, timeout_ns, 1, ctr, "gpu", UPCAST_DOT)
+        peer_rows = m // 128 != rank
+        if peer_rows:  # a peer's rows: wait until they have arrived
+            # wait until stage gather has written the tiles of Ag[m, k] this call
+            last = (m + 63) // 64
+            for ctr in range(m // 64, last + 1):
+                td.wait(F_Ag_gather + ctr, epoch, rank, rank, heap_bases, ERR, timeout_ns, 1, ctr, "gpu", UPCAST_DOT)
+        idx = m
+        idx_rk = idx // 128
+        idx = idx - 128 * idx_rk
+        idx = idx + tl.arange(0, 64)
+        idx_2 = 0
+        idx_2 = idx_2 + tl.arange(0, 32)
         acc = tl.zeros((64, 64), dtype=tl.float32)
         k_r = tl.arange(0, 32)  # k = 0
-        ag_ptrs = Ag + m_r[:, None] * 128 + k_r[None, :]
+        own = idx_rk == rank  # this rank's own rows: read in place
+        ag_ptrs = tl.where(own, A + idx[:, None] * 128 + idx_2[None, :], Ag + m_r[:, None] * 128 + k_r[None, :])
         b_ptrs = B + k_r[:, None] * 192 + n_r[None, :]
         for k in range(0, 128, 32):
             k_r = k + tl.arange(0, 32)
@@ -79,9 +84,10 @@ def k0_gemm(Ag, B, F_Ag_gather, C, ERR, heap_bases, rank, epoch, timeout_ns, EPO
             ag_ptrs += 32
             b_ptrs += 6144
         tl.store(C + m_r[:, None] * 192 + n_r[None, :], acc.to(tl.float16))
+    td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 
 # kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups, buffer arguments
 KERNELS = [
-    (k0_gemm, 12, True, False, False, 1.0, 0, ["Ag", "B", "F_Ag_gather", "C"]),
+    (k0_gemm, 12, True, False, False, 1.0, 0, ["F_Ag_gather", "A", "Ag", "B", "C"]),
 ]
