@@ -5,6 +5,7 @@ peer offsets, the timeline clock, the GEMM dot and the attend / lse_merge tile f
 these as `td.wait(...)` and Triton inlines them as if they were written there (also under TRITON_INTERPRET=1).
 """
 
+import os
 import time
 
 import iris
@@ -52,6 +53,21 @@ def timed_out(err, flag_no, counter, owner, seen, target):
         tl.store(err + 5, target)
 
 
+# Nanoseconds a spinning wait sleeps between polls on a GPU (0: none). A/B knob, read once at import.
+WAIT_SLEEP_NS = tl.constexpr(int(os.environ.get("TILEC_WAIT_SLEEP_NS", "0")))
+_SLEEP_ASM = tl.constexpr(f"nanosleep.u32 {WAIT_SLEEP_NS.value}; mov.u32 $0, 0;")
+
+
+@triton.jit
+def backoff(INTERPRET: tl.constexpr):
+    # between two polls of a spinning wait: the CPU emulation yields its core; a GPU program may sleep so that its
+    # polls do not compete with the loads of programs still working (TILEC_WAIT_SLEEP_NS)
+    if INTERPRET:
+        cpu_yield()
+    elif WAIT_SLEEP_NS > 0:
+        tl.inline_asm_elementwise(_SLEEP_ASM, "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+
+
 @triton.jit
 def call_ok(err):
     # no wait of this call has timed out yet: once one has, the call fails and the others stop spinning too, so it
@@ -70,8 +86,7 @@ def wait(flag, target, rank, owner, heap_bases, err, timeout_ns, flag_no, counte
     if seen < target:  # only a wait that has to spin reads the clock
         start = clock(INTERPRET)
         while (seen < target) & (clock(INTERPRET) - start < timeout_ns) & call_ok(err):
-            if INTERPRET:
-                cpu_yield()
+            backoff(INTERPRET)
             seen = iris.atomic_add(flag, 0, rank, owner, heap_bases, sem="acquire", scope=SCOPE)
         if seen < target:
             timed_out(err, flag_no, counter, owner, seen, target)
@@ -87,8 +102,7 @@ def wait_all(flags, idx, pending, target, rank, owner, heap_bases, err, timeout_
     if tl.max(pending.to(tl.int32), axis=0) > 0:  # only a wait that has to spin reads the clock
         start = clock(INTERPRET)
         while (tl.max(pending.to(tl.int32), axis=0) > 0) & (clock(INTERPRET) - start < timeout_ns) & call_ok(err):
-            if INTERPRET:
-                cpu_yield()
+            backoff(INTERPRET)
             now = iris.atomic_add(flags + idx, 0, rank, owner, heap_bases, mask=pending, sem="acquire", scope=SCOPE)
             seen = tl.where(pending, now, seen)
             pending = pending & (seen < target)
