@@ -7,6 +7,7 @@ descriptors made on the device, (c) descriptors + warp specialization, for a set
 torch.matmul (cuBLAS). Usage: python benchmarks/runs/gemm_floor_probe.py [M N K ...]
 """
 
+import os
 import sys
 
 import torch
@@ -46,7 +47,8 @@ def gemm_ptr(A, B, C, M, N, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
 
 @triton.jit
 def gemm_desc(A, B, C, M, N, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-              GROUP: tl.constexpr, NPROG: tl.constexpr, STAGES: tl.constexpr, WS: tl.constexpr):
+              GROUP: tl.constexpr, NPROG: tl.constexpr, STAGES: tl.constexpr, WS: tl.constexpr,
+              STORE_DESC: tl.constexpr = True):
     a_d = tl.make_tensor_descriptor(A, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
     b_d = tl.make_tensor_descriptor(B, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
     c_d = tl.make_tensor_descriptor(C, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
@@ -57,7 +59,12 @@ def gemm_desc(A, B, C, M, N, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr
         acc = tl.zeros((BM, BN), tl.float32)
         for k in tl.range(0, K, BK, num_stages=STAGES):
             acc = tl.dot(a_d.load([pm * BM, k]), b_d.load([k, pn * BN]), acc)
-        c_d.store([pm * BM, pn * BN], acc.to(tl.bfloat16))
+        if STORE_DESC:
+            c_d.store([pm * BM, pn * BN], acc.to(tl.bfloat16))
+        else:  # a pointer store: no shared-memory staging of the tile, which leaves room for a 4th stage
+            m_r = pm * BM + tl.arange(0, BM)
+            n_r = pn * BN + tl.arange(0, BN)
+            tl.store(C + m_r[:, None] * N + n_r[None, :], acc.to(tl.bfloat16))
 
 
 @triton.jit
@@ -105,9 +112,9 @@ def gemm_streamk(A, B, C, P, F, epoch, M, N, K: tl.constexpr, BM: tl.constexpr, 
         it += k1 - k0
 
 
-CONFIGS = [  # BM, BN, BK, warps, stages
-    (128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (64, 256, 64, 4, 4), (64, 256, 64, 8, 4), (64, 256, 128, 8, 3),
-    (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (128, 128, 128, 8, 3), (128, 192, 64, 8, 4),
+CONFIGS = [  # BM, BN, BK, warps, stages (stream-K: gemm_streamk, not timed by default: 0.5-0.6x in its first form)
+    (128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (128, 256, 64, 8, 5), (64, 256, 64, 4, 4), (64, 256, 64, 8, 4),
+    (128, 128, 64, 8, 4), (128, 128, 64, 4, 5),
 ]
 
 
@@ -135,11 +142,16 @@ def main(shapes):
                 gemm_streamk[(sms,)](a, b, c, p_ws, f_ws, ep[0], m, n, k, bm, bn, bk, 8, sms, s, num_warps=w)
 
             forms = {
-                "streamk": streamk,
                 "ptr": lambda: gemm_ptr[(nprog,)](a, b, c, m, n, k, bm, bn, bk, 8, nprog, s, num_warps=w),
                 "desc": lambda: gemm_desc[(nprog,)](a, b, c, m, n, k, bm, bn, bk, 8, nprog, s, False, num_warps=w),
                 "desc+ws": lambda: gemm_desc[(nprog,)](a, b, c, m, n, k, bm, bn, bk, 8, nprog, s, True, num_warps=w),
+                "descld": lambda: gemm_desc[(nprog,)](a, b, c, m, n, k, bm, bn, bk, 8, nprog, s, False, False,
+                                                      num_warps=w),
+                "descld+ws": lambda: gemm_desc[(nprog,)](a, b, c, m, n, k, bm, bn, bk, 8, nprog, s, True, False,
+                                                         num_warps=w),
             }
+            if os.environ.get("PROBE_STREAMK"):
+                forms["streamk"] = streamk
             for name, fn in forms.items():
                 try:
                     c.zero_()
