@@ -3,6 +3,7 @@ its own /dev/shm heap and maps its peers' (tilec.runtime.from_env("cpu"))."""
 
 import glob
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -43,4 +44,7 @@ def test_tune_under_torchrun_records_every_schedule(tmp_path):
     res = _torchrun("tune", "examples/ag_gemm.tile", "--backend", "cpu", "--iters", "1", "-D", "M=64", "-D", "N=64",
                     "-D", "K=32", env={"TILEC_CACHE": str(tmp_path)})
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    assert res.stdout.count("measured ") == 5 and "fastest measured:" in res.stdout, res.stdout
+    # every schedule that applies (5), and the ones whose gather the copy engines can move (+dma), timed once each
+    n = int(re.search(r"\[1/(\d+)\]", res.stdout).group(1))
+    assert n == 7 and "flags+dma" in res.stdout and "fused-push+dma" in res.stdout, res.stdout
+    assert res.stdout.count("measured ") == n and "fastest measured:" in res.stdout, res.stdout

@@ -145,6 +145,27 @@ def test_rank_names_a_stopped_peer_in_its_barrier(tmp_path, monkeypatch):
     assert elapsed < GRACE + 5, f"took {elapsed:.1f} s after the signal"
 
 
+@pytest.mark.gpu
+def test_iris_barrier_names_a_stopped_peer(tmp_path, monkeypatch):
+    """The same on Iris heaps (two ranks sharing a GPU): IrisHeap.barrier is bounded like ShmHeap's, where Iris's
+    own (dist.barrier) would wait forever on a stopped peer."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    monkeypatch.setenv("TILEC_STOP_GRACE", str(GRACE))
+    monkeypatch.setattr(liveness, "STOP_GRACE_S", 600.0)
+    injector = _Inject(tmp_path, 1, signal.SIGSTOP)
+    with pytest.raises(RankError) as ei:
+        spawn(fault_workers.barriers, 2, backend="iris", heap_bytes=1 << 22, timeout=180, args=(str(tmp_path), 90.0))
+    elapsed = injector.since()
+    pids = [int((tmp_path / f"{r}.pid").read_text()) for r in range(2)]
+    e = ei.value
+    assert e.rank == 0 and e.exc_type == "PeerLost", str(e)
+    assert f"rank 0: barrier: rank 1 (pid {pids[1]}) is stopped (SIGSTOP?) for " in str(e)
+    assert elapsed < GRACE + 10, f"took {elapsed:.1f} s after the signal"
+
+
 # -- the launcher killed or stopped --------------------------------------------------------------------------------
 
 

@@ -11,19 +11,17 @@ import mmap
 import os
 import re
 import stat
-import time
 
 import torch
 
-from .errors import HeapError, PeerLost, TilecRuntimeError
+from .errors import HeapError, TilecRuntimeError
 from .heap import ALIGN, Heap
-from .liveness import PeerWatch, is_gone
+from .liveness import BARRIER_TIMEOUT_S, is_gone, wait_work  # noqa: F401 - wait_work: re-exported
 
 SHM_DIR = "/dev/shm"
 SHM_PREFIX = "tilec_"
 # spawn()'s heap files: tilec_<launcher pid>_<8 hex>_r<rank> (the pid says whose they are once the launcher is gone)
 _SPAWN_FILE = re.compile(rf"^{SHM_PREFIX}(\d+)_[0-9a-f]{{8}}_r\d+$")
-BARRIER_TIMEOUT_S = 300.0  # a host barrier's wall-clock limit when the heap is not given one
 
 
 def shm_round(nbytes: int) -> int:
@@ -82,34 +80,6 @@ def remove_stale(shm_dir: str = SHM_DIR) -> list[str]:
     return removed
 
 
-def wait_work(work, rank: int, what: str, timeout: float, peers: dict[int, int] | None) -> None:
-    """Wait for an async torch.distributed op, giving up with PeerLost when a peer rank ({rank: pid}) dies or stays
-    stopped, or when `timeout` wall-clock seconds pass (gloo itself would only give up at the group's timeout, and
-    not at all while a peer is merely stopped)."""
-    watch = PeerWatch(peers or {})
-    t0 = time.monotonic()
-    nap = 0.0
-    while not work.is_completed():
-        lost = watch.lost()
-        if lost:
-            peer, pid, why = lost
-            raise PeerLost(rank, peer, f"rank {rank}: {what}: rank {peer} (pid {pid}) {why}")
-        if time.monotonic() - t0 > timeout:
-            raise PeerLost(rank, None, f"rank {rank}: {what} did not complete within {timeout:g} s (a peer rank never"
-                           " reached it)")
-        time.sleep(nap)
-        nap = min(0.005, nap * 2 or 5e-5)  # fast for the common short wait, cheap for a long one
-    try:
-        work.wait()
-    except RuntimeError as e:  # gloo reports a dead peer as a broken connection: name it when we can
-        lost = watch.lost(force=True)
-        if lost:
-            peer, pid, why = lost
-            raise PeerLost(rank, peer, f"rank {rank}: {what}: rank {peer} (pid {pid}) {why}") from e
-        first = (str(e).splitlines() or [""])[0]
-        raise PeerLost(rank, None, f"rank {rank}: {what} failed: {first}") from e
-
-
 class ShmHeap(Heap):
     """Rank `rank`'s heap over the shared-memory files `paths` (one per rank, `nbytes` each).
 
@@ -154,22 +124,7 @@ class ShmHeap(Heap):
 
     def barrier(self) -> None:
         self._check_open()
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            if self.world == 1:
-                dist.barrier(group=self.group)
-            elif self._peers is None:  # the first barrier also tells every rank its peers' pids
-                pids = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
-                work = dist.all_gather(pids, torch.tensor([os.getpid()], dtype=torch.int64), group=self.group,
-                                       async_op=True)
-                wait_work(work, self.rank, "heap set-up barrier", self.timeout, None)
-                self._peers = {r: int(p) for r, p in enumerate(pids) if r != self.rank}
-            else:
-                wait_work(dist.barrier(group=self.group, async_op=True), self.rank, "barrier", self.timeout,
-                          self._peers)
-        elif self.world > 1:
-            raise TilecRuntimeError("ShmHeap.barrier needs a torch.distributed process group when world > 1")
+        self.host_barrier()
 
     def peer_view(self, t: torch.Tensor, rank: int) -> torch.Tensor:
         off = self.offset_of(t)

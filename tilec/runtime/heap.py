@@ -147,6 +147,35 @@ class Heap(abc.ABC):
     def barrier(self) -> None:
         """Cross-rank barrier (every rank must call it); also waits for this rank's queued device work."""
 
+    def host_barrier(self) -> None:
+        """A torch.distributed barrier over `self.group` (None: the default group) that gives up after
+        `self.timeout` seconds, and within seconds when a peer's process dies or stays stopped (PeerLost naming
+        it), instead of hanging (dist.barrier waits for the group's timeout, and forever on a stopped peer). The
+        first one also tells every rank its peers' pids."""
+        import os
+
+        import torch.distributed as dist
+
+        from .liveness import BARRIER_TIMEOUT_S, wait_work
+
+        timeout = getattr(self, "timeout", BARRIER_TIMEOUT_S)
+        group, peers = getattr(self, "group", None), getattr(self, "_peers", None)
+        if not (dist.is_available() and dist.is_initialized()):
+            if self.world > 1:
+                raise HeapError(f"{type(self).__name__}.barrier needs a torch.distributed process group when world > 1")
+            return
+        if self.world == 1:
+            dist.barrier(group=group)
+        elif peers is None:
+            dev = "cpu" if dist.get_backend(group) == "gloo" else self.device  # NCCL moves CUDA tensors only
+            pids = [torch.zeros(1, dtype=torch.int64, device=dev) for _ in range(self.world)]
+            work = dist.all_gather(pids, torch.tensor([os.getpid()], dtype=torch.int64, device=dev), group=group,
+                                   async_op=True)
+            wait_work(work, self.rank, "heap set-up barrier", timeout, None)
+            self._peers = {r: int(p.item()) for r, p in enumerate(pids) if r != self.rank}
+        else:
+            wait_work(dist.barrier(group=group, async_op=True), self.rank, "barrier", timeout, peers)
+
     def close(self) -> None:
         """Release the heap. Tensors allocated from it must not be used afterwards."""
         if self.closed:

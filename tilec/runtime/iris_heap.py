@@ -14,6 +14,7 @@ import torch
 
 from .errors import TilecRuntimeError
 from .heap import Heap
+from .liveness import BARRIER_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class IrisHeap(Heap):
     backend = "iris"
     interpret = False
 
-    def __init__(self, heap_bytes: int = 1 << 26):
+    def __init__(self, heap_bytes: int = 1 << 26, timeout: float = BARRIER_TIMEOUT_S):
         import torch.distributed as dist
 
         if not (dist.is_available() and dist.is_initialized()):
@@ -73,6 +74,9 @@ class IrisHeap(Heap):
             raise TilecRuntimeError(f"Iris placed rank {rank}'s heap on {self.device}, expected {device}")
         self._bases = self._shmem.get_heap_bases()
         self._destroy_group_on_close = False  # from_env sets it when it made the process group
+        self.timeout = timeout  # a host barrier's wall-clock limit (Heap.host_barrier)
+        self.group = None  # barriers run over the default group, as Iris's rendezvous did
+        self._peers: dict[int, int] | None = None  # rank -> pid of every peer, from the first barrier
 
     @property
     def shmem(self):
@@ -85,7 +89,8 @@ class IrisHeap(Heap):
 
     def barrier(self) -> None:
         self._check_open()
-        self._shmem.barrier()  # torch.cuda.synchronize() + dist.barrier()
+        torch.cuda.synchronize(self.device)  # this rank's queued work is done (kernels' waits are bounded)
+        self.host_barrier()  # Iris's own barrier (dist.barrier) would wait forever on a stopped or lost peer
 
     def close(self) -> None:
         if self.closed:

@@ -135,7 +135,7 @@ def _make_heap(spec: _RankSpec, rank: int):
         return ShmHeap(rank, spec.world, spec.shm_paths, spec.heap_bytes, timeout=spec.timeout)
     from .iris_heap import IrisHeap
 
-    return IrisHeap(spec.heap_bytes)
+    return IrisHeap(spec.heap_bytes, timeout=spec.timeout)
 
 
 def _exit_with_parent(spec: _RankSpec) -> None:
@@ -456,12 +456,15 @@ def from_env(backend: str | None = "iris", heap_bytes: int = 1 << 26, *, timeout
         raise TilecRuntimeError(f"from_env needs torchrun's environment; missing {', '.join(missing)}")
     if backend == "cpu":
         _prepare_shm_env()
-        return _in_group(lambda: _shm_heap(heap_bytes), timeout, activate)
+        # the heap files are named by torchrun's run id, rank 0's pid and a random tag: concurrent or crashed runs
+        # never collide
+        run = os.environ.get("TORCHELASTIC_RUN_ID", "run").replace("/", "_")
+        return _in_group(lambda: _group_shm_heap(None, heap_bytes, timeout, f"torchrun_{run}"), timeout, activate)
 
     def iris_heap():
         from .iris_heap import IrisHeap
 
-        return IrisHeap(heap_bytes)
+        return IrisHeap(heap_bytes, timeout=timeout)
 
     def pick_device():
         import torch
@@ -508,29 +511,6 @@ def _prepare_shm_env() -> None:
     os.environ["TRITON_INTERPRET"] = "1"  # generated modules are imported after this, so their kernels interpret
 
 
-def _shm_heap(heap_bytes: int):
-    """The CPU emulation under torchrun: each rank creates its own /dev/shm heap file and, after a barrier, maps
-    every rank's (so all ranks share a host). Files are named by torchrun's run id and port and unlinked once
-    every rank has mapped them."""
-    import torch.distributed as dist
-
-    from .cpu_heap import ShmHeap, create_shm_files, unlink_quietly
-    from .heap import _align
-
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    nbytes = _align(heap_bytes)
-    run = os.environ.get("TORCHELASTIC_RUN_ID", "run").replace("/", "_")
-    tag = f"torchrun_{run}_{os.environ.get('MASTER_PORT', '0')}"
-    mine = create_shm_files(1, nbytes, f"{tag}_of{rank}")
-    try:
-        dist.barrier()  # every rank's file exists
-        paths = [mine[0].replace(f"_of{rank}_r0", f"_of{r}_r0") for r in range(world)]
-        return ShmHeap(rank, world, paths, nbytes, unlink=True)  # unlinks this rank's file once all have mapped
-    except BaseException:
-        unlink_quietly(mine)
-        raise
-
-
 # -- an existing process group ---------------------------------------------------------------------------------
 
 
@@ -567,13 +547,13 @@ def from_process_group(group=None, *, backend: str | None = None, heap_bytes: in
         from .iris_heap import IrisHeap, rank_device
 
         torch.cuda.set_device(rank_device(dist.get_rank()))
-        heap = IrisHeap(heap_bytes)
+        heap = IrisHeap(heap_bytes, timeout=timeout)
     if activate:
         _install(heap)
     return heap
 
 
-def _group_shm_heap(group, heap_bytes: int, timeout: float):
+def _group_shm_heap(group, heap_bytes: int, timeout: float, prefix: str = "pg"):
     """Each rank of `group` creates its /dev/shm heap file under a name rank 0 picks and broadcasts, then maps every
     rank's; files are unlinked once all have mapped them (a crash later leaks nothing)."""
     import torch.distributed as dist
@@ -582,8 +562,8 @@ def _group_shm_heap(group, heap_bytes: int, timeout: float):
     from .heap import _align
 
     rank, world = dist.get_rank(group), dist.get_world_size(group)
-    tag = [f"pg_{os.getpid()}_{uuid.uuid4().hex[:8]}" if rank == 0 else None]
-    dist.broadcast_object_list(tag, src=dist.get_global_rank(group, 0), group=group)
+    tag = [f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}" if rank == 0 else None]
+    dist.broadcast_object_list(tag, src=0 if group is None else dist.get_global_rank(group, 0), group=group)
     nbytes = _align(heap_bytes)
     mine = create_shm_files(1, nbytes, f"{tag[0]}_of{rank}")
     try:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import time
 
+from .errors import PeerLost
+
 # seconds a peer may stay stopped before it counts as lost (TILEC_STOP_GRACE overrides)
 STOP_GRACE_S = float(os.environ.get("TILEC_STOP_GRACE", "3"))
 CHECK_EVERY_S = 0.2  # how often a waiting process looks at its peers' state
@@ -66,3 +68,34 @@ class PeerWatch:
             else:
                 self._stopped_since.pop(name, None)
         return None
+
+
+BARRIER_TIMEOUT_S = 300.0  # a host barrier's wall-clock limit when the heap is not given one
+
+
+def wait_work(work, rank: int, what: str, timeout: float, peers: dict[int, int] | None) -> None:
+    """Wait for an async torch.distributed op, giving up with PeerLost when a peer rank ({rank: pid}) dies or stays
+    stopped, or when `timeout` wall-clock seconds pass (gloo itself would only give up at the group's timeout, and
+    not at all while a peer is merely stopped)."""
+    watch = PeerWatch(peers or {})
+    t0 = time.monotonic()
+    nap = 0.0
+    while not work.is_completed():
+        lost = watch.lost()
+        if lost:
+            peer, pid, why = lost
+            raise PeerLost(rank, peer, f"rank {rank}: {what}: rank {peer} (pid {pid}) {why}")
+        if time.monotonic() - t0 > timeout:
+            raise PeerLost(rank, None, f"rank {rank}: {what} did not complete within {timeout:g} s (a peer rank never"
+                           " reached it)")
+        time.sleep(nap)
+        nap = min(0.005, nap * 2 or 5e-5)  # fast for the common short wait, cheap for a long one
+    try:
+        work.wait()
+    except RuntimeError as e:  # gloo reports a dead peer as a broken connection: name it when we can
+        lost = watch.lost(force=True)
+        if lost:
+            peer, pid, why = lost
+            raise PeerLost(rank, peer, f"rank {rank}: {what}: rank {peer} (pid {pid}) {why}") from e
+        first = (str(e).splitlines() or [""])[0]
+        raise PeerLost(rank, None, f"rank {rank}: {what} failed: {first}") from e
