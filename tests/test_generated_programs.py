@@ -40,8 +40,15 @@ REGRESSIONS: list[tuple[int, bool, int, str, str | None, str]] = [
 ]
 
 
-def _compile(g, schedule):
-    return tilec.compile(f"tests/generated/{g.name}.tile", world=g.world, schedule=schedule, source=g.text)
+# the schedules with flags again, with every copy stage that qualifies on the copy engines (transport dma: a
+# ScheduleError where none qualifies, like a schedule that does not apply)
+VARIANTS = (*SCHEDULES, "flags+dma", "fused-push+dma")
+
+
+def _compile(g, variant):
+    schedule, _, transport = variant.partition("+")
+    return tilec.compile(f"tests/generated/{g.name}.tile", world=g.world, schedule=schedule, source=g.text,
+                         transport=transport or "sm")
 
 
 def _rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -60,7 +67,7 @@ def run_world(world: int, specs) -> tuple[list[str], Counter]:
     batch, meta = [], {}
     for seed, focus in specs:
         g = generate(seed, world, focus=focus)
-        for i, s in enumerate(SCHEDULES):
+        for i, s in enumerate(VARIANTS):
             where = f"{g.name} schedule {s}"
             try:
                 prog = _compile(g, s)
