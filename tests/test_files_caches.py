@@ -146,6 +146,25 @@ def test_cpu_timings_never_reach_a_gpu_choice(cache):
     assert gpu_rows and all(r["measured_us"] is None for r in gpu_rows)
 
 
+def test_auto_predictions_follow_the_tiles_and_granularity_asked_for(cache):
+    """One shape asked for with other tile sizes or another flag granularity is ranked again, not read from the
+    first request's cached predictions (the key is the shape's, so measured times are shared)."""
+    path = str(ROOT / "examples" / "ag_gemm.tile")
+    shape = {"M": 512, "N": 256, "K": 256}
+    base = tilec.compile(path, 2, "bsp", shape)
+    src, bound = base.program.source, dict(base.program.dims)
+
+    def predicted(dims, granularity="auto"):
+        return {r["schedule"]: r["predicted_us"] for r in auto.candidates(base, src, 2, dims, bound, granularity)}
+
+    small = predicted({**shape, "BM": 32, "BN": 32})
+    big = predicted({**shape, "BM": 128, "BN": 128})
+    assert small != big  # the model sees other task counts, not the first request's numbers
+    assert predicted({**shape, "BM": 32, "BN": 32}) == small  # and each request's ranking is cached
+    assert predicted(shape, "tensor") != predicted(shape)
+    assert len(auto._load()) == 1  # one key for the shape: measured times are shared by all of them
+
+
 def _trials_as_if_on_a_gpu(heap, path, dims):
     from tilec.perf.trials import trial_rank
 

@@ -106,7 +106,11 @@ def candidates(program, source: str, world: int, dims: dict[str, int], bound_dim
     k = key(source, world, {d: bound_dims[d] for d in bound_dims}, device)
     entry = _load().get(k, {})
     m = machine()
-    field = _predicted_field(m)
+    # predictions depend on the tile sizes and flag granularity asked for, which the key (the program's shape) leaves
+    # out so that measured times of a shape are found whatever tiles the tuner picked: keep each request's apart
+    asked = [f"{d}={v}" for d, v in sorted(dims.items()) if d not in bound_dims]
+    asked += [f"granularity={granularity}"] if granularity != "auto" else []
+    field = _predicted_field(m) + (f"|{','.join(asked)}" if asked else "")
     if field not in entry:  # the model compiles every variant: outside the lock, then merged in
         predicted = dict(rank_schedules(program, world, dims, m, granularity=granularity))
         entry = update_json(_path(), lambda d: d.setdefault(k, {}).setdefault(field, predicted))[k]
