@@ -16,11 +16,11 @@ from collections import Counter
 import pytest
 import torch
 
-import tilec
 from tests import _workers
 from tests._util import SCHEDULES, make_calls
 from tests.gen_programs import Frame, GenProgram, Idx, Invalid, Load, Node, Stage, Tensor, generate
 from tilec.errors import ScheduleError
+from tilec.perf.auto import compile_variant
 from tilec.runtime import spawn
 
 pytestmark = pytest.mark.usefixtures("no_shm_leftovers")
@@ -46,9 +46,7 @@ VARIANTS = (*SCHEDULES, "flags+dma", "fused-push+dma")
 
 
 def _compile(g, variant):
-    schedule, _, transport = variant.partition("+")
-    return tilec.compile(f"tests/generated/{g.name}.tile", world=g.world, schedule=schedule, source=g.text,
-                         transport=transport or "sm")
+    return compile_variant(f"tests/generated/{g.name}.tile", g.world, variant, source=g.text)
 
 
 def _rel_err(got: torch.Tensor, want: torch.Tensor) -> float:

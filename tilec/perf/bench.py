@@ -108,7 +108,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
     """Runs on every rank; returns rows (rank 0's are the ones reported). Per shape: the floor, the baselines and
     every schedule, all on the same inputs, each timed by measure.time_op (device time of CUDA graph replays where
     the op can be captured, host time of one eager call) and its output checked."""
-    import tilec
+    from tilec.perf.auto import compile_variant
     from tilec.perf.bench_baselines import first_baseline, gemm_floor, gemm_ops, gemm_pattern, time_ops
 
     rows: list[Row] = []
@@ -152,10 +152,8 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
             for cfg in cands:
                 bm, bn, bk, nw, ns, gm = cfg
                 try:
-                    sched, _, transport = s.partition("+")  # "flags+dma": the copy stages on the copy engines
-                    prog = tilec.compile(path, world=world, schedule=sched, retype=retype, group_m=gm, num_warps=nw,
-                                         transport=transport or "sm",
-                                         num_stages=ns, dims={**dims, "BM": bm, "BN": bn, "BK": bk})
+                    prog = compile_variant(path, world, s, {**dims, "BM": bm, "BN": bn, "BK": bk}, retype=retype,
+                                           group_m=gm, num_warps=nw, num_stages=ns)  # e.g. flags+dma
                 except ScheduleError as e:
                     why = str(e)
                     break

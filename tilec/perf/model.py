@@ -62,9 +62,8 @@ class Machine:
     launch_us: float = 11.0  # a Triton launch from Python, back to back
     barrier_us: float = 100.0  # a host barrier: device sync, gloo barrier, relaunch
     flag_us: float = 0.25  # one acquire poll of a local counter that is already set
-    # copy engines (transport=dma): estimates until `tilec calibrate` measures them (docs/GPU.md); a machine file
-    # written before these fields existed loads with these defaults
-    # copy engines, measured by `tilec calibrate` on one H200 (benchmarks/results/h200-1gpu/session9/machine.json)
+    # copy engines (transport=dma), measured by `tilec calibrate` on one H200 (ce_link_GBps needs two GPUs: an
+    # estimate until then); a machine file written before these fields existed loads with these defaults
     ce_GBps: float = 2080.0  # a device-to-device cudaMemcpyAsync on a side stream, bytes copied per second
     ce_link_GBps: float = 370.0  # a peer copy by a copy engine over NVLink 4 (~80% of link_GBps, as NCCL's CE path)
     ce_latency_us: float = 5.6  # per issued copy: the driver's cudaMemcpyAsync call + the engine's start
@@ -141,8 +140,7 @@ def predict(st, m: Machine = H200, entry_barrier: bool = True) -> Prediction:
             # stages in turn: a task holds its program while its remote loads and stores are in flight
             held = [max(t, x) for t, x in zip(times, links, strict=True)]
             busy = max(busy, max(held) if k.groups else sum(held))
-            remote = sum(c.remote_read_bytes + c.remote_write_bytes for c in cs)
-            m_ph += remote / (m.link_GBps * 1e3) + (m.link_latency_us if remote else 0.0)
+            m_ph += sum(links) + (m.link_latency_us if any(links) else 0.0)
             for c, sh in zip(cs, shares, strict=True):
                 polls = (c.flag_waits - c.remote_flag_waits) * m.flag_us + c.remote_flag_waits * m.link_latency_us
                 flags += polls / max(1.0, m.sms * sh)
