@@ -55,6 +55,15 @@ def peer(copy: tuple, q: int) -> int:
     return copy[1] if copy[1] != q else copy[5]
 
 
+def chunk_streams(rows, q: int, world: int, max_streams: int) -> list[int]:
+    """The side stream of each of rank q's chunks, in order: one stream per ring distance of the chunk's peer (its
+    local chunks on the stream of distance 0), numbered as they first appear, at most max_streams, so the peers'
+    chunks overlap on the copy engines (runtime/dma.py issues them so; perf/taxes.py charges them so)."""
+    ring: dict[int, int] = {}
+    return [ring.setdefault(((peer(copies[0], q) if copies else q) - q) % world % max_streams, len(ring))
+            for _param, _counter, _owner, copies in rows]
+
+
 def _boxes(g: nx.DiGraph, s, st, f, q: int):
     """((flag param, counter, owner), (src, src rank, src starts, dst, dst rank, dst starts, lengths)) per task of
     stage `s` on rank q."""

@@ -29,7 +29,7 @@ from tilec.ir.dtypes import ESIZE
 from tilec.ir.queries import pull_rereads
 from tilec.perf.measure import CPU_KEY, device_key, this_device  # noqa: F401 - CPU_KEY, device_key: re-exported
 from tilec.perf.model import Machine
-from tilec.perf.taxes import Skipped, TaxRow, compile_all, taxes
+from tilec.perf.taxes import Skipped, TaxRow, compile_all, taxes, uses_copy_engines
 from tilec.program import cache_dir
 
 PREDICTED = "predicted_v2"  # the model's times of every variant (v1, "predicted": schedules only)
@@ -63,9 +63,7 @@ def split_variant(name: str) -> tuple[str, str]:
 
 def variant_of(prog) -> str:
     """The candidate name of a compiled program: its schedule, "+dma" when some stage runs on the copy engines."""
-    from tilec.ir.graph import stages
-
-    return variant(prog.schedule, DMA if any(st.transport == DMA for st in stages(prog.graph)) else "sm")
+    return variant(prog.schedule, DMA if uses_copy_engines(prog) else "sm")
 
 
 def compile_variant(program, world: int, name: str, dims: dict[str, int] | None = None, **options):

@@ -29,7 +29,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from tilec.codegen.dma import dma_table, peer
+from tilec.codegen.dma import chunk_streams, dma_table
 from tilec.codegen.emit import flag_scopes
 from tilec.codegen.text import ident
 from tilec.errors import ArgumentError, CompileError, ScheduleError, TilecError, VerifyError
@@ -451,12 +451,9 @@ def _copy_chunks(g, rows, q: int) -> tuple[CopyChunk, ...]:
     of the chunk's peer (its local chunks on the stream of distance 0), at most MAX_STREAMS."""
     from tilec.runtime.dma import MAX_STREAMS
 
-    world = g.graph["program"].world
-    ring: dict[int, int] = {}
     out = []
-    for param, _counter, _owner, copies in rows:
-        first = peer(copies[0], q) if copies else q
-        stream = ring.setdefault((first - q) % world % MAX_STREAMS, len(ring))
+    for (param, _counter, _owner, copies), stream in zip(rows, chunk_streams(rows, q, g.graph["program"].world,
+                                                                            MAX_STREAMS), strict=True):
         nbytes = sum(c[8] * c[9] * ESIZE[tensor(g, c[0]).dtype] for c in copies)
         far = any(c[1] != q or c[5] != q for c in copies)
         out.append(CopyChunk(stream, nbytes, far, len(copies) + (param is not None)))
@@ -507,11 +504,15 @@ def compile_all(program, world: int | None = None, dims: dict[str, int] | None =
     return out
 
 
+def uses_copy_engines(prog) -> bool:
+    """Whether some stage of the compiled program runs on the copy engines (transport=dma)."""
+    return any(st.transport == DMA for st in stages(prog.graph))
+
+
 def _same_transport(prog, transport: str) -> bool:
     """Whether `prog` moves its copy stages as `transport` asks (sm: on the SMs; anything else: it has dma stages, so
     a program compiled with the SMs' copies is not reused for a dma request)."""
-    has_dma = any(st.transport == DMA for st in stages(prog.graph))
-    return has_dma == (transport != "sm")
+    return uses_copy_engines(prog) == (transport != "sm")
 
 
 def taxes(program, world: int | None = None, dims: dict[str, int] | None = None, machine: Machine | None = None,

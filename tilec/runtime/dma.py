@@ -23,7 +23,7 @@ import time
 
 import torch
 
-from tilec.codegen.dma import peer
+from tilec.codegen.dma import chunk_streams
 
 from .errors import TilecRuntimeError
 
@@ -152,11 +152,9 @@ class _GpuPlan:
         # per stream, in issue order: (dst, dpitch, src, spitch, width, rows) in bytes (rows 1: one contiguous run),
         # or (counter address,) for a flag; a chunk goes to the stream of its peer's ring distance, so the peers'
         # chunks overlap on the engines
-        ring: dict[int, int] = {}
         streams: list[list[tuple]] = []
-        for param, counter, owner, copies in chunks:
-            first = peer(copies[0], me) if copies else me
-            si = ring.setdefault((first - me) % heap.world % MAX_STREAMS, len(ring))
+        for (param, counter, owner, copies), si in zip(chunks, chunk_streams(chunks, me, heap.world, MAX_STREAMS),
+                                                       strict=True):
             while len(streams) <= si:
                 streams.append([])
             for src, srank, so, sp, dst, drank, do, dp, width, rows in copies:
