@@ -16,7 +16,7 @@ import torch
 
 from .errors import HeapError, TilecRuntimeError
 from .heap import ALIGN, Heap
-from .liveness import BARRIER_TIMEOUT_S, is_gone, wait_work  # noqa: F401 - wait_work: re-exported
+from .liveness import BARRIER_TIMEOUT_S, is_gone
 
 SHM_DIR = "/dev/shm"
 SHM_PREFIX = "tilec_"
@@ -101,7 +101,6 @@ class ShmHeap(Heap):
             raise TilecRuntimeError(f"ShmHeap size {nbytes} is not a multiple of {ALIGN}")
         self.timeout = timeout
         self.group = group  # barriers run over this torch.distributed group (None: the default group)
-        self._peers: dict[int, int] | None = None  # rank -> pid of every peer, from the first barrier
         self._maps: list[mmap.mmap] = []
         for p in paths:
             fd = os.open(p, os.O_RDWR)

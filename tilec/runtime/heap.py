@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import torch
 
 from .errors import HeapError
+from .liveness import BARRIER_TIMEOUT_S
 
 ALIGN = 256  # bytes; every allocation starts on this boundary (enough for vector loads of any dtype)
 
@@ -58,6 +59,9 @@ class Heap(abc.ABC):
 
     backend: str = ""
     interpret: bool = False  # True when kernels must run under TRITON_INTERPRET=1
+    timeout: float = BARRIER_TIMEOUT_S  # a host barrier's wall-clock limit (host_barrier)
+    group = None  # the torch.distributed group host barriers run over (None: the default group)
+    _peers: dict[int, int] | None = None  # rank -> pid of every peer, from the first host barrier
 
     def __init__(self, rank: int, world: int, device: torch.device, arena: torch.Tensor):
         if arena.dtype != torch.uint8 or arena.dim() != 1:
@@ -156,10 +160,9 @@ class Heap(abc.ABC):
 
         import torch.distributed as dist
 
-        from .liveness import BARRIER_TIMEOUT_S, wait_work
+        from .liveness import wait_work
 
-        timeout = getattr(self, "timeout", BARRIER_TIMEOUT_S)
-        group, peers = getattr(self, "group", None), getattr(self, "_peers", None)
+        timeout, group, peers = self.timeout, self.group, self._peers
         if not (dist.is_available() and dist.is_initialized()):
             if self.world > 1:
                 raise HeapError(f"{type(self).__name__}.barrier needs a torch.distributed process group when world > 1")

@@ -74,9 +74,7 @@ class IrisHeap(Heap):
             raise TilecRuntimeError(f"Iris placed rank {rank}'s heap on {self.device}, expected {device}")
         self._bases = self._shmem.get_heap_bases()
         self._destroy_group_on_close = False  # from_env sets it when it made the process group
-        self.timeout = timeout  # a host barrier's wall-clock limit (Heap.host_barrier)
-        self.group = None  # barriers run over the default group, as Iris's rendezvous did
-        self._peers: dict[int, int] | None = None  # rank -> pid of every peer, from the first barrier
+        self.timeout = timeout  # a host barrier's wall-clock limit (Heap.host_barrier; the default group, as Iris's)
 
     @property
     def shmem(self):
