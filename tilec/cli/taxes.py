@@ -59,11 +59,12 @@ def cmd_taxes(args) -> int:
     if args.transport == "auto":  # both transports, as `--schedule auto` weighs them: SCHEDULE+dma rows beside
         from dataclasses import replace
 
+        from tilec.perf.auto import DMA, variant
         from tilec.perf.taxes import TaxRow
 
         dma = taxes(args.program, world, _dims(args.dims), machine, granularity=args.granularity, measure=measure,
-                    launch={**launch, "transport": "dma"})
-        rows += [replace(r, schedule=f"{r.schedule}+dma") for r in dma if isinstance(r, TaxRow)]
+                    launch={**launch, "transport": DMA})
+        rows += [replace(r, schedule=variant(r.schedule, DMA)) for r in dma if isinstance(r, TaxRow)]
     shared = measure and world > gpu_count()
     print(render(args.program, rows, machine, shared))
     if args.measure and not measure:
