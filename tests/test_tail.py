@@ -112,7 +112,11 @@ def test_flash_decode_folds_the_local_merge(fd):
     k = fd.module.KERNELS[0]
     assert k[1] == 2 * 2 * 4 + 2 * 8  # split and combine tasks only: local and exchange left the loop
     split = fd.source[fd.source.index("def split_task("):fd.source.index("def local_task(")]
-    assert "if td.arrive(F_Os_Ls_split_local + " in split and "local_task(" in split
+    # the last arrivals of a KV head's splits share its merges (4 splits, 4 query heads: each runs one) when every
+    # split task has a program of its own; the earlier of them wait for the group on its arrival counter only
+    assert "left = td.arrive_left(F_Os_Ls_split_local + " in split and "local_task(" in split
+    assert "share = tl.where(tl.num_programs(0) >= 32, 4, 1)" in split
+    assert [ln.split("(")[1].split(" +")[0] for ln in split.splitlines() if "td.wait" in ln] == ["F_Os_Ls_split_local"]
     assert "td.wait" not in fd.source[fd.source.index("def local_task("):fd.source.index("def exchange_task(")]
 
 
@@ -130,6 +134,35 @@ def test_folded_flash_decode_matches_torch(world, monkeypatch):
         assert prog.graph.graph.get("folds"), sched
         cases.append((prog, "f16", 7 * world))
     results = spawn("tests.fd_workers:run_cases", world, args=(cases, 3), heap_bytes=1 << 22, timeout=600)
+    bad = [row for rows in results for row in rows if not all(math.isfinite(e) and e <= 2e-3 for e in row[3])]
+    assert not bad, bad
+    assert all(row[4] for rows in results for row in rows)  # every counter (arrivals too) at epoch * count
+
+
+def _by_kv_head() -> str:
+    """The example with its tail over the G query heads of a KV head (`q in G by G`) instead of one head per task."""
+    src = open(EXAMPLE).read()
+    tail = src[src.index("  stage local"):]
+    by_group = tail.replace("h in HKV*G by 1", "g in HKV by 1, q in G by G").replace("h]", "g*G + q]").replace(
+        "h, :]", "g*G + q, :]")
+    assert by_group != tail and " h" not in by_group.replace("ranks", "")
+    return src.replace(tail, by_group)
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_a_tail_tiled_by_kv_head_folds_and_matches_torch(world):
+    """A consumer whose read picks its group by one var while a one-trip tile var (`q in G by G`) spans the group's
+    width folds (the tile is the read's fixed width; the verifier checks it stays in one group)."""
+    import math
+
+    from tilec.ir.graph import folds
+    from tilec.runtime import spawn
+
+    progs = [tilec.compile("by_kv_head.tile", world=world, schedule=s, source=_by_kv_head(), dims=FD_CASES[world])
+             for s in ("fused-push", "specialized")]
+    assert ("local", "split") in [(f.consumer, f.producer) for f in folds(progs[0].graph)]
+    results = spawn("tests.fd_workers:run_cases", world, args=([(p, "f16", 3) for p in progs], 2),
+                    heap_bytes=1 << 22, timeout=600)
     bad = [row for rows in results for row in rows if not all(math.isfinite(e) and e <= 2e-3 for e in row[3])]
     assert not bad, bad
     assert all(row[4] for rows in results for row in rows)  # every counter (arrivals too) at epoch * count
@@ -337,4 +370,7 @@ def test_at_world_1_the_whole_tail_folds_into_the_split():
     assert [(f.consumer, f.producer) for f in folds(prog.graph)] == [("local", "split"), ("exchange", "local"),
                                                                       ("combine", "exchange")]
     assert prog.module.KERNELS[0][1] == 2 * 2 * 4  # the split tasks only: no flag wait left in the kernel
-    assert "td.wait" not in prog.source and prog.source.count("td.arrive(") == 1
+    # no flag wait but the shared fold's bounded wait for its own group (flags.arrive)
+    waits = [ln.strip() for ln in prog.source.splitlines() if "td.wait" in ln]
+    assert len(waits) == 1 and waits[0].startswith("td.wait(F_Os_Ls_split_local + "), waits
+    assert prog.source.count("td.arrive_left(") == 1

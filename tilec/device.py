@@ -133,6 +133,16 @@ def arrive(counter, target):
 
 
 @triton.jit
+def arrive_left(counter, target):
+    # fold-last, shared: bump the group's counter like arrive and return how many of the group's tasks have yet to
+    # arrive (0: this bump completed it). Distinct per arrival, so the last few can split the consumer's tasks.
+    tl.debug_barrier()  # every thread's stores of the tile are done before the counter moves
+    left = target - 1 - tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+    tl.debug_barrier()
+    return left
+
+
+@triton.jit
 def mark(rec, stage, start, waited, INTERPRET: tl.constexpr):
     end = clock(INTERPRET)
     tl.store(rec, stage)

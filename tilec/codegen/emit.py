@@ -76,6 +76,7 @@ class _Emitter(Copies, Compute, Flags, Tasks):
         self.ptrs: dict[Access, str] = {}  # access -> pointer walked along an enclosing reduction
         self.memo: dict[int, tuple[str, str]] = {}  # tile-function calls shared by several stores
         self.walked: dict[int, tuple] = {}  # in-place read -> (pointers, mask, own) walked along its reduction
+        self.all_running: int | None = None  # the kernel's loop tasks, when a grid may hold them all (flags.arrive)
 
     def tmp(self, stem: str) -> str:
         """A fresh local named after what it holds (text.Names)."""
@@ -194,6 +195,9 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
         st = stage(g, sname)
         n = _tasks(st, world)
         em = _Emitter(g, st, flag_no, scopes, attend_block, taken)
+        # every task its own running program when the grid is this large (persistent grids are sized to what is
+        # co-resident): then a fold's last arrivals may share its consumer tasks (flags.arrive)
+        em.all_running = total if k.persistent and not shares else None
         has_sum = any(isinstance(x.value, Sum) for x in st.body)
         mark = None if timeline_base is None else (timeline_base + offset, [x.name for x in stages(g)].index(sname))
         gm = plan.group_m if plan is not None and sname == plan.consumer else group_m

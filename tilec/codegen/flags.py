@@ -13,6 +13,7 @@ from tilec.ir.wait_plan import plan_fold, plan_wait
 from .text import ident
 
 TASK_ARGS_MARK = "_tilec_task_args_"  # where a folded consumer's call takes the kernel's arguments (emit._kernel)
+MAX_SHARE = 32  # a fold's consumer tasks are shared by at most this many of its last arrivals
 
 
 class Flags:
@@ -76,17 +77,36 @@ class Flags:
 
     def arrive(self, fold: Fold, f: Flag, out: list[str], indent: str) -> None:
         """fold-last: bump the group's arrival counter; the bump that completes it runs the consumer's tasks of
-        the group (a range of the consumer var that picks each keyed dim, every value of its other vars)."""
+        the group (a range of the consumer var that picks each keyed dim, every value of its other vars). When
+        every task of the kernel has a running program of its own, the group's last `share` arrivals split those
+        tasks between them (task number mod share), each but the last first waiting for the group: the merges of
+        a decode's KV head then run side by side instead of one after another in the last split."""
         plan = plan_fold(self.g, fold)
+        share = min(f.count, _per_group(plan), MAX_SHARE) if self.all_running else 1
+        left = None
         if f.count == 1:  # a group of one task: no counter, it runs them itself (silent_flags: none allocated)
             out.append(f"{indent}# {fold.consumer}'s tasks that read this tile run right here (a group of one)")
             out.append(f"{indent}tl.debug_barrier()  # every thread's stores of the tile are done before they read it")
             ind = indent
-        else:
+        elif share == 1:
             fp = self.param(f"F_{ident(f.name)}")
             out.append(f"{indent}# the last of the {f.count} {f.producer} tasks of this group runs {fold.consumer}'s"
                        " tasks that read them")
             out.append(f"{indent}if td.arrive({fp} + {self._counter(f)}, epoch * {f.count}):")
+            ind = indent + "    "
+        else:
+            fp = self.param(f"F_{ident(f.name)}")
+            counter, left, n = self._counter(f), self.tmp("left"), self.tmp("share")
+            out += [f"{indent}# the last {share} of the {f.count} {f.producer} tasks of this group share"
+                    f" {fold.consumer}'s tasks that read them",
+                    f"{indent}# when all {self.all_running} tasks have a program (else the last runs them all);"
+                    " the others first wait for the group",
+                    f"{indent}{left} = td.arrive_left({fp} + {counter}, epoch * {f.count})  # arrivals still to come",
+                    f"{indent}{n} = tl.where(tl.num_programs(0) >= {self.all_running}, {share}, 1)",
+                    f"{indent}if {left} < {n}:",
+                    f"{indent}    if {left} > 0:",
+                    f"{indent}        td.wait({fp} + {counter}, epoch * {f.count}, rank, rank, heap_bases, ERR,"
+                    f" timeout_ns, {self.flag_no[f.name]}, {counter}, \"{self.flag_scope[f.name]}\", UPCAST_DOT)"]
             ind = indent + "    "
         names = {}
         for fd in plan.dims:
@@ -124,6 +144,10 @@ class Flags:
         for v in plan.order:
             x = names[v.name] if v.step == 1 else f"({names[v.name]} // {v.step})"
             t = x if t == "0" else f"({t}) * {v.trips} + {x}"
+        if left is not None:
+            tn = self.tmp("t")
+            out += [f"{ind}{tn} = {t}", f"{ind}if {tn} % {n} == {left}:"]
+            t, ind = tn, ind + "    "
         out.append(f"{ind}{fold.consumer}_task({t}, {TASK_ARGS_MARK})")
 
     def _counter(self, f: Flag) -> str:
@@ -141,6 +165,19 @@ class Flags:
         return " + ".join(parts) or "0"
 
     # -- one task ----------------------------------------------------------------------------------
+
+
+def _per_group(plan) -> int:
+    """How many consumer tasks one group of a fold runs (a group whose span is off the consumer's grid may run one
+    more per dim): per keyed dim the consumer var's values whose read starts in the group's span, times every
+    value of the consumer's other vars. Only how evenly the shares split depends on it."""
+    n = 1
+    for fd in plan.dims:
+        span = fd.dim.step if fd.dim.tile_var else 1
+        n *= -(-span // (fd.coef * fd.var.step))
+    for v in plan.free:
+        n *= v.trips
+    return n
 
 
 def silent_flags(g: nx.DiGraph) -> set[str]:

@@ -202,7 +202,9 @@ def plan_fold(g: nx.DiGraph, fold) -> FoldPlan:
         if (d.rank_var and not d.key_rank) or (d.tile_var and not d.key_tile):
             raise ScheduleError(f"fold: dim {d.dim} of {f.write} is counted in part: a group's elements there are"
                                 " not one run")
-        if len(r.terms) != 1 or r.tile is not None and r.tile.name != r.terms[0][0]:
+        # a tile var of one trip (`q in G by G`) is 0 in every task: its tile is the read's fixed width, and the
+        # verifier checks that width stays inside one group
+        if len(r.terms) != 1 or r.tile is not None and r.tile.trips > 1 and r.tile.name != r.terms[0][0]:
             raise ScheduleError(f"fold: {w.read} picks its counter of dim {d.dim} by {len(r.terms)} vars, not one")
         (v, k), = r.terms
         if v not in scope or scope[v].is_rank or k <= 0 or any(x.var.name == v for x in dims):

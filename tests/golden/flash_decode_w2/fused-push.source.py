@@ -72,12 +72,19 @@ def split_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_
     o, lse = td.attend_finish(row_max, den, acc, 4)
     tl.store(Os + j * 1024 + b * 512 + (4 * g + q_r)[None, None, :, None] * 64 + _a3_r[None, None, None, :], tl.reshape(o, (1, 1, 4, 64)).to(tl.float32))
     tl.store(Ls + j * 16 + b * 8 + (4 * g + q_r)[None, None, :], tl.reshape(lse, (1, 1, 4)).to(tl.float32))
-    # the last of the 2 split tasks of this group runs local's tasks that read them
-    if td.arrive(F_Os_Ls_split_local + b * 2 + g + q // 4, epoch * 2):
+    # the last 2 of the 2 split tasks of this group share local's tasks that read them
+    # when all 24 tasks have a program (else the last runs them all); the others first wait for the group
+    left = td.arrive_left(F_Os_Ls_split_local + b * 2 + g + q // 4, epoch * 2)  # arrivals still to come
+    share = tl.where(tl.num_programs(0) >= 24, 2, 1)
+    if left < share:
+        if left > 0:
+            td.wait(F_Os_Ls_split_local + b * 2 + g + q // 4, epoch * 2, rank, rank, heap_bases, ERR, timeout_ns, 3, b * 2 + g + q // 4, "gpu", UPCAST_DOT)
         b_2 = b
         for h_2 in range(4 * g + q, 4 * g + q + 4):
-            local_task(b_2 * 8 + h_2, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, O,
-                       ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
+            t_9 = b_2 * 8 + h_2
+            if t_9 % share == left:
+                local_task(t_9, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, O, ERR,
+                           heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
 
 
 @triton.jit
