@@ -17,8 +17,7 @@ Tile size BS (positions per split): one default per shape (default_bs: the split
 programs in the fewest waves; attend streams a split in blocks of 64 keys, so a long split costs no registers)
 unless --tune, which times default/4 .. default*2 and caches the winner per (program, schedule, shape, world,
 dtype, GPU) beside the GEMM tuner's entries. Candidates whose split count S/BS exceeds MAX_SPLITS are not
-compiled (see there). A program that declares tile BH (query heads per tail task, as the example does) gets
-default_bh's: G where a KV head has few splits, else 1.
+compiled (see there).
 """
 
 from __future__ import annotations
@@ -47,7 +46,6 @@ TASK_OVERHEAD = 64
 # benchmarks/results/h200-1gpu/decode_split_sweep.log, decode_stream_probe2.log; tests/test_bench_cpu.py checks).
 SATURATING_SHARE = 0.75
 MIN_BS = 64
-FEW_SPLITS = 4  # default_bh: at most this many partials per KV head merge all its G query heads in one task
 CPU_BS = 32
 NUM_WARPS, NUM_STAGES = 4, 3
 # The example's local merge holds all S/BS partials of one (batch, head) in one program (S/BS x D f32): at 2048
@@ -163,14 +161,6 @@ def default_bs(dims: dict, interpret: bool, slots: int | None = None) -> int:
     return best[1] if best else bs // 2
 
 
-def default_bh(dims: dict, bs: int) -> int:
-    """BH (query heads per merge, exchange and combine task) for a program that declares it: G (one task per KV
-    head) when a head has at most FEW_SPLITS partials, else 1. With few splits per KV head fold-last's group has
-    few arrivals to share the G merges (2 at B8 16K: 4 merges each, one after another); with many, G one-head
-    merges side by side beat one program merging all G heads (4.4 us for 16 splits x 8 heads on an H200)."""
-    return dims["G"] if -(-dims["S"] // bs) <= FEW_SPLITS else 1
-
-
 def candidates(dims: dict, interpret: bool, tune: bool) -> list[int]:
     if interpret:
         return [CPU_BS]
@@ -276,16 +266,9 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
     bar = progress(len(shapes) * (len(schedules) + 1), "bench", log if heap.rank == 0 else None)
     rtt = link_rtt_us(heap, world, iters)
 
-    from tilec.frontend.parser import parse_file
-
-    has_bh = any(t.name == "BH" for t in parse_file(path).tiles)
-
-    def tiles(dims, bs):
-        return {"BS": bs, **({"BH": default_bh(dims, bs)} if has_bh and not heap.interpret else {})}
-
     def compile_(s, dims, bs):
         return tilec.compile(path, world=world, schedule=s, retype=retype, num_warps=NUM_WARPS,
-                             num_stages=NUM_STAGES, dims={**dims, **tiles(dims, bs)}, wait_timeout=wait_timeout)
+                             num_stages=NUM_STAGES, dims={**dims, "BS": bs}, wait_timeout=wait_timeout)
 
     def time_prog(prog, data, n, final):
         """(Timing, O, bsp's local phase alone in seconds or None, heap bytes); short (no graph, no local phase)
@@ -387,7 +370,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
             cache[key] = found[key] = {"BS": bs}
             if len(cands) > 1:  # re-time the winner in full (fresh buffers and flags, its graph, its local phase)
                 t, out, local, heap_bytes = time_prog(compile_(s, dims, bs), data, iters, True)
-            r = row(s, "tilec", t, {**tiles(dims, bs), "num_warps": NUM_WARPS, "num_stages": NUM_STAGES,
+            r = row(s, "tilec", t, {"BS": bs, "num_warps": NUM_WARPS, "num_stages": NUM_STAGES,
                                     "programs_per_sm": per_sm.get(s, 1)}, rel_err(out, ref))
             r.heap_bytes = heap_bytes
             if local is not None:
