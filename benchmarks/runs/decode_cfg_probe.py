@@ -32,8 +32,8 @@ def run(heap, path):
             warps, stages = 4, 3
             try:
                 prog = tilec.compile(path, world=1, schedule="fused-push", retype={"f16": "bf16"},
-                                     dims={**dims, "BS": bs, **({"BH": bh} if bh > 1 else {})}, attend_block=blk, num_warps=warps,
-                                     num_stages=stages)
+                                     dims={**dims, "BS": bs, **({"BH": bh} if bh > 1 else {})}, attend_block=blk,
+                                     num_warps=warps, num_stages=stages)
                 args = {"Q": q, "K": k, "V": v, "lens": lens, "O": torch.empty_like(q)}
                 t = time_program(prog, heap, args, 20, 2, host_iters=1)
             except Exception as e:  # noqa: BLE001 - a config that does not compile is a row, not the end
