@@ -3,6 +3,7 @@ block, each a CUDA graph replay after a reading L2 flush (perf.measure) beside t
 BH > 1 rows need a program with tile BH (the session-10 run used commit a1a89aa's example: the tail stages over
 `h in HKV*G by BH`). Usage: python benchmarks/runs/decode_cfg_probe.py PROGRAM.tile"""
 import itertools
+import os
 import sys
 
 import torch
@@ -17,6 +18,9 @@ SWEEP = {  # (B, HKV, G, D, S): (BS, BH, attend block) candidates; warps 4, stag
     (1, 16, 8, 128, 8192): ((512, 1024), (1,), (64, 128)),
     (8, 16, 8, 128, 16384): ((4096, 8192), (1, 8), (64,)),
 }
+if os.environ.get("DECODE_SWEEP") == "64k":  # 192 tasks at BS 4096 leave 72 of 132 SMs one task; 384 at 2048
+    SWEEP = {(1, 12, 8, 128, 65536): ((2048, 4096), (1,), (64,)),  # fill 3 programs a SM (TILEC_PROGRAMS_PER_SM=3)
+             (1, 16, 8, 128, 8192): ((256, 512), (1,), (64,))}
 
 
 def run(heap, path):
