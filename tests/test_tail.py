@@ -209,6 +209,19 @@ def test_split_k_merge_folds(schedule):
     assert "if td.arrive(F_P_part_merge + " in part and "merge_task(" in part
 
 
+def test_a_groups_last_arrivals_share_its_consumer_tasks():
+    """A merge tile a quarter of the part tile: each group (one output tile, K/BS = 4 part tasks) has 4 merge tasks,
+    which its last 4 arrivals split when the grid holds all 24 tasks of the kernel (16 part, 8 gather)."""
+    prog = _splitk(2, "fused-push", BN2=4)
+    part = prog.source[prog.source.index("def part_task("):prog.source.index("def merge_task(")]
+    assert "left = td.arrive_left(F_P_part_merge + " in part
+    assert "share = tl.where(tl.num_programs(0) >= 24, 4, 1)" in part
+    assert "td.wait(F_P_part_merge + " in part and "% share == left:" in part
+    # one program per task is not guaranteed by a specialized kernel's program groups: the last arrival runs all
+    spec = _splitk(2, "specialized", BN2=4).source
+    assert "td.arrive_left(" not in spec and "if td.arrive(F_P_part_merge + " in spec
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("world", [1, 2, 3])
 def test_folded_split_k_matches_torch(world):
@@ -218,11 +231,12 @@ def test_folded_split_k_matches_torch(world):
 
     cases, calls = [], {}
     for sched in ("fused-push", "specialized"):
-        # K = 48: three partials per tile; N = 24: a ragged last column tile
-        prog = _splitk(world, sched, K=48, N=24)
-        assert prog.graph.graph.get("folds"), sched
-        calls[sched] = make_calls(prog, 2, seed=5 + world)
-        cases.append((sched, prog, calls[sched], ()))
+        # K = 48: three partials per tile; N = 24: a ragged last column tile; BN2 = 8: merges shared (2 a group)
+        for name, extra in ((sched, {}), (f"{sched} BN2=8", {"BN2": 8})):
+            prog = _splitk(world, sched, K=48, N=24, **extra)
+            assert prog.graph.graph.get("folds"), name
+            calls[name] = make_calls(prog, 2, seed=5 + world)
+            cases.append((name, prog, calls[name], ()))
     results = spawn(_workers.run_cases, world, heap_bytes=1 << 22, timeout=600, args=(cases,))
     for sched, ins in calls.items():
         for c, per_rank in enumerate(ins):
