@@ -148,7 +148,10 @@ def test_decode_paper_sets_and_split_cap():
 
 def test_default_split_is_the_fastest_measured():
     """default_bs against the split kernels timed on an H200 (the emitted form, split stage alone, every split of a
-    shape in one run): for each of the 10 shapes (8K-1M, 96 and 128 heads) it picks the fastest."""
+    shape in one run): for each of the 10 shapes (8K-1M, 96 and 128 heads) it picks the fastest, or one wave of
+    splits within 2% of a faster split that needs several (whose KV heads then merge one head after another in
+    their last split: at 96 heads, 128K keys 2048-key splits took 197.4 us alone and 278 us as the whole step,
+    session10/fd_paper.log)."""
     runs: dict[tuple[int, int], dict[int, float]] = {}
     for name in ("decode_split_sweep.log", "decode_stream_probe2.log"):
         for line in (ROOT / "benchmarks" / "results" / "h200-1gpu" / name).read_text().splitlines():
@@ -158,7 +161,10 @@ def test_default_split_is_the_fastest_measured():
     assert len(runs) == 10
     for (s, hkv), times in runs.items():
         pick = bench_decode.default_bs(dict(B=1, HKV=hkv, G=8, D=128, S=s), False, 264)
-        assert pick == min(times, key=times.get), (s, hkv, pick, times)
+        best = min(times, key=times.get)
+        one_wave = hkv * s // pick <= 264 < hkv * s // best
+        assert pick == best or (one_wave and times[pick] <= 1.02 * times[best]), (s, hkv, pick, times)
+    assert bench_decode.default_bs(dict(B=1, HKV=12, G=8, D=128, S=131072), False, 264) == 8192
 
 
 def test_decode_signature_is_checked(tmp_path):

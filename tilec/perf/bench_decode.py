@@ -40,6 +40,12 @@ COPY_GBPS = 4200.0  # measured H200 device-to-device copy bandwidth (docs/GPU.md
 # 128 heads on an H200 (benchmarks/results/h200-1gpu/decode_local_probe.log): BS 512 / 1024 / 2048 took
 # 88.4 / 83.9 / 80.3 us.
 TASK_OVERHEAD = 64
+# One lse_merge run by the last split of a KV head, in keys a program streams meanwhile (~2 us; default_bs). With more
+# split tasks than resident programs fold-last's merges are not shared: the last split of each KV head runs its G
+# merges one after another (codegen/flags.Flags.arrive). At B1 H96 S128K three waves of 2048-key splits streamed
+# 1.5% faster than one of 8192 alone (decode_split_sweep.log) but the step took 278 us against SDPA's 199
+# (session10/fd_paper.log).
+MERGE_KEYS = 64
 # The share of the resident programs that saturates HBM on their own (default_bs): 192 split programs of 2048 keys
 # (96 heads at 32K, 0.73 of 264) streamed faster than 264 programs of 512 or 1024 keys, and with 0.75 the model
 # ranks first the fastest split of each of the 10 shapes timed on an H200 (8K-1M, 96 and 128 heads:
@@ -141,8 +147,9 @@ def default_bs(dims: dict, interpret: bool, slots: int | None = None) -> int:
     S/BS split tasks on `slots` resident programs (resident_programs()) run in ceil(T / slots) waves, each as long
     as BS keys plus TASK_OVERHEAD (loading q, finishing and storing the partial). The full waves keep every slot
     busy; the last one's r tasks stream at HBM's rate once they fill SATURATING_SHARE of the slots, so it costs like
-    max(r, that share) tasks. Among the powers of two (>= 64, <= S, at most MAX_SPLITS splits) the cheapest, the
-    largest of equals (fewer partials to merge). CPU emulation: CPU_BS."""
+    max(r, that share) tasks. More than one wave also costs the G merges of the last split of a KV head, which then
+    run one after another (MERGE_KEYS each). Among the powers of two (>= 64, <= S, at most MAX_SPLITS splits) the
+    cheapest, the largest of equals (fewer partials to merge). CPU emulation: CPU_BS."""
     if interpret:
         return CPU_BS
     slots = slots or resident_programs()
@@ -155,6 +162,8 @@ def default_bs(dims: dict, interpret: bool, slots: int | None = None) -> int:
             waves = -(-tasks // slots)
             last = tasks - (waves - 1) * slots
             cost = ((waves - 1) * slots + max(last, saturate)) * (bs + TASK_OVERHEAD)
+            if waves > 1:  # the merges of a KV head one after another in its last split (MERGE_KEYS)
+                cost += slots * dims["G"] * MERGE_KEYS
             if best is None or cost <= best[0]:
                 best = (cost, bs)
         bs *= 2
