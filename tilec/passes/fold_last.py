@@ -13,8 +13,9 @@ A group is what the consumer's wait covers: the producer tiles along dims it rea
 dim the read must pick one counter through one of its loop vars, so the consumer tasks of a group are a range of
 that var (ir/wait_plan.plan_fold). The verifier checks that every consumer task runs exactly once, in the group
 its waits cover. Codegen may let the group's last few arrivals share those tasks where every task of the kernel
-has a program (codegen/flags.Flags.arrive); which tasks run, and how often, is the same. At world 1 every peer is this rank, so pushes and peer reads fold too: flash decode's whole tail
-(merge, push to itself, combine) then runs inside the last split task of each KV head, and no task waits.
+has a program (codegen/flags.Flags.arrive); which tasks run, and how often, is the same. At world 1 every peer is
+this rank, so pushes and peer reads fold too: flash decode's whole tail (merge, push to itself, combine) then runs
+inside the last split tasks of each KV head, and no task waits on another stage's flag.
 
   Before:  stage split ... release Os+Ls.split;   stage local ... wait Os+Ls.split before reading Os[_a0, b, h, _a1]
   After:   stage split ... release Os+Ls.split:local (16 tasks per counter; the last runs local's tasks of it)
