@@ -78,7 +78,7 @@ class FoldLast(Pass):
             except ScheduleError:
                 continue
             fold = Fold(c.name, p, arrival.name, c.loc)
-            trial = self._rewrite(g.copy(), f, arrival, c, fold)
+            trial = self._rewrite(g.copy(), f, arrival, c, fold, shared=not k.groups)
             if fold_problem(trial, fold):  # e.g. a task reads the tiles of two groups: it stays in the loop
                 continue
             g = trial
@@ -124,7 +124,7 @@ class FoldLast(Pass):
         return arrival
 
     @staticmethod
-    def _rewrite(g: nx.DiGraph, f: Flag, arrival: Flag, c, fold: Fold) -> nx.DiGraph:
+    def _rewrite(g: nx.DiGraph, f: Flag, arrival: Flag, c, fold: Fold, shared: bool = True) -> nx.DiGraph:
         g.graph = dict(g.graph)
         fn, an = f"f:{f.name}", f"f:{arrival.name}"
         g.add_node(an, kind="flag", payload=arrival)
@@ -135,5 +135,7 @@ class FoldLast(Pass):
         if not any(d.get("kind") == "wait" for _, _, d in g.out_edges(fn, data=True)):
             g.remove_node(fn)  # nobody else waits on it: its releases would be wasted atomics
         note = f"folded into {f.producer}: the last of every {arrival.count} tasks of a group runs it"
+        if shared and arrival.count > 1:  # codegen/flags.Flags.arrive (a specialized kernel's program groups: never)
+            note += " (its last few share it where every task of the kernel has a program)"
         g.nodes[sid(c.name)]["payload"] = replace(c, note="; ".join(x for x in (c.note, note) if x))
         return g
