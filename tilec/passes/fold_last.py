@@ -134,7 +134,8 @@ class FoldLast(Pass):
         g.add_edge(an, sid(c.name), kind="wait", waits=ws)
         if not any(d.get("kind") == "wait" for _, _, d in g.out_edges(fn, data=True)):
             g.remove_node(fn)  # nobody else waits on it: its releases would be wasted atomics
-        note = f"folded into {f.producer}: the last of every {arrival.count} tasks of a group runs it"
+        note = (f"folded into {f.producer}: the last of every {arrival.count} tasks of a group runs it" if
+                arrival.count > 1 else f"folded into {f.producer}: the producer task runs it after its stores")
         if shared and arrival.count > 1:  # codegen/flags.Flags.arrive (a specialized kernel's program groups: never)
             note += " (its last few share it where every task of the kernel has a program)"
         g.nodes[sid(c.name)]["payload"] = replace(c, note="; ".join(x for x in (c.note, note) if x))
