@@ -47,14 +47,18 @@ def stage_sources(source: str) -> dict[str, str]:
 def missing_waits(prog) -> list[str]:
     """What the emitted source of `prog` fails to wait on (or waits on without cause), per stage."""
     g = prog.graph
-    param = {f"F_{re.sub(r'[^0-9A-Za-z_]', '_', f.name)}": f for f in flags(g)}
+
+    def pname(flag: str) -> str:  # a flag's kernel parameter, as the emitter names it
+        return f"F_{re.sub(r'[^0-9A-Za-z_]', '_', flag)}"
+
+    param = {pname(f.name): f for f in flags(g)}
     by_name = {f.name: f for f in flags(g)}
     blocks = stage_sources(prog.source)
     problems = []
     folded = {(fo.consumer, fo.flag): fo for fo in g.graph.get("folds", ())}
     for (consumer, flag), fo in folded.items():  # fold-last: the producer's completing arrival runs the consumer
         text = blocks.get(fo.producer, "")
-        fp = f"F_{re.sub(r'[^0-9A-Za-z_]', '_', flag)} + "
+        fp = f"{pname(flag)} + "
         arrives = by_name[flag].count == 1 or f"td.arrive({fp}" in text or f"td.arrive_left({fp}" in text
         if not arrives or f"{consumer}_task(" not in text:  # a group of one task runs its consumers unconditionally
             problems.append(f"stage {fo.producer}: does not arrive on {flag} and run {consumer}'s tasks")
@@ -69,7 +73,7 @@ def missing_waits(prog) -> list[str]:
         have = {param[p].name for p in _WAIT.findall(text) if p in param}
         # a shared fold: the group's earlier arrivals wait on its own arrival counter (flags.arrive)
         have -= {fo.flag for fo in folded.values() if fo.producer == st.name and
-                 f"td.arrive_left(F_{re.sub(r'[^0-9A-Za-z_]', '_', fo.flag)} + " in text}
+                 f"td.arrive_left({pname(fo.flag)} + " in text}
         for p in _WAIT.findall(text):
             if p not in param:
                 problems.append(f"stage {st.name}: waits on {p}, which is no flag of the program")
