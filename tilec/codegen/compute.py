@@ -134,12 +134,19 @@ class Compute:
         mq = qs[0] if len(qs) == 2 else 1
         k, v = e.args[1], e.args[2]
         pos = self.scope[[t for t in k.access.tile if t][0]]
+        rows = self.rows_valid(k)
+        if rows is not None:  # a padded key tile (masked rows load as zeros): only its real rows are keys
+            clamped = self.tmp("n_keys")
+            out.append(f"{indent}{clamped} = tl.minimum({n}, {rows})")
+            n = clamped
         scale = 1.0 / (self.extent_of_last(k) ** 0.5)
         qp, mx, den, acc = self.tmp("q_pad"), self.tmp("row_max"), self.tmp("den"), self.tmp("acc")
         out.append(f"{indent}{qp}, {mx}, {den}, {acc} = td.attend_init(tl.reshape({q}, ({mq}, {qs[-1]})))")
         c = self.tmp("kb")
         blk = self.attend_block
-        out.append(f"{indent}for {c} in range(0, {pos.step}, {blk}):  # blocks of keys")
+        # a one-trip tile shorter than its step stops at its extent: the blocks past it are padding
+        span = -(-pos.extent // blk) * blk if pos.extent < pos.step else pos.step
+        out.append(f"{indent}for {c} in range(0, {span}, {blk}):  # blocks of keys")
         inner = indent + "    "
         rng = f"{c}_r"
         out.append(f"{inner}{rng} = {pos.name} + {c} + tl.arange(0, {blk})")
@@ -168,9 +175,17 @@ class Compute:
         tv = [t for t in x.access.tile if t][-1]
         return self.scope[tv].extent
 
-    def extent_of_first(self, x) -> int:
-        tv = [t for t in x.access.tile if t][0]
-        return self.scope[tv].extent
+    def rows_valid(self, x) -> int | str | None:
+        """How many rows of a load's first tile dim are real, where the tile is padded: the extent of a one-trip
+        tile var shorter than its step (`p in 40 by 64`), `min(step, extent - start)` of a ragged multi-trip one;
+        None where every row is. Row-wise reductions (attend's keys, lse_merge's partials) must skip the padding:
+        masked loads give 0 there, which is a real key or partial to them."""
+        v = self.scope[[t for t in x.access.tile if t][0]]
+        if v.extent % v.step == 0:
+            return None
+        if v.extent < v.step:
+            return v.extent
+        return f"tl.minimum({v.extent} - {v.name}, {v.step})"
 
     def dot(self, e: Dot, a: str, b: str, acc: str | None) -> str:
         ieee = e.lhs.dtype == "f32"

@@ -31,7 +31,8 @@ def _emit(em, call, args, results):
     m = 1
     for x in lv[1:]:
         m *= x
-    n_valid = em.extent_of_first(call.args[1])  # partials past the true count are padding
+    n_valid = em.rows_valid(call.args[1])  # partials past the true count are padding
+    n_valid = lv[0] if n_valid is None else n_valid
     o, lse = results
     return (f"{o}, {lse} = td.lse_merge(tl.reshape({args[0]}, ({ov[0]}, {m}, {ov[-1]})),"
             f" tl.reshape({args[1]}, ({lv[0]}, {m})), {n_valid})")
