@@ -285,3 +285,40 @@ def test_gemm_pattern_picks_the_baselines_of_each_example():
     got = {e: gemm_pattern(f"examples/{e}.tile", 2, dims) for e in ("ag_gemm", "gemm_rs", "gemm_ar")}
     assert got == {"ag_gemm": "ag", "gemm_rs": "rs", "gemm_ar": "ar"}
     assert gemm_pattern("examples/gemm_rs.tile", 1, dims) == "ag"  # world 1: every pattern is a plain matmul
+
+
+def test_second_round_keeps_each_rows_faster_round():
+    """bench_decode.second_round: every row timed again in reverse order; a row keeps its faster round (timing
+    fields rebuilt from it), records both medians, and keeps its first round when the second fails."""
+    from types import SimpleNamespace
+
+    from tilec.perf.measure import Timing
+
+    def timing(us):
+        return Timing(us, us - 1, us + 1, us - 2, us + 2, 20, "graph", host_us=50.0)
+
+    def row(name, kind, t, config=None, err=None, note=""):
+        return SimpleNamespace(name=name, kind=kind, config=config, rel_err=err, note=note, device_us=t.device_us,
+                               p10_us=t.p10_us, p90_us=t.p90_us, min_us=t.min_us, max_us=t.max_us, iters=t.iters,
+                               timing=t.how, gbps=1000 / t.device_us, frac_of_copy_bw=0.1, tflops=0.0)
+
+    order = []
+
+    def again(name, us):
+        def fn():
+            order.append(name)
+            if us is None:
+                raise RuntimeError("out of memory")
+            return timing(us)
+        return fn
+
+    slow_first = row("sdpa", "baseline", timing(280.0))
+    fast_first = row("fused-push", "tilec", timing(250.0))
+    failing = row("flags", "tilec", timing(300.0))
+    bench_decode.second_round([(slow_first, again("sdpa", 244.0)), (fast_first, again("fused-push", 260.0)),
+                               (failing, again("flags", None))], row)
+    assert order == ["flags", "fused-push", "sdpa"]  # the reverse of the first round
+    assert (slow_first.device_us, slow_first.p90_us, slow_first.rounds_us) == (244.0, 245.0, [280.0, 244.0])
+    assert slow_first.gbps == pytest.approx(1000 / 244.0)
+    assert (fast_first.device_us, fast_first.rounds_us) == (250.0, [250.0, 260.0])
+    assert (failing.device_us, failing.rounds_us) == (300.0, [300.0])

@@ -396,6 +396,9 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
                      "local_us": "per bsp row: its local phase alone (split + merge kernels), a kernel time:"
                                  " median of CUDA-event times of launches each after an L2 flush that reads a buffer"
                                  " of several L2s (tilec.perf.gpu_time.cold_time), as the run copy is timed",
+                     "rounds_us": "per row on a GPU: the median of each of two timing rounds, the second in"
+                                  " reverse order; device_us and its spread are the faster round's (what ran"
+                                  " just before a timing can slow it: tilec.perf.bench_decode.second_round)",
                      "lens": "full: lens[b] = W * S", "tune": tune, "skipped": skipped,
                      "kv_bytes": "2 * B * S * HKV * D * element size, per rank per call",
                      "rel_err": "max |O - O_ref| / max |O_ref|; O_ref: the whole op in f32 recomputed from every"
