@@ -47,8 +47,16 @@ def make_case(world: int, dims: dict, dtype: str, seed: int, poison: bool = True
 
 
 def as_declared(kv, shape):
-    """A [B, S, HKV, D] block of the cache in the program's layout: as is, or head-major [B, HKV, S, D]."""
-    return kv if tuple(kv.shape) == tuple(shape) else kv.transpose(1, 2)
+    """A [B, S, HKV, D] block of the cache in the program's layout: as is, or head-major [B, HKV, S, D]; a block
+    with room for more positions (examples/flash_decode_splits.tile: NS*L >= S) holds NaN past S, which no split
+    may read."""
+    b, s, hkv, d = kv.shape
+    if tuple(shape) in ((b, s, hkv, d), (b, hkv, s, d)):
+        return kv if tuple(kv.shape) == tuple(shape) else kv.transpose(1, 2)
+    head_major = tuple(shape[:2]) == (b, hkv) and shape[2] != hkv
+    room = torch.full(shape, float("nan"), dtype=kv.dtype)
+    (room[:, :, :s] if head_major else room[:, :s]).copy_(kv.transpose(1, 2) if head_major else kv)
+    return room
 
 
 def run_cases(heap, cases, calls: int = 2):

@@ -20,6 +20,7 @@ from tilec.perf.bench_baselines import local_attention_lse, lse_combine
 
 GEMM = str(ROOT / "examples" / "ag_gemm.tile")
 DECODE = str(ROOT / "examples" / "flash_decode.tile")
+SPLITS = str(ROOT / "examples" / "flash_decode_splits.tile")
 
 
 def _applies(path: str, dims: dict) -> list[str]:
@@ -186,7 +187,8 @@ def test_kv_layouts():
     assert inputs.kv_layout(k.shape, dims) == "bshd" and inputs.kv_layout(kh.shape, dims) == "bhsd"
     with pytest.raises(TilecError, match=r"K \[2, 16, 8, 3\]"):
         inputs.kv_layout((2, 16, 8, 3), dims)
-    assert bench_decode._declared_shape(DECODE, 1, dims, "K", 8) == (2, 3, 16, 8)  # the example is head-major
+    assert bench_decode._declared_shape(DECODE, 1, dims, "K", {"BS": 8}) == (2, 3, 16, 8)  # the example: head-major
+    assert bench_decode._declared_shape(SPLITS, 1, dims, "K", {"NS": 3, "L": 6, "BS": 8}) == (2, 3, 18, 8)  # room
 
 
 @pytest.mark.parametrize("world", [1, 3])
@@ -322,3 +324,38 @@ def test_second_round_keeps_each_rows_faster_round():
     assert slow_first.gbps == pytest.approx(1000 / 244.0)
     assert (fast_first.device_us, fast_first.rounds_us) == (250.0, [250.0, 260.0])
     assert (failing.device_us, failing.rounds_us) == (300.0, [300.0])
+
+
+
+def test_default_splits_fill_every_sm_twice():
+    """default_splits of a free-split program against the H200 runs (session11/ragged_probe*.log): 96 heads at 64K
+    take 22 splits of 3008 keys (264 tasks, two on each of 132 SMs: 104 us) over 16 of 4096 (192 tasks: 110-117 us)
+    and 11 of 6016 (one a SM: 121 us); 128 heads keep 16 splits; batch 8 two; batch 32 (more KV heads than
+    programs) one; the CPU emulation CPU_BS."""
+    dims = bench_decode.shape_dims
+    pick = lambda shape: bench_decode.default_splits(dims(shape), False, 264, 132)  # noqa: E731
+    assert pick((1, 12, 8, 128, 65536)) == {"NS": 22, "L": 3008, "BS": 4096}
+    assert pick((1, 12, 8, 128, 8192)) == {"NS": 22, "L": 384, "BS": 512}
+    assert pick((1, 16, 8, 128, 8192)) == {"NS": 16, "L": 512, "BS": 512}
+    assert pick((8, 16, 8, 128, 16384)) == {"NS": 2, "L": 8192, "BS": 8192}
+    assert pick((32, 16, 8, 128, 16384)) == {"NS": 1, "L": 16384, "BS": 16384}
+    for shape in bench_decode.DECODE_SHAPES["decode-paper"]:
+        cfg = pick(shape)
+        d = dims(shape)
+        assert cfg["NS"] * cfg["L"] >= d["S"] > (cfg["NS"] - 1) * cfg["L"]  # no empty split, room for every key
+        assert cfg["L"] % bench_decode.SPLIT_ALIGN == 0 and cfg["L"] <= cfg["BS"] < 2 * cfg["L"]
+        assert bench_decode._too_many_splits(d["S"], cfg) is None
+    assert bench_decode.default_splits(dims((2, 1, 8, 32, 96)), True) == {"NS": 4, "L": 24, "BS": 32}
+    assert bench_decode.default_splits(dims((1, 2, 4, 32, 64)), True) == {"NS": 3, "L": 24, "BS": 32}  # room 72
+    tuned = bench_decode.split_configs(dims((1, 12, 8, 128, 65536)), False, True, True)
+    assert [c["NS"] for c in tuned][:1] == [bench_decode.default_splits(dims((1, 12, 8, 128, 65536)), False)["NS"]]
+
+
+def test_decode_bench_cpu_free_splits(tmp_path):
+    """The bench on examples/flash_decode_splits.tile: the cache block with room for NS*L positions, every row right."""
+    rows = bench.run_bench(SPLITS, 2, "decode-small", ["fused-push"], "f16", 2, False, str(tmp_path), "cpu")
+    mine = [r for r in rows if r["kind"] == "tilec"]
+    assert len(mine) == len(bench_decode.DECODE_SHAPES["decode-small"])
+    for r in mine:
+        s = r["shape"]["S"]
+        assert r["config"]["NS"] == -(-s // 32) + 1 and r["config"]["L"] == 24 and r["rel_err"] < 1e-2

@@ -98,3 +98,38 @@ def test_capture_says_what_it_needs():
                     "capture a schedule without one (fused-push, specialized, flags)",
                     "flash_decode: capture records a CUDA graph, which needs a GPU; on the CPU emulation call the "
                     "program"]
+
+
+SPLITS = "examples/flash_decode_splits.tile"
+# NS splits of L keys with room NS*L > S (rows past S hold NaN), L below its power-of-two tile (padding rows), split
+# counts that are not powers of two, a split count whose last split holds only part of S, GQA 1 and 8
+SPLIT_CASES = {
+    1: [dict(B=3, HKV=2, G=4, D=32, S=100, NS=3, L=40, BS=64), dict(B=2, HKV=1, G=8, D=32, S=96, NS=5, L=20, BS=32)],
+    2: [dict(B=3, HKV=2, G=4, D=32, S=90, NS=3, L=32, BS=32), dict(B=2, HKV=1, G=1, D=32, S=60, NS=7, L=9, BS=16)],
+    3: [dict(B=3, HKV=1, G=8, D=32, S=50, NS=2, L=48, BS=64)],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", sorted(SPLIT_CASES))
+def test_free_split_count_matches_torch(world):
+    """examples/flash_decode_splits.tile: each split's valid keys are min(lens - rank*S, S) - j*L, clamped by
+    attend to its L rows; the cache block's rows past S are NaN and must never reach O."""
+    cases = [(tilec.compile(SPLITS, world=world, schedule=s, dims=dims), "f16", 10 * i + world)
+             for i, dims in enumerate(SPLIT_CASES[world]) for s in ("bsp", "flags", "fused-push", "specialized")]
+    assert cases[0][0].signature()["K"][2][2] == SPLIT_CASES[world][0]["NS"] * SPLIT_CASES[world][0]["L"]
+    results = spawn("tests.fd_workers:run_cases", world, args=(cases,), heap_bytes=1 << 24, timeout=600)
+    bad = [(r, row[:4]) for r, rows in enumerate(results) for row in rows
+           if not all(math.isfinite(e) and e <= TOL["f16"] for e in row[3])]
+    assert not bad, bad
+    assert all(row[4] for rows in results for row in rows)
+
+
+def test_free_split_count_folds_and_min_stays_an_integer():
+    prog = tilec.compile(SPLITS, world=2, schedule="fused-push", dims=SPLIT_CASES[2][0])
+    from tilec.ir.graph import folds
+
+    assert ("local", "split") in [(f.consumer, f.producer) for f in folds(prog.graph)]
+    split = prog.source[prog.source.index("def split_task("):prog.source.index("def local_task(")]
+    assert "min_val = tl.minimum(sub_val, 90)" in split  # i32 operands, no cast to f32: attend takes the count as is
+    assert "float32" not in split[split.index("lens_val = "):split.index("td.attend(")]

@@ -396,7 +396,8 @@ class _Checker:
                 shape = _broadcast(args[0].shape, args[1].shape)
                 if shape is None:
                     raise _Err(e.loc, f"shape mismatch in {e.fn}(): {_shp(args[0].shape)} and {_shp(args[1].shape)}")
-                return Op(e.fn, tuple(args), "f32", shape, e.loc)
+                ints = args[0].dtype == args[1].dtype == "i32"  # min(lens[b] - rank*S, S): a count stays an integer
+                return Op(e.fn, tuple(args), "i32" if ints else "f32", shape, e.loc)
             known = sorted(UNARY_FNS | BINARY_FNS | CASTS)
             raise _Err(e.loc, f"unknown tile function '{e.fn}' with {len(args)} argument(s)"
                               f" (known: {', '.join(known)})")

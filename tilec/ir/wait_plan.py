@@ -39,8 +39,9 @@ class Reach:
 
     @property
     def most(self) -> int:
-        """At most how far the read reaches beyond its first element, in any task."""
-        return self.fixed + (self.tile.step - 1 if self.tile else 0)
+        """At most how far the read reaches beyond its first element, in any task (a tile shorter than its step,
+        `_a0 in 3 by 4`, reaches its extent)."""
+        return self.fixed + (min(self.tile.step, self.tile.extent) - 1 if self.tile else 0)
 
     @property
     def top(self) -> int | str:

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from tilec.errors import ScheduleError, TilecError
-from tilec.perf.inputs import DECODE_DIMS, kv_layout, make_inputs
+from tilec.perf.inputs import DECODE_DIMS, kv_layout, make_inputs, with_room
 from tilec.perf.measure import GRAPH, device_key, load_tuned, median_time, progress, store_tuned, time_op, time_program
 from tilec.perf.rows import TimedRow, finish_shape, rel_err, table_text
 
@@ -55,6 +55,10 @@ MERGE_KEYS = 64
 SATURATING_SHARE = 0.75
 MIN_BS = 64
 CPU_BS = 32
+SPLIT_ALIGN = 64  # a free split's keys are a whole number of attend blocks (default_splits)
+# How fast an SM with one split program streams, against one with two (default_splits): 11 splits of 6016 keys a KV
+# head (132 tasks, one a SM) against 22 of 3008 (264, two a SM) at 96 heads, 64K keys: 121-122 vs 104 us.
+ONE_PROGRAM_RATE = 0.78
 NUM_WARPS, NUM_STAGES = 4, 3
 # The example's local merge holds all S/BS partials of one (batch, head) in one program (S/BS x D f32): at 2048
 # splits Triton takes ~10 s to compile it for sm_90, at 4096 ~30 s, and 16384 x 128 exceeds Triton's 2^20-element
@@ -182,10 +186,72 @@ def candidates(dims: dict, interpret: bool, tune: bool) -> list[int]:
     return [c for c in (bs // 4, bs // 2, bs, bs * 2) if MIN_BS <= c <= dims["S"]]
 
 
-def _too_many_splits(s: int, bs: int) -> str | None:
-    splits = -(-s // bs)
+def free_splits(ast) -> bool:
+    """A program whose split count is its own dim: NS splits of L keys (examples/flash_decode_splits.tile), its
+    cache block room for NS * L >= S positions and its key tile BS = L rounded up to a power of two."""
+    return {"NS", "L"} <= {d.name for d in ast.dims}
+
+
+def split_of(ns: int, length: int) -> dict:
+    return {"NS": ns, "L": length, "BS": 1 << (length - 1).bit_length()}
+
+
+def default_splits(dims: dict, interpret: bool, slots: int | None = None, sms: int | None = None) -> dict:
+    """NS and L of a free-split program without --tune: the split count whose busiest SM streams the fewest keys.
+    T = B * HKV * NS tasks of L = S/NS keys (rounded up to SPLIT_ALIGN) on `sms` SMs of two programs each put
+    ceil(T / sms) tasks on the busiest SM, each L + TASK_OVERHEAD keys; an SM with one program streams at
+    ONE_PROGRAM_RATE of one with two. At most one wave (T <= slots) unless one split per KV head is already more.
+    Measured on an H200 (session11/ragged_probe*.log): 96 heads at 64K keys, 22 splits of 3008 (264 tasks, two on
+    every SM) 104 us, 16 of 4096 (192 tasks, 60 SMs with two) 110-117 us, 11 of 6016 (one a SM) 121 us. The CPU
+    emulation: one split more than splits of CPU_BS keys need (L a multiple of 8 below its tile, room past S)."""
+    s, heads = dims["S"], dims["B"] * dims["HKV"]
+    if interpret:  # one split more than CPU_BS keys a split would need: the CPU runs meet padded key tiles
+        ns = -(-s // CPU_BS) + 1
+        return split_of(ns, -(-s // (ns * 8)) * 8)
+    slots = slots or resident_programs()
+    sms = sms or max(1, slots // 2)
+    best = None
+    for ns in range(1, min(MAX_SPLITS or s, -(-s // MIN_BS)) + 1):
+        length = -(-s // (ns * SPLIT_ALIGN)) * SPLIT_ALIGN
+        tasks = heads * ns
+        if (ns - 1) * length >= s or (tasks > slots and ns > 1):
+            continue  # an empty split (a smaller NS has the same splits), or a second wave
+        cost = -(-tasks // sms) * (length + TASK_OVERHEAD) / (1.0 if tasks > sms else ONE_PROGRAM_RATE)
+        if best is None or cost < best[0]:
+            best = (cost, ns, length)
+    return split_of(best[1], best[2]) if best else split_of(1, s)
+
+
+def split_configs(dims: dict, interpret: bool, tune: bool, free: bool) -> list[dict]:
+    """The split configs a schedule is timed with: the default, and with --tune its neighbours (BS / 4 .. BS * 2 of
+    a power-of-two program; half and twice the split count of a free-split one)."""
+    if not free:
+        return [{"BS": bs} for bs in candidates(dims, interpret, tune)]
+    d = default_splits(dims, interpret)
+    if not tune or interpret:
+        return [d]
+    out = [d]
+    for ns in (d["NS"] // 2, d["NS"] * 2):
+        length = -(-dims["S"] // (max(1, ns) * SPLIT_ALIGN)) * SPLIT_ALIGN
+        if ns >= 1 and (ns - 1) * length < dims["S"] and split_of(ns, length) not in out:
+            out.append(split_of(ns, length))
+    return out
+
+
+def split_text(cfg: dict) -> str:
+    return f"NS={cfg['NS']} L={cfg['L']} BS={cfg['BS']}" if "NS" in cfg else f"BS={cfg['BS']}"
+
+
+def capacity(dims: dict, cfg: dict) -> int:
+    """Positions a rank's cache block has room for: S, or NS * L of a free-split program."""
+    return cfg["NS"] * cfg["L"] if "NS" in cfg else dims["S"]
+
+
+def _too_many_splits(s: int, cfg: dict | int) -> str | None:
+    cfg = cfg if isinstance(cfg, dict) else {"BS": cfg}
+    splits = cfg.get("NS") or -(-s // cfg["BS"])
     if MAX_SPLITS and splits > MAX_SPLITS:
-        return (f"S/BS = {splits} splits > {MAX_SPLITS} (TILEC_BENCH_MAX_SPLITS): the local merge would hold "
+        return (f"{splits} splits > {MAX_SPLITS} (TILEC_BENCH_MAX_SPLITS): the local merge would hold "
                 f"{splits} partials per program; not compiled")
     return None
 
@@ -231,22 +297,25 @@ def _args(prog, heap, data: dict) -> dict:
 def check_signature(bound, path: str) -> None:
     """The decode bench feeds Q, K, V, lens and reads O: say so when a program with decode dims differs."""
     d = dict(bound.dims)
-    b, h, dd, s, hkv = d["B"], d["HKV"] * d["G"], d["D"], d["S"], d["HKV"]
+    b, h, dd, hkv = d["B"], d["HKV"] * d["G"], d["D"], d["HKV"]
+    s = d["NS"] * d["L"] if {"NS", "L"} <= set(d) else d["S"]  # a free-split program's block has room for NS * L
     have = {t.name: (t.kind, tuple(t.shape)) for t in bound.tensors if t.kind != "buf"}
     wants = [{"Q": ("in", (b, h, dd)), "K": ("in", kv), "V": ("in", kv), "lens": ("in", (b,)), "O": ("out", (b, h, dd))}
              for kv in ((b, s, hkv, dd), (b, hkv, s, dd))]
     if have not in wants:
         raise TilecError(f"{path}: the decode bench feeds in Q[B, HKV*G, D], K and V [B, HKV, S, D] or "
-                         f"[B, S, HKV, D], lens[B] and reads out O[B, HKV*G, D] (as examples/flash_decode.tile); "
+                         f"[B, S, HKV, D] (NS*L for S with dims NS and L), lens[B] and reads out O[B, HKV*G, D] "
+                         f"(as examples/flash_decode.tile); "
                          f"with dims {d} the program takes "
                          f"{', '.join(f'{n} ({k} {list(sh)})' for n, (k, sh) in have.items())}")
 
 
-def _declared_shape(path: str, world: int, dims: dict, name: str, bs: int) -> tuple[int, ...]:
+def _declared_shape(path: str, world: int, dims: dict, name: str, cfg: dict) -> tuple[int, ...]:
     from tilec.frontend.parser import parse_file
     from tilec.frontend.sema import check
 
-    return next(tuple(t.shape) for t in check(parse_file(path), world, {**dims, "BS": bs}).tensors if t.name == name)
+    return next(tuple(t.shape) for t in check(parse_file(path), world, {**dims, **cfg}).tensors if t.name == name)
+
 
 
 def _wrong(r: DecodeRow, tol: float) -> str:
@@ -278,9 +347,13 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
     bar = progress(len(shapes) * (len(schedules) + 1), "bench", log if heap.rank == 0 else None)
     rtt = link_rtt_us(heap, world, iters)
 
-    def compile_(s, dims, bs):
+    from tilec.frontend.parser import parse_file
+
+    free = free_splits(parse_file(path))
+
+    def compile_(s, dims, cfg):
         return tilec.compile(path, world=world, schedule=s, retype=retype, num_warps=NUM_WARPS,
-                             num_stages=NUM_STAGES, dims={**dims, "BS": bs}, wait_timeout=wait_timeout)
+                             num_stages=NUM_STAGES, dims={**dims, **cfg}, wait_timeout=wait_timeout)
 
     def time_prog(prog, data, n, final):
         """(Timing, O, bsp's local phase alone in seconds or None, heap bytes); short (no graph, no local phase)
@@ -288,7 +361,9 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
         inner = heap.mark()
         used = heap.used
         try:
-            args = _args(prog, heap, data)
+            room = capacity(prog.dims, prog.dims)  # NS * L of a free-split program, else S
+            args = _args(prog, heap, {**data, "K": with_room(data["K"], layout, room),
+                                      "V": with_room(data["V"], layout, room)})
             t = time_program(prog, heap, args, n, 1, host_iters=5 if final else 1)
             heap_bytes = heap.used - used  # the call's tensors and the program's buffers
             per_sm[prog.schedule] = prog.programs_per_sm(heap)
@@ -316,7 +391,8 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
         shape_rows: list[DecodeRow] = []
 
         mark = heap.mark()
-        layout = kv_layout(_declared_shape(path, world, dims, "K", default_bs(dims, heap.interpret)), dims)
+        cfg0 = split_configs(dims, heap.interpret, False, free)[0]
+        layout = kv_layout(_declared_shape(path, world, dims, "K", cfg0), {**dims, "S": capacity(dims, cfg0)})
         q, k, v, lens = make_inputs(dims, world, heap.rank, dtype, heap.device, layout=layout)
         data = {"Q": q, "K": k, "V": v, "lens": lens}
         copy = None if heap.interpret else copy_gbps(k, heap, iters)
@@ -342,52 +418,53 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
                  + (f"; a copy of K {copy:.0f} GB/s" if copy else "") + f"; floor {floor_us:.1f}us")
         for s in schedules:
             key = f"decode|{src_hash}|{s}|{'x'.join(str(x) for x in shape)}|w{world}|{dtype}|{device}"
-            cached = cache.get(key, {}).get("BS")
-            cands = [cached] if cached and not _too_many_splits(dims["S"], cached) else candidates(
-                dims, heap.interpret, tune)
-            too_many = [r for r in map(lambda bs: _too_many_splits(dims["S"], bs), cands) if r]
-            cands = [bs for bs in cands if not _too_many_splits(dims["S"], bs)]
+            entry = cache.get(key, {})
+            cached = entry.get("split") or ({"BS": entry["BS"]} if "BS" in entry and not free else None)
+            cands = [cached] if cached and not _too_many_splits(dims["S"], cached) else split_configs(
+                dims, heap.interpret, tune, free)
+            too_many = [r for r in map(lambda c: _too_many_splits(dims["S"], c), cands) if r]
+            cands = [c for c in cands if not _too_many_splits(dims["S"], c)]
             if not cands:
                 try:  # a schedule that does not apply says so, whatever the tile size
-                    compile_(s, dims, default_bs(dims, heap.interpret))
+                    compile_(s, dims, cfg0)
                     reason = too_many[0]
                 except TilecError as e:
                     reason = str(e)
                 skip(dims, s, reason)
                 continue
             best, reason = None, "no config ran"
-            for bs in cands:
+            for cfg in cands:
                 try:
-                    prog = compile_(s, dims, bs)
+                    prog = compile_(s, dims, cfg)
                 except ScheduleError as e:  # the schedule does not apply to this program: say why
                     reason = str(e)
                     break
                 except TilecError as e:  # e.g. this BS does not fit the shape: the other candidates may
-                    reason = f"BS={bs}: {e}"
+                    reason = f"{split_text(cfg)}: {e}"
                     log(f"    {s} {reason}")
                     continue
                 try:
                     res = time_prog(prog, data, iters if len(cands) == 1 else max(3, iters // 3), len(cands) == 1)
                 except Exception as e:  # e.g. a kernel Triton cannot compile for this GPU: reported, not fatal
                     lines = str(e).strip().splitlines()
-                    reason = f"BS={bs}: {type(e).__name__}: {lines[-1][:240] if lines else ''}"
+                    reason = f"{split_text(cfg)}: {type(e).__name__}: {lines[-1][:240] if lines else ''}"
                     log(f"    {s} {reason}")
                     continue
                 if len(cands) > 1:
-                    log(f"    tune {s} BS={bs}: {res[0].device_us:.0f}us")
+                    log(f"    tune {s} {split_text(cfg)}: {res[0].device_us:.0f}us")
                 if best is None or res[0].device_us < best[1][0].device_us:
-                    best = (bs, res)
+                    best = (cfg, res)
             if best is None:
                 skip(dims, s, reason)
                 continue
-            bs, (t, out, local, heap_bytes) = best
-            cache[key] = found[key] = {"BS": bs}
+            cfg, (t, out, local, heap_bytes) = best
+            cache[key] = found[key] = {"split": cfg} if free else {"BS": cfg["BS"]}
             if len(cands) > 1:  # re-time the winner in full (fresh buffers and flags, its graph, its local phase)
-                t, out, local, heap_bytes = time_prog(compile_(s, dims, bs), data, iters, True)
-            r = row(s, "tilec", t, {"BS": bs, "num_warps": NUM_WARPS, "num_stages": NUM_STAGES,
+                t, out, local, heap_bytes = time_prog(compile_(s, dims, cfg), data, iters, True)
+            r = row(s, "tilec", t, {**cfg, "num_warps": NUM_WARPS, "num_stages": NUM_STAGES,
                                     "programs_per_sm": per_sm.get(s, 1)}, rel_err(out, ref))
-            retime.append((r, lambda s=s, bs=bs, dims=dims, data=data: time_prog(compile_(s, dims, bs), data, iters,
-                                                                              False)[0]))
+            retime.append((r, lambda s=s, cfg=cfg, dims=dims, data=data: time_prog(compile_(s, dims, cfg), data,
+                                                                                iters, False)[0]))
             r.heap_bytes = heap_bytes
             if local is not None:
                 r.local_us = _sig(local * 1e6)
@@ -396,7 +473,8 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
             alone = "" if local is None else (f"; local phase alone {r.local_us:.0f}us"
                                               f" ({100 * r.local_frac_of_copy_bw:.1f}% of copy)")
             bar.step(f"{lab} {s}: {r.device_us:.0f}us device ({'graph' if t.how == GRAPH else 'eager'}), "
-                     f"{r.host_us:.0f}us host, {100 * r.frac_of_copy_bw:.1f}% of copy BS={bs}{alone}{_wrong(r, tol)}")
+                     f"{r.host_us:.0f}us host, {100 * r.frac_of_copy_bw:.1f}% of copy {split_text(cfg)}{alone}"
+                     f"{_wrong(r, tol)}")
         if not heap.interpret:  # the CPU emulation's wall-clock rows are not compared: one round
             second_round(retime, row)
             log(f"    {lab} second round (reverse order; each row keeps its faster): " + ", ".join(
@@ -468,11 +546,13 @@ def prepare(path: str, shapes: list[tuple[int, ...]], world: int, dtype: str, in
     worst = 0
     for shape in shapes:
         dims = shape_dims(shape)
-        bss = candidates(dims, interpret, tune=True)
-        bss = [bs for bs in bss if not _too_many_splits(dims["S"], bs)]
-        bound = check(ast, world, {**dims, "BS": min(bss, default=default_bs(dims, interpret))})
+        cfgs = split_configs(dims, interpret, True, free_splits(ast))
+        cfgs = [c for c in cfgs if not _too_many_splits(dims["S"], c)]
+        # the most splits: the most partials to hold
+        bound = check(ast, world, {**dims, **(max(cfgs, key=lambda c: c.get("NS") or dims["S"] // c["BS"]) if cfgs
+                                              else split_configs(dims, interpret, False, free_splits(ast))[0])})
         check_signature(bound, path)
-        if bss:
+        if cfgs:
             worst = max(worst, sum(math.prod(t.shape) * esz[t.dtype] for t in bound.tensors
                                    if t.kind == "buf" or t.symmetric))
     return int(worst * 1.25) + (64 << 20)

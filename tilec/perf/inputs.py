@@ -41,6 +41,19 @@ def kv_layout(k_shape, dims: dict) -> str:
     raise TilecError(f"K {list(k_shape)}: the decode bench takes K and V as [B, S, HKV, D] or [B, HKV, S, D]")
 
 
+def with_room(x: torch.Tensor, layout: str, room: int) -> torch.Tensor:
+    """A rank's K or V block (S positions) in a block with room for `room` >= S positions, the rest zero: what a
+    free-split program takes (its rows past S are never read). The tensor itself where room == S."""
+    dim = 2 if layout == "bhsd" else 1
+    if x.shape[dim] == room:
+        return x
+    shape = list(x.shape)
+    shape[dim] = room
+    out = torch.zeros(shape, dtype=x.dtype, device=x.device)
+    out.narrow(dim, 0, x.shape[dim]).copy_(x)
+    return out
+
+
 def bench_inputs(prog, heap, seed: int):
     """Every tensor of a call, on the heap: random inputs (a flash-decode program gets the decode bench's Q, K,
     V and full lengths: random integers would be meaningless lengths), zeroed outputs."""
@@ -48,13 +61,15 @@ def bench_inputs(prog, heap, seed: int):
     sig = prog.signature()
     decode = {}
     if all(d in prog.dims for d in DECODE_DIMS) and {"Q", "K", "V", "lens"} <= set(sig):
+        d = prog.dims  # a free-split program's cache block has room for NS * L positions
+        room = d["NS"] * d["L"] if {"NS", "L"} <= set(d) else d["S"]
         try:
-            layout = kv_layout(sig["K"][2], prog.dims)
+            layout = kv_layout(sig["K"][2], {**d, "S": room})
         except TilecError:  # not the decode bench's tensors after all: random inputs like any program
             layout = None
         if layout:
-            q, k, v, lens = make_inputs(prog.dims, prog.world, heap.rank, sig["Q"][1], heap.device, seed, layout)
-            decode = {"Q": q, "K": k, "V": v, "lens": lens}
+            q, k, v, lens = make_inputs(d, prog.world, heap.rank, sig["Q"][1], heap.device, seed, layout)
+            decode = {"Q": q, "K": with_room(k, layout, room), "V": with_room(v, layout, room), "lens": lens}
     args = {}
     g = torch.Generator(device="cpu").manual_seed(seed + heap.rank)
     for name, (kind, dtype, shape, _sym) in sig.items():
