@@ -16,6 +16,8 @@ CASES = {
     "gemm_ar": dict(M=256, N=256, K=128),
     # one split per tile, and splits longer than a block (attend streams 64-key blocks)
     "flash_decode": dict(B=2, HKV=2, G=8, D=128, S=256, BS=128),
+    # 3 splits of 96 keys in 128-key tiles (the streamed attend stops at the extent), a cache block with room
+    "flash_decode_splits": dict(B=2, HKV=2, G=8, D=128, S=280, NS=3, L=96, BS=128),
 }
 
 
@@ -36,7 +38,8 @@ def test_every_schedule_compiles_for_sm90(example):
                     # one known exception, bounded: flags' concurrent k0_split of flash decode (96 registers) spills
                     # 8 bytes since its two flags became one (ptxas's choice; the same source with only the second
                     # flag argument removed does too); the fused kernels that serve decode spill nothing
-                    allowed = 8 if (example, sched, b.kernel) == ("flash_decode", "flags", "k0_split") else 0
+                    allowed = 8 if (example.startswith("flash_decode"), sched, b.kernel) == (True, "flags",
+                                                                                           "k0_split") else 0
                     assert b.registers is None or b.spilled <= allowed, b
                 built += 1
     assert built >= 4
