@@ -6,6 +6,7 @@
 #   default             + fold-last (the last split of a KV head merges and pushes its heads; specialized: the last
 #                       pull of a head combines)
 #   bygroup.tile        + the merge / exchange / combine over the G heads of a KV head as one task
+#   splits              examples/flash_decode_splits.tile: the default with NS splits of L keys chosen per shape
 # Each row set goes to its own --out folder under ${OUT:-/tmp}/tail_ab (not benchmarks/results).
 set -e
 world=${1:-1}
@@ -19,3 +20,4 @@ args="--shapes decode-quick --schedules fused-push,specialized --iters 20"
 TILEC_FOLD=0 run examples/flash_decode.tile $args --out "$out/w$world-nofold"
 run examples/flash_decode.tile $args --out "$out/w$world-fold"
 run benchmarks/runs/tail/flash_decode_bygroup.tile $args --out "$out/w$world-bygroup"
+run examples/flash_decode_splits.tile $args --out "$out/w$world-splits"  # + the split count chosen per shape
