@@ -189,6 +189,11 @@ def test_kv_layouts():
         inputs.kv_layout((2, 16, 8, 3), dims)
     assert bench_decode._declared_shape(DECODE, 1, dims, "K", {"BS": 8}) == (2, 3, 16, 8)  # the example: head-major
     assert bench_decode._declared_shape(SPLITS, 1, dims, "K", {"NS": 3, "L": 6, "BS": 8}) == (2, 3, 18, 8)  # room
+    roomy = inputs.with_room(kh, "bhsd", 18)
+    assert roomy.shape == (2, 3, 18, 8) and torch.equal(roomy[:, :, :16], kh) and not roomy[:, :, 16:].any()
+    assert inputs.with_room(k, "bshd", 16) is k
+    with pytest.raises(TilecError, match=r"room for 12 positions \(NS\*L\) cannot hold the S = 16"):
+        inputs.with_room(k, "bshd", 12)
 
 
 @pytest.mark.parametrize("world", [1, 3])

@@ -47,6 +47,9 @@ def with_room(x: torch.Tensor, layout: str, room: int) -> torch.Tensor:
     dim = 2 if layout == "bhsd" else 1
     if x.shape[dim] == room:
         return x
+    if room < x.shape[dim]:
+        raise TilecError(f"K and V blocks with room for {room} positions (NS*L) cannot hold the S = {x.shape[dim]} "
+                         "positions of a rank: give NS*L >= S")
     shape = list(x.shape)
     shape[dim] = room
     out = torch.zeros(shape, dtype=x.dtype, device=x.device)
