@@ -295,8 +295,9 @@ def test_gemm_pattern_picks_the_baselines_of_each_example():
 
 
 def test_second_round_keeps_each_rows_faster_round():
-    """bench_decode.second_round: every row timed again in reverse order; a row keeps its faster round (timing
-    fields rebuilt from it), records both medians, and keeps its first round when the second fails."""
+    """rows.second_round (both benches): every row timed again in reverse order; a row keeps its faster round
+    (timing fields and the given rates rebuilt from it), records both medians, and keeps its first round when the
+    second fails."""
     from types import SimpleNamespace
 
     from tilec.perf.measure import Timing
@@ -322,8 +323,11 @@ def test_second_round_keeps_each_rows_faster_round():
     slow_first = row("sdpa", "baseline", timing(280.0))
     fast_first = row("fused-push", "tilec", timing(250.0))
     failing = row("flags", "tilec", timing(300.0))
-    bench_decode.second_round([(slow_first, again("sdpa", 244.0)), (fast_first, again("fused-push", 260.0)),
-                               (failing, again("flags", None))], row)
+    from tilec.perf.rows import second_round
+
+    second_round([(slow_first, again("sdpa", 244.0)), (fast_first, again("fused-push", 260.0)),
+                  (failing, again("flags", None))], lambda r, t: row(r.name, r.kind, t, r.config, r.rel_err, r.note),
+                 ("gbps",))
     assert order == ["flags", "fused-push", "sdpa"]  # the reverse of the first round
     assert (slow_first.device_us, slow_first.p90_us, slow_first.rounds_us) == (244.0, 245.0, [280.0, 244.0])
     assert slow_first.gbps == pytest.approx(1000 / 244.0)

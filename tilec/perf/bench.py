@@ -33,7 +33,7 @@ from tilec.perf.measure import (
     time_op,
     time_program,
 )
-from tilec.perf.rows import TimedRow, finish_shape, rel_err, table_text
+from tilec.perf.rows import TimedRow, finish_shape, rel_err, second_round, table_text
 from tilec.runtime import under_torchrun
 
 SHAPES = {
@@ -78,7 +78,7 @@ class Row(TimedRow):
     floor_us: float | None = None  # cuBLAS alone on the whole problem, on one GPU
     frac_of_floor: float | None = None  # floor / this row's device time
     note: str = ""
-    rel_err: float | None = None  # tilec rows: max |C - C_ref| / max(1, max |C_ref|) of the timed calls' outputs
+    rounds_us: list | None = None  # the median device time of each timing round (the row reports the faster)
 
 
 def timed_row(program: str, dims: dict, world: int, dtype: str, name: str, kind: str, t: Timing, flops: float,
@@ -136,12 +136,13 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
         fl = gemm_floor(*floor_in)
         t = time_op(fl.fn, heap, iters, 3)
         shape_rows.append(timed_row(stem, dims, world, dtype, fl.name, fl.kind, t, _flops(dims, None), note=fl.note))
-        del floor_in, fl
+        retime = [(shape_rows[-1], lambda fl=fl: time_op(fl.fn, heap, iters, 3))]  # (row, its second timing)
         timed = time_ops(gemm_ops(heap, world, pattern, a, b, log), heap, iters, log)
         ref = ref if ref is not None else first_baseline(timed)
         for op, t, out in timed:
             shape_rows.append(timed_row(stem, dims, world, dtype, op.name, op.kind, t, flops, rel_err=rel_err(out, ref),
                                         note=op.note))
+            retime.append((shape_rows[-1], lambda op=op: time_op(op.fn, heap, iters, 3)))
         bar.step(f"{dims} baselines: " + ", ".join(f"{r.name} {r.device_us:.0f}us" for r in shape_rows))
         for name in schedules:
             s = picks[(m, n, k)] if name == "auto" else name  # the auto row times the variant auto picks
@@ -195,8 +196,16 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
 
                 record_measured(auto_key(Path(path).read_text(), world, dims, device), s, r.device_us)
             shape_rows.append(r)
+            retime.append((r, lambda prog=prog, a=a, b=b: _tilec_timing(prog, heap, iters, {"A": a, "B": b}, 1)[0]))
             bar.step(f"{dims} {s}: {r.device_us:.0f}us device, {r.host_us:.0f}us host, {r.tflops:.0f} TFLOP/s"
                      f"{_wrong(r, dtype)}")
+        if not heap.interpret:  # the CPU emulation's wall-clock rows are not compared: one round
+            second_round(retime, lambda r, t, dims=dims, flops=flops: timed_row(
+                stem, dims, world, dtype, r.name, r.kind, t, _flops(dims, None) if r.kind == "floor" else flops),
+                ("tflops",))
+            log(f"    {dims} second round (reverse order; each row keeps its faster): " + ", ".join(
+                f"{r.name} {' -> '.join(f'{x:.1f}' for x in r.rounds_us)}us" for r in shape_rows if r.rounds_us))
+        del floor_in, fl, retime
         heap.release(mark)
         finish_shape(shape_rows)
         rows += shape_rows
@@ -232,17 +241,21 @@ def auto_picks(path: str, shapes, world: int, device: str) -> dict[tuple, str]:
 def _time_tilec(prog, heap, iters: int, inputs: dict, ref, flops: float, stem, dims, world, dtype, name) -> Row:
     """One schedule's row: its tensors on the heap (inputs copied in), device time of CUDA graph replays where
     the schedule can be captured (else events around the call), host time of one eager call, output checked."""
+    t, out, heap_bytes = _tilec_timing(prog, heap, iters, inputs)
+    return timed_row(stem, dims, world, dtype, name, "tilec", t, flops, heap_bytes=heap_bytes,
+                     rel_err=rel_err(out, ref))
+
+
+def _tilec_timing(prog, heap, iters: int, inputs: dict, host_iters: int = 5):
+    """(Timing, C, heap bytes) of one schedule on fresh heap tensors holding `inputs`."""
     inner = heap.mark()
     used = heap.used
     try:
         args = bench_inputs(prog, heap, 0)
         for nm, x in inputs.items():
             args[nm].copy_(x)
-        t = time_program(prog, heap, args, iters)
-        heap_bytes = heap.used - used  # the call's tensors and the program's buffers
-        out = args["C"].clone()
-        return timed_row(stem, dims, world, dtype, name, "tilec", t, flops, heap_bytes=heap_bytes,
-                         rel_err=rel_err(out, ref))
+        t = time_program(prog, heap, args, iters, host_iters=host_iters)
+        return t, args["C"].clone(), heap.used - used  # the call's tensors and the program's buffers
     finally:
         heap.release(inner)
 
@@ -381,6 +394,9 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
                       "barrier), else CUDA events around an eager call; an L2 flush that reads and a cross-rank "
                       "barrier before each run, outside the events; warm-up excluded. host_us: one eager Python "
                       "call until its device work is done (median of 5). Ratios: device time against device time",
+            "rounds_us": "per row on a GPU: the median of each of two timing rounds, the second in reverse order;"
+                         " device_us and its spread are the faster round's (what ran just before a timing can slow"
+                         " it: tilec.perf.rows.second_round)",
             "memory": "peak_mem_bytes: the allocator's peak during one call beyond what was allocated before it; "
                       "heap_bytes: the symmetric heap the tilec program's tensors and buffers take",
             "floor": "cuBLAS alone on the whole problem on one GPU" if family == "gemm" else
@@ -396,9 +412,6 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
                      "local_us": "per bsp row: its local phase alone (split + merge kernels), a kernel time:"
                                  " median of CUDA-event times of launches each after an L2 flush that reads a buffer"
                                  " of several L2s (tilec.perf.gpu_time.cold_time), as the run copy is timed",
-                     "rounds_us": "per row on a GPU: the median of each of two timing rounds, the second in"
-                                  " reverse order; device_us and its spread are the faster round's (what ran"
-                                  " just before a timing can slow it: tilec.perf.bench_decode.second_round)",
                      "lens": "full: lens[b] = W * S", "tune": tune, "skipped": skipped,
                      "kv_bytes": "2 * B * S * HKV * D * element size, per rank per call",
                      "rel_err": "max |O - O_ref| / max |O_ref|; O_ref: the whole op in f32 recomputed from every"

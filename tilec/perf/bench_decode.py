@@ -12,8 +12,8 @@ output (a fast wrong kernel shows up). Lengths are full (lens[b] = W * S). The b
 alone (the kernels before its first barrier: split attention and the local merge, `only=`), as a kernel time
 (kernel_time: launches after a clean L2 flush, like the copy): how fast the local attention streams the KV cache
 without the exchange, the combine and the host's launch path. On a GPU every row of a shape is timed twice, the
-second round in reverse order, and keeps its faster round (second_round: what ran just before a timing can slow
-all of its replays).
+second round in reverse order, and keeps its faster round (rows.second_round: what ran just before a timing can
+slow all of its replays).
 
 Tile size BS (positions per split): one default per shape (default_bs: the split whose tasks fill the resident
 programs in the fewest waves; attend streams a split in blocks of 64 keys, so a long split costs no registers)
@@ -35,7 +35,7 @@ import torch
 from tilec.errors import ScheduleError, TilecError
 from tilec.perf.inputs import DECODE_DIMS, kv_layout, make_inputs, with_room
 from tilec.perf.measure import GRAPH, device_key, load_tuned, median_time, progress, store_tuned, time_op, time_program
-from tilec.perf.rows import TimedRow, finish_shape, rel_err, table_text
+from tilec.perf.rows import TimedRow, finish_shape, rel_err, second_round, table_text
 
 COPY_GBPS = 4200.0  # measured H200 device-to-device copy bandwidth (docs/GPU.md)
 # A split task's fixed cost in keys streamed (default_bs): ~one attend block. Fitted to bsp's local phase at 32K,
@@ -476,7 +476,8 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
                      f"{r.host_us:.0f}us host, {100 * r.frac_of_copy_bw:.1f}% of copy {split_text(cfg)}{alone}"
                      f"{_wrong(r, tol)}")
         if not heap.interpret:  # the CPU emulation's wall-clock rows are not compared: one round
-            second_round(retime, row)
+            second_round(retime, lambda r, t: row(r.name, r.kind, t, r.config, r.rel_err, r.note),
+                         ("gbps", "frac_of_copy_bw", "tflops"))
             log(f"    {lab} second round (reverse order; each row keeps its faster): " + ", ".join(
                 f"{r.name} {' -> '.join(f'{x:.1f}' for x in r.rounds_us)}us" for r in shape_rows if r.rounds_us))
         del q, k, v, lens, data, ref, timed, retime
@@ -492,27 +493,6 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
     if heap.rank == 0:
         store_tuned(found)
     return {"rows": [asdict(r) for r in rows], "skipped": skipped, "link_rtt_us": rtt}
-
-
-def second_round(retime: list, row) -> None:
-    """Times every row of a shape again, in reverse order, and keeps each row's faster round. Whatever ran just
-    before a timing can slow all of its replays: on an H200 the first op timed after the f32 reference of B8 H128
-    S16K ran 277 us where it ran 244 us before and after (clocks unchanged; benchmarks/results/h200-1gpu/session11/
-    order_probe.log), so one round in a fixed order favours the rows timed late. Two rounds in opposite orders,
-    the better of each row's two, give every row (baselines and tilec alike) the same chance."""
-    for r, again in reversed(retime):
-        try:
-            t = again()
-        except Exception:  # noqa: BLE001 - the first round's timing stands; it ran and was checked
-            r.rounds_us = [r.device_us]
-            continue
-        first = r.device_us
-        if t.device_us < first:
-            faster = row(r.name, r.kind, t, r.config, r.rel_err, r.note)
-            for f in ("device_us", "p10_us", "p90_us", "min_us", "max_us", "iters", "timing", "gbps",
-                      "frac_of_copy_bw", "tflops"):
-                setattr(r, f, getattr(faster, f))
-        r.rounds_us = [first, _sig(t.device_us)]
 
 
 def link_rtt_us(heap, world: int, iters: int) -> float | None:
