@@ -103,10 +103,11 @@ def test_decode_bench_cpu(tmp_path):
             assert math.isclose(r["gbps"], kv / r["device_us"] / 1e3, rel_tol=1e-3)
             assert r["floor_us"] == pytest.approx(kv / 4200 / 1e3, rel=1e-3)  # no copy timed on the CPU
             assert r["run_copy_gbps"] is None and math.isclose(r["frac_of_copy_bw"], r["gbps"] / 4200, rel_tol=1e-3)
-            # only bsp times its local phase (split + local merge) alone: faster than its whole call
+            # only bsp times its local phase (split + local merge) alone; on the CPU both are wall clock of the
+            # interpreter, which a busy machine stretches either way (no order between them is asserted here)
             assert (r["local_us"] is not None) == (r["name"] == "bsp")
             if r["local_us"] is not None:
-                assert 0 < r["local_us"] < r["device_us"]
+                assert 0 < r["local_us"]
                 assert math.isclose(r["local_frac_of_copy_bw"], kv / r["local_us"] / 1e3 / 4200, rel_tol=1e-3)
             assert math.isclose(r["ratio_to_bsp"], bsp["device_us"] / r["device_us"], rel_tol=1e-3)
             assert r["ratio_to_best_baseline"] > 0 and r["rel_err"] is not None and r["rel_err"] < 2e-2

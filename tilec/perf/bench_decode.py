@@ -317,7 +317,6 @@ def _declared_shape(path: str, world: int, dims: dict, name: str, cfg: dict) -> 
     return next(tuple(t.shape) for t in check(parse_file(path), world, {**dims, **cfg}).tensors if t.name == name)
 
 
-
 def _wrong(r: DecodeRow, tol: float) -> str:
     """A tilec row whose error is above tol gets that as its note; returns what its log line says of it."""
     if r.rel_err is None or r.rel_err <= tol:
@@ -346,6 +345,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
     per_sm: dict[str, int] = {}  # schedule -> programs per SM of its persistent kernels (LaunchContext.fit)
     bar = progress(len(shapes) * (len(schedules) + 1), "bench", log if heap.rank == 0 else None)
     rtt = link_rtt_us(heap, world, iters)
+    rooms: dict[int, dict] = {}  # time_prog: the shape's K and V in blocks with room for NS * L positions
 
     from tilec.frontend.parser import parse_file
 
@@ -361,9 +361,10 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
         inner = heap.mark()
         used = heap.used
         try:
-            room = capacity(prog.dims, prog.dims)  # NS * L of a free-split program, else S
-            args = _args(prog, heap, {**data, "K": with_room(data["K"], layout, room),
-                                      "V": with_room(data["V"], layout, room)})
+            room = capacity(prog.dims, prog.dims)  # NS * L of a free-split program (its dims hold NS, L), else S
+            if room not in rooms:  # the shape's K and V in blocks with that room, made once per shape
+                rooms[room] = {n: with_room(data[n], layout, room) for n in ("K", "V")}
+            args = _args(prog, heap, {**data, **rooms[room]})
             t = time_program(prog, heap, args, n, 1, host_iters=5 if final else 1)
             heap_bytes = heap.used - used  # the call's tensors and the program's buffers
             per_sm[prog.schedule] = prog.programs_per_sm(heap)
@@ -480,6 +481,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
                          ("gbps", "frac_of_copy_bw", "tflops"))
             log(f"    {lab} second round (reverse order; each row keeps its faster): " + ", ".join(
                 f"{r.name} {' -> '.join(f'{x:.1f}' for x in r.rounds_us)}us" for r in shape_rows if r.rounds_us))
+        rooms.clear()
         del q, k, v, lens, data, ref, timed, retime
         heap.release(mark)
         finish_shape(shape_rows, floor_us)
