@@ -11,7 +11,7 @@ from tests._util import ROOT
 from tilec.errors import ScheduleError
 from tilec.passes.schedules import SCHEDULES
 
-EXAMPLES = ("gemm_rs", "gemm_ar", "flash_decode")
+EXAMPLES = ("gemm_rs", "gemm_ar", "flash_decode", "flash_decode_splits")
 NOT_APPLICABLE = {(e, "fused-pull") for e in EXAMPLES}  # no stage is a copy of a symmetric input
 
 

@@ -265,3 +265,15 @@ def test_flash_decode_source_golden(golden):
                          dims=dict(B=2, HKV=2, G=4, D=64, S=256, BS=128))
     golden("flash_decode_w2/fused-push.source.py", prog.source)
     assert "for kb in range(0, 128, 64):  # blocks of keys" in prog.source and "td.attend_step(" in prog.source
+
+
+def test_flash_decode_splits_source_golden(golden):
+    """The free split count: 3 splits of 96 keys in 128-key tiles, streamed in 64-key blocks up to the split's 96
+    keys (not its tile's 128), the valid count clamped to them; the local merge of 3 partials padded to 4."""
+    prog = tilec.compile("examples/flash_decode_splits.tile", world=2, schedule="fused-push",
+                         dims=dict(B=2, HKV=2, G=4, D=64, S=280, NS=3, L=96, BS=128))
+    golden("flash_decode_splits_w2/fused-push.source.py", prog.source)
+    assert "for kb in range(0, 128, 64):  # blocks of keys" in prog.source  # 96 keys: two blocks, the second half
+    assert "n_keys = tl.minimum(sub_val_2, 96)" in prog.source
+    assert "td.lse_merge(tl.reshape(os_tile, (4, 1, 64)), tl.reshape(ls_tile, (4, 1)), 3)" in prog.source
+
