@@ -357,8 +357,12 @@ def test_default_splits_fill_every_sm_twice():
         assert bench_decode._too_many_splits(d["S"], cfg) is None
     assert bench_decode.default_splits(dims((2, 1, 8, 32, 96)), True) == {"NS": 4, "L": 24, "BS": 32}
     assert bench_decode.default_splits(dims((1, 2, 4, 32, 64)), True) == {"NS": 3, "L": 24, "BS": 32}  # room 72
-    tuned = bench_decode.split_configs(dims((1, 12, 8, 128, 65536)), False, True, True)
-    assert [c["NS"] for c in tuned][:1] == [bench_decode.default_splits(dims((1, 12, 8, 128, 65536)), False)["NS"]]
+    ranked = bench_decode.ranked_splits(dims((1, 12, 8, 128, 65536)), False, 264, 132)
+    assert [c["NS"] for c in ranked[:3]] == [22, 21, 20]  # two tasks on (nearly) every SM before one on some
+    assert all(12 * c["NS"] <= 264 for c in ranked)  # one wave
+    if not torch.cuda.is_available():  # resident_programs() is then the H200's 264
+        assert bench_decode.split_configs(dims((1, 12, 8, 128, 65536)), False, True, True) == ranked[:3]
+        assert bench_decode.split_configs(dims((1, 12, 8, 128, 65536)), False, False, True) == ranked[:1]
 
 
 def test_decode_bench_cpu_free_splits(tmp_path):

@@ -197,7 +197,12 @@ def split_of(ns: int, length: int) -> dict:
 
 
 def default_splits(dims: dict, interpret: bool, slots: int | None = None, sms: int | None = None) -> dict:
-    """NS and L of a free-split program without --tune: the split count whose busiest SM streams the fewest keys.
+    return ranked_splits(dims, interpret, slots, sms)[0]
+
+
+def ranked_splits(dims: dict, interpret: bool, slots: int | None = None, sms: int | None = None) -> list[dict]:
+    """NS and L of a free-split program, cheapest first (default_splits takes the first, --tune the first three):
+    the split count whose busiest SM streams the fewest keys.
     T = B * HKV * NS tasks of L = S/NS keys (rounded up to SPLIT_ALIGN) on `sms` SMs of two programs each put
     ceil(T / sms) tasks on the busiest SM, each L + TASK_OVERHEAD keys; an SM with one program streams at
     ONE_PROGRAM_RATE of one with two. At most one wave (T <= slots) unless one split per KV head is already more.
@@ -207,35 +212,27 @@ def default_splits(dims: dict, interpret: bool, slots: int | None = None, sms: i
     s, heads = dims["S"], dims["B"] * dims["HKV"]
     if interpret:  # one split more than CPU_BS keys a split would need: the CPU runs meet padded key tiles
         ns = -(-s // CPU_BS) + 1
-        return split_of(ns, -(-s // (ns * 8)) * 8)
+        return [split_of(ns, -(-s // (ns * 8)) * 8)]
     slots = slots or resident_programs()
     sms = sms or max(1, slots // 2)
-    best = None
+    costed = []
     for ns in range(1, min(MAX_SPLITS or s, -(-s // MIN_BS)) + 1):
         length = -(-s // (ns * SPLIT_ALIGN)) * SPLIT_ALIGN
         tasks = heads * ns
         if (ns - 1) * length >= s or (tasks > slots and ns > 1):
             continue  # an empty split (a smaller NS has the same splits), or a second wave
-        cost = -(-tasks // sms) * (length + TASK_OVERHEAD) / (1.0 if tasks > sms else ONE_PROGRAM_RATE)
-        if best is None or cost < best[0]:
-            best = (cost, ns, length)
-    return split_of(best[1], best[2]) if best else split_of(1, s)
+        costed.append((-(-tasks // sms) * (length + TASK_OVERHEAD) / (1.0 if tasks > sms else ONE_PROGRAM_RATE), ns,
+                       length))
+    costed.sort()  # equal costs: the fewer splits first
+    return [split_of(ns, length) for _c, ns, length in costed] or [split_of(1, s)]
 
 
 def split_configs(dims: dict, interpret: bool, tune: bool, free: bool) -> list[dict]:
     """The split configs a schedule is timed with: the default, and with --tune its neighbours (BS / 4 .. BS * 2 of
-    a power-of-two program; half and twice the split count of a free-split one)."""
+    a power-of-two program; the three cheapest split counts by ranked_splits of a free-split one)."""
     if not free:
         return [{"BS": bs} for bs in candidates(dims, interpret, tune)]
-    d = default_splits(dims, interpret)
-    if not tune or interpret:
-        return [d]
-    out = [d]
-    for ns in (d["NS"] // 2, d["NS"] * 2):
-        length = -(-dims["S"] // (max(1, ns) * SPLIT_ALIGN)) * SPLIT_ALIGN
-        if ns >= 1 and (ns - 1) * length < dims["S"] and split_of(ns, length) not in out:
-            out.append(split_of(ns, length))
-    return out
+    return ranked_splits(dims, interpret)[:3 if tune else 1]
 
 
 def split_text(cfg: dict) -> str:
