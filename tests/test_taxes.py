@@ -280,3 +280,19 @@ def test_cli_plot(tmp_path, capsys):
 def test_cli_errors(capsys):
     assert main(["taxes", "no/such.tile"]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_shared_fold_waits_are_counted():
+    """A folded stage's shared groups wait once per sharing arrival but the last (codegen/flags.fold_share), where
+    the kernel's tasks all have programs (an H200's 264 here): flash decode at 16 KV heads, 16 splits of 512 keys,
+    8 merges a KV head -> 16 groups x 7 waits; with 64 splits a head (1024 tasks) the last arrival runs them all
+    and nothing waits; specialized kernels (program groups) never share."""
+    from tilec.perf.taxes import static
+
+    dims = dict(B=1, HKV=16, G=8, D=128, S=8192, BS=512)
+    prog = tilec.compile("examples/flash_decode.tile", world=1, schedule="fused-push", dims=dims)
+    assert "td.arrive_left(" in prog.source and static(prog).flag_waits == 16 * 7
+    assert static(tilec.compile("examples/flash_decode.tile", world=1, schedule="fused-push",
+                                dims={**dims, "BS": 128})).flag_waits == 0
+    assert static(tilec.compile("examples/flash_decode.tile", world=1, schedule="specialized",
+                                dims=dims)).flag_waits == 0

@@ -82,7 +82,7 @@ class Flags:
         tasks between them (task number mod share), each but the last first waiting for the group: the merges of
         a decode's KV head then run side by side instead of one after another in the last split."""
         plan = plan_fold(self.g, fold)
-        share = min(f.count, _per_group(plan), MAX_SHARE) if self.all_running else 1
+        share = fold_share(self.g, fold, f, plan) if self.all_running else 1
         left = None
         if f.count == 1:  # a group of one task: no counter, it runs them itself (silent_flags: none allocated)
             out.append(f"{indent}# {fold.consumer}'s tasks that read this tile run right here (a group of one)")
@@ -165,6 +165,13 @@ class Flags:
         return " + ".join(parts) or "0"
 
     # -- one task ----------------------------------------------------------------------------------
+
+
+def fold_share(g: nx.DiGraph, fold, f: Flag, plan=None) -> int:
+    """How many of a fold's last arrivals share its consumer tasks where every task of the kernel has a running
+    program (Flags.arrive): at most the group's arrivals, its consumer tasks and MAX_SHARE. All but the last of
+    them wait for the group (tilec taxes counts those waits)."""
+    return min(f.count, _per_group(plan or plan_fold(g, fold)), MAX_SHARE)
 
 
 def _per_group(plan) -> int:

@@ -13,7 +13,10 @@ Static accounting, exact and CPU only, read off each schedule's compiled graph, 
   flags         releases (one per producer task and flag) and waits: the poll rounds of the generated prologue
                 (ir/wait_plan.py), one per counter a consumer task covers, its reductions included, except
                 that the counters of one flag dim are polled as one block, and a wait that another of the task
-                covers (same producer tiles, same range) is not emitted, so not counted
+                covers (same producer tiles, same range) is not emitted, so not counted; a folded stage's
+                shared groups (codegen/flags.fold_share) wait once per arrival that shares but is not the last,
+                counted where the kernel's tasks fit an H200's resident programs (as the bench sizes its grids;
+                the generated code checks tl.num_programs at run time)
   transport     stages whose tiles the copy engines move (transport=dma) run in no kernel: their releases are one
                 per chunk (flag counter); each rank's chunks (codegen/dma.py's DMA_COPIES) are kept with their bytes,
                 issued copies and side stream, which the model turns into copy-engine time beside the kernels
@@ -31,10 +34,11 @@ import numpy as np
 
 from tilec.codegen.dma import chunk_streams, dma_table
 from tilec.codegen.emit import flag_scopes
+from tilec.codegen.flags import fold_share
 from tilec.codegen.text import ident
 from tilec.errors import ArgumentError, CompileError, ScheduleError, TilecError, VerifyError
 from tilec.ir.dtypes import ESIZE
-from tilec.ir.graph import DMA, InPlace, Pull, flags, sid, stages, tensor, waits
+from tilec.ir.graph import DMA, InPlace, Pull, flags, folds, sid, stages, tensor, waits
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Dot, Load, Sum, Var
 from tilec.ir.wait_plan import WaitPlan, plan_wait
@@ -411,7 +415,7 @@ def static(prog) -> Static:
                     acc[i] += v[i]
                 acc[3] += v[0] if st.name in dma else 0
         per_rank.append((costs, traffic))
-    costs = tuple(_max_rows([pr[0][i] for pr in per_rank]) for i in range(len(per_rank[0][0])))
+    costs = _with_fold_waits(g, tuple(_max_rows([pr[0][i] for pr in per_rank]) for i in range(len(per_rank[0][0]))))
     trips = []
     for t in sorted(rt):
         w, r, u, ce = (max(pr[1].get(t, [0, 0, 0, 0])[i] for pr in per_rank) for i in range(4))
@@ -444,6 +448,30 @@ def static(prog) -> Static:
         copy_engine_consumers=tuple(sorted({st.name for st in stages(g) for w in waits(g, st.name)
                                             if g.nodes[f"f:{w.flag}"]["payload"].producer in dma})),
     )
+
+
+def _with_fold_waits(g, costs: tuple) -> tuple:
+    """Adds to each producer stage the waits of its shared folds: per group (a counter of the arrival flag), all
+    but the last of the arrivals that share the consumer's tasks wait, where every task of the kernel has a
+    program of its own (a persistent kernel without program groups whose loop tasks fit RESIDENT programs)."""
+    from tilec.perf.model import Machine
+    from tilec.runtime.launch import MAX_PROGRAMS_PER_SM
+
+    resident = Machine().sms * MAX_PROGRAMS_PER_SM
+    folded = {fo.consumer for fo in folds(g)}
+    by_name = {c.name: i for i, c in enumerate(costs)}
+    out = list(costs)
+    for k in g.graph["kernels"]:
+        loop_tasks = sum(costs[by_name[s]].tasks for s in k.stages if s not in folded)
+        if not k.persistent or k.groups or loop_tasks > resident:
+            continue
+        for fo in folds(g):
+            f = g.nodes[f"f:{fo.flag}"]["payload"]
+            if fo.producer not in k.stages or f.count == 1:
+                continue
+            i = by_name[fo.producer]
+            out[i] = replace(out[i], flag_waits=out[i].flag_waits + f.size * (fold_share(g, fo, f) - 1))
+    return tuple(out)
 
 
 def _copy_chunks(g, rows, q: int) -> tuple[CopyChunk, ...]:
