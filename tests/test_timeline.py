@@ -1,5 +1,7 @@
 """Timeline builds: every task records (stage, program, start, waited, end); tilec.perf.timeline splits a call."""
 
+from itertools import pairwise
+
 import pytest
 
 import tilec
@@ -62,3 +64,24 @@ def test_render_names_each_kernel():
     t = Timeline((KernelSpan("k0_gemm", ("gemm",), 4, 2, 0, 1000, 1500, 300),))
     out = t.render()
     assert "k0_gemm" in out and "work 75%" in out and "flag waits 15%" in out and "idle 10%" in out
+
+
+def _records(prog, heap):
+    return prog.timeline_records(heap).tolist()
+
+
+@pytest.mark.slow
+def test_a_folded_producers_record_ends_before_the_tasks_it_runs():
+    """fold-last runs consumer tasks inside a producer task; their records are their own, so the producer's ends
+    first (at its stores and releases) and no program's records overlap: no time is counted twice."""
+    dims = dict(B=2, HKV=2, G=4, D=32, S=128, BS=32)
+    prog = tilec.compile("examples/flash_decode.tile", world=1, schedule="fused-push", dims=dims, timeline=True)
+    split = prog.source[prog.source.index("def split_task("):prog.source.index("def local_task(")]
+    assert split.index("td.mark(") < split.index("td.arrive")
+    (rows,) = spawn(rank_timelines, 1, backend="cpu", heap_bytes=1 << 24,
+                    args=([prog],), kwargs={"read": _records})
+    recs = [r for r in rows["fused-push"] if r[4]]
+    assert len(recs) == sum(prog.module.TIMELINE_KERNEL_SLOTS)  # split's tasks and the folded stages' each once
+    for prog_id in {r[1] for r in recs}:
+        mine = sorted((r[2], r[4]) for r in recs if r[1] == prog_id)
+        assert all(a[1] <= b[0] for a, b in pairwise(mine)), mine  # one program's records do not overlap

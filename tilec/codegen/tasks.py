@@ -77,20 +77,24 @@ class Tasks:
             else:
                 body.append(f"    tl.store({ptr} + {off}, {v}.to({dt}){m})")
         folded = {fo.flag: fo for fo in folds(self.g)}
+        arrivals: list[str] = []  # fold-last: the consumer tasks this one may run, after its own record ends
         for f in flags(self.g):
             if f.producer == st.name:
                 if f.name in folded:
-                    self.arrive(folded[f.name], f, body, "    ")
+                    self.arrive(folded[f.name], f, arrivals, "    ")
                 else:
                     self.release(f, body, "    ")
         if timeline is None:
-            lines = head + self.wait_lines + self.prologue + body
+            lines = head + self.wait_lines + self.prologue + body + arrivals
         else:
+            # the record ends before the arrivals: the folded consumer tasks keep records of their own, so a
+            # task's time is never counted twice (the arrival's atomic shows between the two)
             slot, number = timeline
             tp = self.param("TIMELINE")
             lines = [*head, "    _tl_start = td.clock(UPCAST_DOT)", *self.wait_lines,
                      "    _tl_waited = td.clock(UPCAST_DOT)", *self.prologue, *body,
-                     f"    td.mark({tp} + ({slot} + {task_var}) * 5, {number}, _tl_start, _tl_waited, UPCAST_DOT)"]
+                     f"    td.mark({tp} + ({slot} + {task_var}) * 5, {number}, _tl_start, _tl_waited, UPCAST_DOT)",
+                     *arrivals]
         return [tidy(line) for line in lines]
 
     def decode(self, task_var: str, group_m: int) -> list[str]:

@@ -81,7 +81,8 @@ def summarize(records, module, stage_names: list[str]) -> Timeline:
     """records: the TIMELINE buffer as a [slots, 5] int64 tensor or nested list; module: the generated module."""
     rows = records.tolist() if hasattr(records, "tolist") else list(records)
     spans, base = [], 0
-    # each kernel's records: its tasks, folded stages' included (fold-last runs them inside their producers' tasks)
+    # each kernel's records: its tasks, folded stages' included (fold-last runs them inside their producers' tasks,
+    # whose records end before them: no time is in two records)
     sizes = getattr(module, "TIMELINE_KERNEL_SLOTS", None) or [k[1] for k in module.KERNELS]
     for (k, *_rest), total in zip(module.KERNELS, sizes, strict=True):
         mine = [r for r in rows[base:base + total] if r[4]]  # a task that ran has an end time
