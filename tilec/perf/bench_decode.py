@@ -236,12 +236,12 @@ def split_configs(dims: dict, interpret: bool, tune: bool, free: bool) -> list[d
 
 
 def split_text(cfg: dict) -> str:
-    return f"NS={cfg['NS']} L={cfg['L']} BS={cfg['BS']}" if "NS" in cfg else f"BS={cfg['BS']}"
+    return f"NS={cfg['NS']} L={cfg['L']} BS={cfg['BS']}" if {"NS", "L"} <= set(cfg) else f"BS={cfg['BS']}"
 
 
 def capacity(dims: dict, cfg: dict) -> int:
     """Positions a rank's cache block has room for: S, or NS * L of a free-split program."""
-    return cfg["NS"] * cfg["L"] if "NS" in cfg else dims["S"]
+    return cfg["NS"] * cfg["L"] if {"NS", "L"} <= set(cfg) else dims["S"]
 
 
 def _too_many_splits(s: int, cfg: dict | int) -> str | None:
