@@ -142,9 +142,9 @@ def test_decode_paper_sets_and_split_cap():
     for shape in paper:  # every paper shape gets one within the split cap, and tasks for most resident programs
         d = dims(shape)
         bs = bench_decode.default_bs(d, False, 264)
-        assert bench_decode._too_many_splits(d["S"], bs) is None
+        assert bench_decode._too_many_splits(d["S"], {"BS": bs}) is None
         assert d["B"] * d["HKV"] * d["S"] // bs >= 0.7 * 264
-    assert "splits" in bench_decode._too_many_splits(1024 * 1024, 128)
+    assert "splits" in bench_decode._too_many_splits(1024 * 1024, {"BS": 128})
     assert bench_decode.prepare(DECODE, paper, 1, "bf16", False) > 64 << 20
 
 
@@ -357,8 +357,8 @@ def test_default_splits_fill_every_sm_twice():
         assert bench_decode._too_many_splits(d["S"], cfg) is None
     assert bench_decode.default_splits(dims((2, 1, 8, 32, 96)), True) == {"NS": 4, "L": 24, "BS": 32}
     assert bench_decode.default_splits(dims((1, 2, 4, 32, 64)), True) == {"NS": 3, "L": 24, "BS": 32}  # room 72
-    assert bench_decode.capacity({"S": 100}, {"NS": 3, "L": 40, "BS": 64}) == 120
-    assert bench_decode.capacity({"S": 100}, {"NS": 3, "BS": 64}) == 100  # a dim NS alone is not a free split
+    assert inputs.kv_room({"S": 100, "NS": 3, "L": 40, "BS": 64}) == 120
+    assert inputs.kv_room({"S": 100, "NS": 3, "BS": 64}) == 100  # a dim NS alone is not a free split
     ranked = bench_decode.ranked_splits(dims((1, 12, 8, 128, 65536)), False, 264, 132)
     assert [c["NS"] for c in ranked[:3]] == [22, 21, 20]  # two tasks on (nearly) every SM before one on some
     assert all(12 * c["NS"] <= 264 for c in ranked)  # one wave

@@ -134,10 +134,9 @@ class Compute:
         mq = qs[0] if len(qs) == 2 else 1
         k, v = e.args[1], e.args[2]
         pos = self.scope[[t for t in k.access.tile if t][0]]
-        rows = self.rows_valid(k)
-        if rows is not None:  # a padded key tile (masked rows load as zeros): only its real rows are keys
+        if self.rows_valid(k) is not None:
             clamped = self.tmp("n_keys")
-            out.append(f"{indent}{clamped} = tl.minimum({n}, {rows})")
+            out.append(f"{indent}{clamped} = {self.key_count(k, n)}")
             n = clamped
         scale = 1.0 / (self.extent_of_last(k) ** 0.5)
         qp, mx, den, acc = self.tmp("q_pad"), self.tmp("row_max"), self.tmp("den"), self.tmp("acc")
@@ -174,6 +173,12 @@ class Compute:
         """The true (unpadded) extent of a load's last tile dim (e.g. the head dim D)."""
         tv = [t for t in x.access.tile if t][-1]
         return self.scope[tv].extent
+
+    def key_count(self, k, n: str) -> str:
+        """attend's count n of valid keys, clamped to the real rows of a padded key tile k (its masked rows load as
+        zeros, which are not keys)."""
+        rows = self.rows_valid(k)
+        return n if rows is None else f"tl.minimum({n}, {rows})"
 
     def rows_valid(self, x) -> int | str | None:
         """How many rows of a load's first tile dim are real, where the tile is padded: the extent of a one-trip

@@ -33,7 +33,7 @@ from tilec.perf.measure import (
     time_op,
     time_program,
 )
-from tilec.perf.rows import TimedRow, finish_shape, rel_err, second_round, table_text
+from tilec.perf.rows import TimedRow, finish_shape, rel_err, rounds_text, second_round, table_text
 from tilec.runtime import under_torchrun
 
 SHAPES = {
@@ -203,8 +203,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
             second_round(retime, lambda r, t, dims=dims, flops=flops: timed_row(
                 stem, dims, world, dtype, r.name, r.kind, t, _flops(dims, None) if r.kind == "floor" else flops),
                 ("tflops",))
-            log(f"    {dims} second round (reverse order; each row keeps its faster): " + ", ".join(
-                f"{r.name} {' -> '.join(f'{x:.1f}' for x in r.rounds_us)}us" for r in shape_rows if r.rounds_us))
+            log(f"    {dims} second round (reverse order; each row keeps its faster): {rounds_text(shape_rows)}")
         del floor_in, fl, retime
         heap.release(mark)
         finish_shape(shape_rows)

@@ -33,9 +33,9 @@ from pathlib import Path
 import torch
 
 from tilec.errors import ScheduleError, TilecError
-from tilec.perf.inputs import DECODE_DIMS, kv_layout, make_inputs, with_room
+from tilec.perf.inputs import DECODE_DIMS, kv_layout, kv_room, make_inputs, with_room
 from tilec.perf.measure import GRAPH, device_key, load_tuned, median_time, progress, store_tuned, time_op, time_program
-from tilec.perf.rows import TimedRow, finish_shape, rel_err, second_round, table_text
+from tilec.perf.rows import TimedRow, finish_shape, rel_err, rounds_text, second_round, table_text
 
 COPY_GBPS = 4200.0  # measured H200 device-to-device copy bandwidth (docs/GPU.md)
 # A split task's fixed cost in keys streamed (default_bs): ~one attend block. Fitted to bsp's local phase at 32K,
@@ -164,7 +164,7 @@ def default_bs(dims: dict, interpret: bool, slots: int | None = None) -> int:
     s, heads = dims["S"], dims["B"] * dims["HKV"]
     best, bs = None, MIN_BS
     while bs <= max(s, MIN_BS):
-        if not _too_many_splits(s, bs):
+        if not _too_many_splits(s, {"BS": bs}):
             tasks = heads * -(-s // bs)
             waves = -(-tasks // slots)
             last = tasks - (waves - 1) * slots
@@ -239,14 +239,13 @@ def split_text(cfg: dict) -> str:
     return f"NS={cfg['NS']} L={cfg['L']} BS={cfg['BS']}" if {"NS", "L"} <= set(cfg) else f"BS={cfg['BS']}"
 
 
-def capacity(dims: dict, cfg: dict) -> int:
-    """Positions a rank's cache block has room for: S, or NS * L of a free-split program."""
-    return cfg["NS"] * cfg["L"] if {"NS", "L"} <= set(cfg) else dims["S"]
+def split_count(s: int, cfg: dict) -> int:
+    """Splits of S positions a config makes: NS, or S/BS rounded up."""
+    return cfg.get("NS") or -(-s // cfg["BS"])
 
 
-def _too_many_splits(s: int, cfg: dict | int) -> str | None:
-    cfg = cfg if isinstance(cfg, dict) else {"BS": cfg}
-    splits = cfg.get("NS") or -(-s // cfg["BS"])
+def _too_many_splits(s: int, cfg: dict) -> str | None:
+    splits = split_count(s, cfg)
     if MAX_SPLITS and splits > MAX_SPLITS:
         return (f"{splits} splits > {MAX_SPLITS} (TILEC_BENCH_MAX_SPLITS): the local merge would hold "
                 f"{splits} partials per program; not compiled")
@@ -294,8 +293,7 @@ def _args(prog, heap, data: dict) -> dict:
 def check_signature(bound, path: str) -> None:
     """The decode bench feeds Q, K, V, lens and reads O: say so when a program with decode dims differs."""
     d = dict(bound.dims)
-    b, h, dd, hkv = d["B"], d["HKV"] * d["G"], d["D"], d["HKV"]
-    s = d["NS"] * d["L"] if {"NS", "L"} <= set(d) else d["S"]  # a free-split program's block has room for NS * L
+    b, h, dd, hkv, s = d["B"], d["HKV"] * d["G"], d["D"], d["HKV"], kv_room(d)  # room: NS * L of a free split
     have = {t.name: (t.kind, tuple(t.shape)) for t in bound.tensors if t.kind != "buf"}
     wants = [{"Q": ("in", (b, h, dd)), "K": ("in", kv), "V": ("in", kv), "lens": ("in", (b,)), "O": ("out", (b, h, dd))}
              for kv in ((b, s, hkv, dd), (b, hkv, s, dd))]
@@ -358,7 +356,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
         inner = heap.mark()
         used = heap.used
         try:
-            room = capacity(prog.dims, prog.dims)  # NS * L of a free-split program (its dims hold NS, L), else S
+            room = kv_room(prog.dims)
             if room not in rooms:  # the shape's K and V in blocks with that room, made once per shape
                 rooms[room] = {n: with_room(data[n], layout, room) for n in ("K", "V")}
             args = _args(prog, heap, {**data, **rooms[room]})
@@ -390,7 +388,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
 
         mark = heap.mark()
         cfg0 = split_configs(dims, heap.interpret, False, free)[0]
-        layout = kv_layout(_declared_shape(path, world, dims, "K", cfg0), {**dims, "S": capacity(dims, cfg0)})
+        layout = kv_layout(_declared_shape(path, world, dims, "K", cfg0), {**dims, "S": kv_room({**dims, **cfg0})})
         q, k, v, lens = make_inputs(dims, world, heap.rank, dtype, heap.device, layout=layout)
         data = {"Q": q, "K": k, "V": v, "lens": lens}
         copy = None if heap.interpret else copy_gbps(k, heap, iters)
@@ -476,8 +474,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
         if not heap.interpret:  # the CPU emulation's wall-clock rows are not compared: one round
             second_round(retime, lambda r, t: row(r.name, r.kind, t, r.config, r.rel_err, r.note),
                          ("gbps", "frac_of_copy_bw", "tflops"))
-            log(f"    {lab} second round (reverse order; each row keeps its faster): " + ", ".join(
-                f"{r.name} {' -> '.join(f'{x:.1f}' for x in r.rounds_us)}us" for r in shape_rows if r.rounds_us))
+            log(f"    {lab} second round (reverse order; each row keeps its faster): {rounds_text(shape_rows)}")
         rooms.clear()
         del q, k, v, lens, data, ref, timed, retime
         heap.release(mark)
@@ -528,7 +525,7 @@ def prepare(path: str, shapes: list[tuple[int, ...]], world: int, dtype: str, in
         cfgs = split_configs(dims, interpret, True, free_splits(ast))
         cfgs = [c for c in cfgs if not _too_many_splits(dims["S"], c)]
         # the most splits: the most partials to hold
-        bound = check(ast, world, {**dims, **(max(cfgs, key=lambda c: c.get("NS") or dims["S"] // c["BS"]) if cfgs
+        bound = check(ast, world, {**dims, **(max(cfgs, key=lambda c: split_count(dims["S"], c)) if cfgs
                                               else split_configs(dims, interpret, False, free_splits(ast))[0])})
         check_signature(bound, path)
         if cfgs:

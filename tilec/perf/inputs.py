@@ -41,6 +41,12 @@ def kv_layout(k_shape, dims: dict) -> str:
     raise TilecError(f"K {list(k_shape)}: the decode bench takes K and V as [B, S, HKV, D] or [B, HKV, S, D]")
 
 
+def kv_room(dims: dict) -> int:
+    """Positions a rank's K and V blocks have room for: S, or NS * L where the split count is a dim of the program
+    (examples/flash_decode_splits.tile)."""
+    return dims["NS"] * dims["L"] if {"NS", "L"} <= set(dims) else dims["S"]
+
+
 def with_room(x: torch.Tensor, layout: str, room: int) -> torch.Tensor:
     """A rank's K or V block (S positions) in a block with room for `room` >= S positions, the rest zero: what a
     free-split program takes (its rows past S are never read). The tensor itself where room == S."""
@@ -64,8 +70,7 @@ def bench_inputs(prog, heap, seed: int):
     sig = prog.signature()
     decode = {}
     if all(d in prog.dims for d in DECODE_DIMS) and {"Q", "K", "V", "lens"} <= set(sig):
-        d = prog.dims  # a free-split program's cache block has room for NS * L positions
-        room = d["NS"] * d["L"] if {"NS", "L"} <= set(d) else d["S"]
+        d, room = prog.dims, kv_room(prog.dims)
         try:
             layout = kv_layout(sig["K"][2], {**d, "S": room})
         except TilecError:  # not the decode bench's tensors after all: random inputs like any program

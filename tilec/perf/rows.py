@@ -122,3 +122,7 @@ def second_round(retime: list, rebuild, rates: tuple[str, ...] = ()) -> None:
                 setattr(r, f, getattr(faster, f))
         r.rounds_us = [first, float(f"{t.device_us:.5g}")]
 
+
+def rounds_text(rows) -> str:
+    """`name first -> second us, ...` of the rows a second round timed (the bench logs it per shape)."""
+    return ", ".join(f"{r.name} {' -> '.join(f'{x:.1f}' for x in r.rounds_us)}us" for r in rows if r.rounds_us)

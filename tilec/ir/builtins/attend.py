@@ -41,8 +41,7 @@ def _emit(em, call, args, results):
     q, k, v = (logical_shape(a) for a in call.args[:3])
     mq = q[0] if len(q) == 2 else 1
     scale = 1.0 / (em.extent_of_last(call.args[1]) ** 0.5)  # the true head dim, not the padded tile
-    rows = em.rows_valid(call.args[1])  # a padded key tile: its masked rows are zeros, not keys
-    n = args[3] if rows is None else f"tl.minimum({args[3]}, {rows})"
+    n = em.key_count(call.args[1], args[3])  # clamped to a padded key tile's real rows
     o, lse = results
     return (f"{o}, {lse} = td.attend(tl.reshape({args[0]}, ({mq}, {q[-1]})), tl.reshape({args[1]}, {k}),"
             f" tl.reshape({args[2]}, {v}), {n}, {scale!r}, UPCAST_DOT)")

@@ -17,8 +17,8 @@ class TileFn:
         logical_shape), `args` the typed argument expressions.
     reference(*tiles) -> the results as torch tensors (the reference interpreter; f32).
     emit(em, call, args, results) -> the Triton source line computing the results, given the emitter (for the true
-        extents of padded tiles: em.rows_valid / em.extent_of_last), the TupleCall, the arguments' value names
-        and the results' names. It calls the device functions named in `device` (tilec.device, as td.NAME).
+        extents of padded tiles: em.rows_valid / em.key_count / em.extent_of_last), the TupleCall, the arguments'
+        value names and the results' names. It calls the device functions named in `device` (tilec.device, as td.NAME).
     moves_data: a stage built on it is data movement rather than compute (persist(specialize) gives it the
         communication programs).
     """
