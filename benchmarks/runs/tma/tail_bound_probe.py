@@ -1,0 +1,70 @@
+"""How much of a world-1 flash decode step is its merge chain? Upper bounds by patching the emitted source of the
+free-split example (the bench's NS, L): as emitted; "merge to O" (the fold's local merge stores O itself: no exchange
+copy through Ol/Og and no combine, what forwarding the merge's registers could at best save at world 1); "stream
+only" (the split tasks and their fold counters, no merge at all: O is not written). Each a CUDA graph replay after a
+reading L2 flush beside torch SDPA (enable_gqa) in the same run, best of two.
+Usage: python benchmarks/runs/tma/tail_bound_probe.py"""
+import dataclasses
+import re
+
+import torch
+import torch.nn.functional as F
+
+import tilec
+from tilec.perf.bench_decode import default_splits
+from tilec.perf.inputs import make_inputs, with_room
+from tilec.perf.measure import time_op, time_program
+from tilec.runtime import spawn
+
+SPLITS = "examples/flash_decode_splits.tile"
+SHAPES = [(1, 12, 8, 128, 8192), (1, 16, 8, 128, 8192), (1, 12, 8, 128, 16384), (1, 16, 8, 128, 16384),
+          (8, 16, 8, 128, 16384)]
+
+
+def merge_to_o(src: str) -> str:
+    """local_task stores its merge into O (world 1: the combine of one partial is that partial)."""
+    m = re.search(r"    tl\.store\(Ol \+ (?P<off>.*?_a3_r\[None, None, :\]), tl\.reshape\(o, \((?P<shp>[^)]*)\)\)"
+                  r"\.to\(tl\.float32\)\)\n.*?(?=\n\n\n@triton\.jit)", src, re.S)
+    dtype = re.search(r"tl\.store\(O \+ .*\.to\((tl\.\w+)\)\)", src)[1]
+    return src.replace(m[0], f"    tl.store(O + {m['off']}, tl.reshape(o, ({m['shp']})).to({dtype}))", 1)
+
+
+def stream_only(src: str) -> str:
+    return re.sub(r"( +)local_task\(t_\d+,.*?UPCAST_DOT\)", r"\1pass", src, count=1, flags=re.S)
+
+
+def run(heap):
+    out = []
+    for b, hkv, g, d, s in SHAPES:
+        dims = {"B": b, "HKV": hkv, "G": g, "D": d, "S": s}
+        cfg = default_splits(dims, False)
+        q, k, v, lens = make_inputs(dims, 1, 0, "bf16", heap.device, layout="bhsd")
+        kr, vr = with_room(k, "bhsd", cfg["NS"] * cfg["L"]), with_room(v, "bhsd", cfg["NS"] * cfg["L"])
+        sd = time_op(lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q.unsqueeze(2), k, v, enable_gqa=True),
+                     heap, 20, 3)
+        ref = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, enable_gqa=True).squeeze(2).float()
+        out.append(f"B{b} H{hkv * g} S{s // 1024}K NS {cfg['NS']} L {cfg['L']}: sdpa {sd.device_us:.1f} us")
+        print(out[-1], flush=True)
+        prog0 = tilec.compile(SPLITS, world=1, schedule="fused-push", retype={"f16": "bf16"}, dims={**dims, **cfg},
+                              num_warps=4, num_stages=3)
+        for name, patch in [("as emitted", None), ("merge to O", merge_to_o), ("stream only", stream_only)]:
+            try:
+                prog = prog0 if patch is None else dataclasses.replace(prog0, source=patch(prog0.source), _state={})
+                assert patch is None or prog.source != prog0.source
+                o = torch.zeros_like(q)
+                args = {"Q": q, "K": kr, "V": vr, "lens": lens, "O": o}
+                ts = [time_program(prog, heap, args, 20, 2, host_iters=1).device_us for _ in range(2)]
+                err = ((o.float() - ref).abs().max() / ref.abs().max()).item()
+                best = min(ts)
+                out.append(f"  {name:14s} {best:8.1f} us ({ts[0]:.1f} / {ts[1]:.1f}; {sd.device_us / best:.3f}x sdpa;"
+                           f" rel err vs sdpa {err:.1e})")
+            except Exception as ex:  # noqa: BLE001 - a probe: report and go on
+                out.append(f"  {name:14s} failed: {str(ex).splitlines()[0][:300]}")
+            print(out[-1], flush=True)
+        del q, k, v, kr, vr
+        torch.cuda.empty_cache()
+    return out
+
+
+if __name__ == "__main__":
+    print("\n".join(spawn(run, 1, backend="iris", heap_bytes=1 << 30, timeout=560)[0]), flush=True)
