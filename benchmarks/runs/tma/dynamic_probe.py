@@ -54,7 +54,8 @@ def run(heap):
         for mult, mode in [(1, "static"), (2, "static"), (2, "dynamic"), (2, "dynamic share1"), (3, "dynamic"),
                            (4, "dynamic")]:
             ns = base["NS"] * mult
-            lk = -(-(-(-s // ns)) // 64) * 64  # ceil(S / NS) up to a multiple of 64
+            per = -(-s // ns)
+            lk = -(-per // 64) * 64  # ceil(S / NS) up to a multiple of 64
             cfg = {"NS": ns, "L": lk, "BS": 1 << (lk - 1).bit_length()}
             name = f"NS {ns:3d} L {lk:5d} {mode}"
             try:
