@@ -2,9 +2,9 @@
 
 The op takes the program's `in` tensors (in declaration order) and returns its `out` tensors (one tensor, or a tuple).
 Dims given in `dims=` are fixed; every other dim follows the inputs' shapes (`M` from `A: f16[M/W, K]` is
-`A.shape[0] * W`), and a dim no input determines keeps its default. Each distinct set of bound dims (and world)
-compiles one variant, cached on the op, so a new batch size just works. A fake kernel computes the outputs' shapes
-from the declarations, so `torch.compile(fullgraph=True)` traces through the op.
+`A.shape[0] * W`); a dim no input determines must be given in `dims=` (its default in the .tile is an example).
+Each distinct set of bound dims (and world) compiles one variant, cached on the op, so a new batch size just works.
+A fake kernel computes the outputs' shapes from the declarations, so `torch.compile(fullgraph=True)` traces through it.
 
 Symmetric inputs must live on the symmetric heap at the same offset on every rank: a tensor from `tilec.empty` (made
 on every rank in the same order) is passed as is; any other is copied into a staging buffer on the heap. Staging
@@ -341,14 +341,17 @@ class TileOp:
         return env
 
     def _followed_dims(self) -> list[str]:
-        """Dims an input's shape determines (with any world), in the order they are solved; a dim that none does
-        and that has no default is an error now rather than at the first call."""
+        """Dims an input's shape determines (with any world), in the order they are solved. A dim that none does
+        must be fixed in dims=, an error now rather than at the first call: its default in the .tile is an example
+        value, and a call that silently took it (flash decode's positions per rank S, which no tensor's shape holds)
+        would compute something else than the caller's inputs mean."""
         env = dict.fromkeys([self.tree.world, *(t.name for t in self.tree.tiles), *self.fixed], 1)
         order = self._solve_order(env)
         for d in self.tree.dims:
-            if d.name not in self.fixed and d.name not in order and d.default is None:
-                raise ArgumentError(f"tilec.op: dim {d.name!r} of {self.tree.name} has no default and no input's "
-                                    f"shape determines it: give it in dims=")
+            if d.name not in self.fixed and d.name not in order:
+                had = "has no default and" if d.default is None else f"(default {d.default}) is a dim"
+                raise ArgumentError(f"tilec.op: dim {d.name!r} of {self.tree.name} {had} no input's shape "
+                                    f"determines it: give it in dims=")
         return order
 
     def _solve_order(self, env: dict) -> list[str]:
