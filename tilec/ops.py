@@ -15,6 +15,10 @@ share them. Every op call is a collective: all ranks call the same ops in the sa
 tensor, or for an output that is not symmetric any contiguous tensor on the heap's device, is written in place; any
 other through a copy.
 
+Errors: on a GPU a call returns once its kernels are queued. A wait in it that times out (a rank that never made the
+call) is raised as WaitTimeout by a later call of the op once the GPU has got that far, or at once by
+`op.check_errors()`; on the CPU emulation by the call itself.
+
 CUDA graphs: an op's call count (the epoch its flags count in) lives on the device, so a call recorded by
 torch.cuda.graph or torch.compile(mode="reduce-overhead") replays as a call of its own. While a graph is being
 captured a call's entry and exit barriers are device kernels (tilec.device.barrier) instead of host barriers;
@@ -471,6 +475,14 @@ class TileOp:
                 reasons.append(f"{s}: {e}")
         raise ScheduleError(f"{self.qualname}: no schedule applies: " + "; ".join(reasons))
 
+    def check_errors(self, heap=None) -> None:
+        """Wait for this op's queued calls on the heap (the active one by default) and raise WaitTimeout if a wait
+        in one of them timed out. On a GPU calls do not wait for their kernels, so a timeout is otherwise raised
+        by a later call of the op once the GPU has got that far."""
+        heap = heap or active_heap()
+        for v in self.variants.values():
+            v.raise_recorded(heap, wait=True)
+
     def heap_bytes(self, world: int | None = None, **shapes) -> int:
         """Symmetric-heap bytes one variant needs (its buffers, flags and staging), for sizing a heap before it
         exists: `op.heap_bytes(2, A=(128, 64), B=(64, 96))` (input shapes) or with dims: `op.heap_bytes(2, M=256)`."""
@@ -549,6 +561,8 @@ class TileOp:
         capturing = heap.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
         dims = self.bind(tensors, world)
         prog = self.variant(world, dims)
+        for v in self.variants.values():  # a wait of an earlier call that timed out, seen without waiting for it
+            v.raise_recorded(heap)
         if capturing:
             self._check_capturable(prog, heap, dims)
         pool = _pool(heap)
@@ -579,6 +593,7 @@ class TileOp:
         # the epoch lives on the device, so calls a graph recorded replay as calls of their own
         prog(heap, sync=heap.interpret, device_epoch=True, device_barrier=capturing or self.barrier == "device",
              **args)
+        prog.watch_errors(heap)  # GPU calls are asynchronous: a timed-out wait is raised by a later call
         results = []
         for i, o in enumerate(self.outputs):
             if outs is not None:
