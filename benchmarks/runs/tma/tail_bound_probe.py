@@ -4,8 +4,9 @@ copy through Ol/Og and no combine, what forwarding the merge's registers could a
 merge to O" (the group's last arrival merges all its heads in one tile, nobody waits); "stream
 only" (the split tasks and their fold counters, no merge at all: O is not written). Each a CUDA graph replay after a
 reading L2 flush beside torch SDPA (enable_gqa) in the same run, best of two.
-Usage: python benchmarks/runs/tma/tail_bound_probe.py"""
+Usage: python benchmarks/runs/tma/tail_bound_probe.py; TAIL_PROBE=group python ... (the group merge unpipelined)"""
 import dataclasses
+import os
 import re
 
 import torch
@@ -18,6 +19,7 @@ from tilec.perf.measure import time_op, time_program
 from tilec.runtime import spawn
 
 SPLITS = "examples/flash_decode_splits.tile"
+MODE = os.environ.get("TAIL_PROBE", "")  # "group": the group merge's unpipelined forms only
 SHAPES = [(1, 12, 8, 128, 8192), (1, 16, 8, 128, 8192), (1, 12, 8, 128, 16384), (1, 16, 8, 128, 16384),
           (8, 16, 8, 128, 16384)]
 
@@ -30,21 +32,22 @@ def merge_to_o(src: str) -> str:
     return src.replace(m[0], f"    tl.store(O + {m['off']}, tl.reshape(o, ({m['shp']})).to({dtype}))", 1)
 
 
-def group_merge_to_o(src: str, dims: dict) -> str:
+def group_merge_to_o(src: str, dims: dict, ch: int = 8, stages: int | None = None) -> str:
     """The group's last arrival merges all G heads of its KV head in one [NS, G, D] tile and stores O (world 1); the
     other arrivals do not wait."""
     b, h, d, ns = dims["B"], dims["HKV"] * dims["G"], dims["D"], dims["NS"]
     nsp = 1 << (ns - 1).bit_length()
     dtype = re.search(r"tl\.store\(O \+ .*\.to\((tl\.\w+)\)\)", src)[1]
     g = dims["G"]
-    ch = min(8, nsp)  # partials a step: [8, G, D] f32 stays in registers
+    ch = min(ch, nsp)  # partials a step: [ch, G, D] f32 in registers
+    loop = f"range(0, {nsp}, {ch})" if stages is None else f"tl.range(0, {nsp}, {ch}, num_stages={stages})"
     new = f"""    if left == 0:  # the group's last arrival merges its {g} heads at once, {ch} partials a step
         hh = {g} * g + tl.arange(0, {g})
         d_r = tl.arange(0, {d})
         m_g = tl.full(({g},), float("-inf"), tl.float32)
         den_g = tl.zeros(({g},), tl.float32)
         acc_g = tl.zeros(({g}, {d}), tl.float32)
-        for c in range(0, {nsp}, {ch}):
+        for c in {loop}:
             s_r = c + tl.arange(0, {ch})
             os_c = tl.load(Os + s_r[:, None, None] * {b * h * d} + b * {h * d} + hh[None, :, None] * {d}
                            + d_r[None, None, :], mask=(s_r < {ns})[:, None, None], other=0)
@@ -81,9 +84,15 @@ def run(heap):
         print(out[-1], flush=True)
         prog0 = tilec.compile(SPLITS, world=1, schedule="fused-push", retype={"f16": "bf16"}, dims={**dims, **cfg},
                               num_warps=4, num_stages=3)
-        group = lambda src, dims={**dims, **cfg}: group_merge_to_o(src, dims)  # noqa: E731
-        for name, patch in [("as emitted", None), ("merge to O", merge_to_o), ("group merge to O", group),
-                            ("stream only", stream_only)]:
+        full = {**dims, **cfg}
+        variants = [("as emitted", None), ("merge to O", merge_to_o)]
+        if MODE != "group":
+            variants += [("group merge to O", lambda src, full=full: group_merge_to_o(src, full)),
+                         ("stream only", stream_only)]
+        else:  # the group merge unpipelined (no shared memory buffers for its loads), 8 or 4 partials a step
+            variants += [(f"group ch {ch} stages 1", lambda src, ch=ch, full=full: group_merge_to_o(src, full, ch, 1))
+                         for ch in (8, 4)]
+        for name, patch in variants:
             try:
                 prog = prog0 if patch is None else dataclasses.replace(prog0, source=patch(prog0.source), _state={})
                 assert patch is None or prog.source != prog0.source
