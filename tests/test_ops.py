@@ -346,8 +346,8 @@ def test_a_dim_no_input_determines_must_be_given(dims, missing):
     values. It is an error naming the dim; once fixed, the call binds the rest from the inputs."""
     name = f"f_fds_{'_'.join(dims) or 'none'}"
     if missing:
-        with pytest.raises(ArgumentError, match=f"dim '{missing}' of flash_decode_splits \\(default \\d+\\) is a "
-                                                "dim no input's shape determines it: give it in dims="):
+        with pytest.raises(ArgumentError, match=f"dim '{missing}' of flash_decode_splits \\(default \\d+, an example "
+                                                "value\\): no input's shape determines it: give it in dims="):
             tilec.op(EX / "flash_decode_splits.tile", name=name, world=1, dims=dims)
         return
     op = tilec.op(EX / "flash_decode_splits.tile", name=name, world=1, dims=dims)

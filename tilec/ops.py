@@ -353,9 +353,9 @@ class TileOp:
         order = self._solve_order(env)
         for d in self.tree.dims:
             if d.name not in self.fixed and d.name not in order:
-                had = "has no default and" if d.default is None else f"(default {d.default}) is a dim"
-                raise ArgumentError(f"tilec.op: dim {d.name!r} of {self.tree.name} {had} no input's shape "
-                                    f"determines it: give it in dims=")
+                why = ("has no default and no input's shape determines it" if d.default is None else
+                       f"(default {d.default}, an example value): no input's shape determines it")
+                raise ArgumentError(f"tilec.op: dim {d.name!r} of {self.tree.name} {why}: give it in dims=")
         return order
 
     def _solve_order(self, env: dict) -> list[str]:
