@@ -14,7 +14,7 @@ import torch
 from tilec.frontend.sema import BarrierIR, BoundProgram, StageIR
 from tilec.ir.builtins import TILE_FNS
 from tilec.ir.dtypes import DTYPES, torch_dtype
-from tilec.ir.types import ME, Access, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var
+from tilec.ir.types import ME, Access, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var, loads
 
 TORCH_DTYPE = {d: torch_dtype(d) for d in DTYPES}
 _FNS = {
@@ -75,6 +75,8 @@ class Reference:
                     val = val[s.part].reshape(region.shape)
                 elif val.dim() > region.dim():  # the same tile up to unit dims
                     val = val.reshape(region.shape)
+                elif val.dim() == region.dim() and any(a > b for a, b in zip(val.shape, region.shape, strict=True)):
+                    val = val[tuple(slice(0, n) for n in region.shape)]  # a padded sum, stored where the tile fits
                 dst[sl] = torch.broadcast_to(val, region.shape).to(dst.dtype)
 
     def _device(self):
@@ -103,6 +105,8 @@ class Reference:
             acc = None
             for x in range(0, v.extent, v.step):
                 t = self._eval(e.body, env | {v.name: x}, inner)
+                if not isinstance(e.body, Dot):  # a GEMM contracts v; other bodies keep its dims
+                    t = _pad_tile(t, e.body, v)
                 acc = t if acc is None else acc + t
             return acc
         if isinstance(e, Op):
@@ -115,6 +119,18 @@ class Reference:
                 return args[0].to(TORCH_DTYPE[e.dtype]).float()
             return _FNS[e.op](args[0])
         raise TypeError(f"reference: unsupported expression {type(e).__name__}")
+
+
+def _pad_tile(t: torch.Tensor, body, v: Var) -> torch.Tensor:
+    """A term of a sum over tile loop v, zero-padded to v's whole step along the dims v tiles: the last tile of a
+    ragged loop is clipped, and its missing elements add nothing (the kernel masks them)."""
+    dims = {d for ld in loads(body) for d, tv in enumerate(ld.access.tile) if tv == v.name}
+    if t.dim() != len(body.shape):
+        return t
+    pad = []
+    for d in reversed(range(t.dim())):
+        pad += [0, v.step - t.shape[d] if d in dims and t.shape[d] < v.step else 0]
+    return torch.nn.functional.pad(t, pad) if any(pad) else t
 
 
 def _logical(x: torch.Tensor, e) -> torch.Tensor:

@@ -380,6 +380,9 @@ class _Checker:
                 raise _Err(e.loc, f"dtype mismatch in '@': {a.dtype} @ {b.dtype} (cast one side, e.g. f32(x))")
             return Dot(a, b, "f32", (a.shape[0], b.shape[1]), e.loc)
         if isinstance(e, ast.BinOp):
+            if e.op == "%":  # index arithmetic only (`_affine`): tile math has no remainder
+                raise _Err(e.loc, "'%' is only for index and size arithmetic on dims, not in tile math (which has"
+                                  " + - * / and functions)")
             a, b = self.expr(e.lhs, vars_), self.expr(e.rhs, vars_)
             shape = _broadcast(a.shape, b.shape)
             if shape is None:
