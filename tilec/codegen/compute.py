@@ -59,7 +59,12 @@ class Compute:
 
     def expr(self, e, out: list[str], indent: str) -> str:
         if isinstance(e, Const):
-            return repr(int(e.value)) if e.dtype == "i32" else repr(float(e.value))
+            lit = repr(int(e.value)) if e.dtype == "i32" else repr(float(e.value))
+            if any(s.value is e for s in self.st.body):  # stored as is: broadcast needs a tensor, not a literal
+                name = self.tmp("const_val")
+                out.append(f"{indent}{name} = tl.full((), {lit}, {TL_DTYPE[e.dtype]})")
+                return name
+            return lit
         if isinstance(e, Idx):
             return f"({self.scalar(e.index.terms, e.index.const)})"
         if isinstance(e, TupleCall):
@@ -82,8 +87,9 @@ class Compute:
                 r = f"({args[0]} {e.op} {args[1]})"
             elif e.op in ("max", "min"):
                 r = f"tl.{e.op}imum({args[0]}, {args[1]})"
-            elif e.op.startswith("cast_"):
-                r = f"{args[0]}.to({TL_DTYPE[e.dtype]})"
+            elif e.op.startswith("cast_"):  # a literal has no .to(): make it a scalar tensor first
+                src = f"tl.full((), {args[0]}, tl.float32)" if isinstance(e.args[0], Const) else args[0]
+                r = f"{src}.to({TL_DTYPE[e.dtype]})"
             else:
                 r = UNARY[e.op].format(args[0])
             name = self.tmp(op_name(e))
