@@ -380,7 +380,12 @@ class _Checker:
                 raise _Err(e.loc, f"dtype mismatch in '@': {a.dtype} @ {b.dtype} (cast one side, e.g. f32(x))")
             return Dot(a, b, "f32", (a.shape[0], b.shape[1]), e.loc)
         if isinstance(e, ast.BinOp):
-            if e.op == "%":  # index arithmetic only (`_affine`): tile math has no remainder
+            if e.op == "%":  # index arithmetic (`_affine`) and integer constants only: tile math has no remainder
+                try:
+                    return Const(_const(e, self.consts, "'%' of constants"), "i32", (), e.loc)
+                except _Err as err:
+                    if err.msg == "division by zero":
+                        raise
                 raise _Err(e.loc, "'%' is only for index and size arithmetic on dims, not in tile math (which has"
                                   " + - * / and functions)")
             a, b = self.expr(e.lhs, vars_), self.expr(e.rhs, vars_)
