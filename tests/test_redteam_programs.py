@@ -4,6 +4,8 @@ Families, each generated from a table (not one program):
 - `%` in tile math: a located CompileError (it reached codegen as a KeyError); `%` of two constants folds.
 - stores of constants: literals, casts of literals, constant arithmetic, into f32 / f16 / bf16 / i32 outputs
   (`tl.broadcast_to(3.5, ...)` and `1.5.to(...)` did not compile, on the interpreter or for a GPU).
+- a bad value of a dim or tile (`-D M=0`, a tile 3 or 2**41) is one error, not also every shape and index that
+  was then checked with a placeholder 1 in its place (`M/W` not an integer, out-of-bounds indexes).
 - sums over a ragged tile loop (the loop's extent not a multiple of its step) of a body that is not zero where the
   last tile is masked (`exp(x)`, `x + 1`, a GEMM of computed operands): the kernel added the masked lanes (exp(0) = 1)
   and the reference interpreter crashed adding the clipped last tile to the whole ones.
@@ -18,9 +20,10 @@ import torch
 
 import tilec
 from tests import _workers
-from tests._util import make_calls, rel_err
+from tests._util import ROOT, make_calls, rel_err
 from tilec.cli import main as cli_main
 from tilec.errors import CompileError
+from tilec.frontend.parser import parse
 from tilec.reference import evaluate
 from tilec.runtime import spawn
 
@@ -166,3 +169,31 @@ def test_reference_matches_torch(case):
     ref = evaluate(prog.program, calls)
     for r in range(2):
         _check({n: ref[r][n] for n in model(calls, r)}, model(calls, r), f"{case} reference rank {r}")
+
+
+# -- a bad dim or tile value is one error, not a cascade of checks made with a placeholder -------------------------
+
+SEEDS = sorted((ROOT / "examples").glob("*.tile")) + sorted((ROOT / "tests" / "programs").glob("*.tile"))
+
+
+def _bad_values():
+    for path in SEEDS:
+        ast_prog = parse(path.read_text(), str(path))
+        for d in ast_prog.dims:
+            for v in (0, -3, 2**41):
+                yield path, d.name, v
+        for t in ast_prog.tiles:
+            for v in (0, 3, 2**25 + 1, 2**41):
+                yield path, t.name, v
+
+
+BAD_VALUES = list(_bad_values())
+
+
+@pytest.mark.parametrize("path,name,value", BAD_VALUES,
+                         ids=[f"{p.stem}-{n}={v}" for p, n, v in BAD_VALUES])
+def test_a_bad_dim_or_tile_value_is_one_error(path, name, value):
+    with pytest.raises(CompileError) as e:
+        tilec.compile(path, world=2, dims={name: value})
+    msgs = [f"{d.loc.line}:{d.loc.col}: {d.message}" for d in e.value.diagnostics]
+    assert len(msgs) == 1 and f"'{name}'" in msgs[0], msgs

@@ -7,6 +7,7 @@ Every problem is collected (with its location) and reported together as one Comp
 from __future__ import annotations
 
 import numbers
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -131,6 +132,9 @@ class _Checker:
         self.tensors: dict[str, Tensor] = {}
         self.dims: list[tuple[str, int]] = []
         self.tiles: list[tuple[str, int]] = []
+        self.placeholders: set[str] = set()  # dims and tiles whose value was bad: checked with 1 in its place
+        self.value_errors = 0  # how many errors the dims' and tiles' values gave
+        self.tainted: set[str] = set()  # tensors and loop variables sized by such dims
 
     def err(self, loc: Loc, msg: str) -> None:
         self.errors.append(Diagnostic(loc, msg))
@@ -148,26 +152,34 @@ class _Checker:
             if v is None:
                 self.err(d.loc, f"dim '{d.name}' has no value: give one in the program or with -D {d.name}=N")
                 v = 1
+                self.placeholders.add(d.name)
             elif v < 1:
                 self.err(d.loc, f"dim '{d.name}' must be >= 1, got {v}")
-                v = 1  # keeps later checks from cascading on a zero
+                v = 1  # keeps later checks from dividing by a zero
+                self.placeholders.add(d.name)
             elif v > MAX_SIZE:
                 self.err(d.loc, f"dim '{d.name}' = {v} is too large (tilec's limit is 2**40 = {MAX_SIZE})")
                 v = 1
+                self.placeholders.add(d.name)
             self.consts[d.name] = v
             self.dims.append((d.name, v))
         for t in p.tiles:
             v = self.overrides.pop(t.name, t.value)
             if v < 1 or v & (v - 1):
                 self.err(t.loc, f"tile size '{t.name}' = {v} must be a power of two (Triton block shapes are)")
+                self.placeholders.add(t.name)
+                if not 1 <= v <= MAX_TILE:
+                    v = 1
             elif v > MAX_TILE:
                 self.err(t.loc, f"tile size '{t.name}' = {v} is too large (tilec's limit is 2**24 = {MAX_TILE}"
                                 " elements per tile)")
                 v = 1
+                self.placeholders.add(t.name)
             self.consts[t.name] = v
             self.tiles.append((t.name, v))
         for name in self.overrides:
             self.err(p.loc, f"-D {name}: the program has no dim or tile size named '{name}'")
+        self.value_errors = len(self.errors)
         for t in p.tensors:
             if t.name in seen or t.name in self.tensors:
                 self.err(t.loc, f"'{t.name}' is already defined")
@@ -190,6 +202,33 @@ class _Checker:
                 self.err(t.loc, f"'{t.name}' has {numel} elements: too many (tilec's limit is 2**40 = {MAX_SIZE})")
                 shape = [1] * len(shape)
             self.tensors[t.name] = Tensor(t.name, t.kind, t.dtype, tuple(shape), t.symmetric, t.loc)
+            if any(self._placeheld(s) for s in t.shape):
+                self.tainted.add(t.name)
+
+    def drop_cascades(self, source: str) -> None:
+        """Leave out the errors (after the values' own) of expressions that use a dim or tile whose value was bad:
+        they were checked with 1 in its place (`-D M=-4` is one error, not also `M/W` not an integer)."""
+        if not self.placeholders:
+            return
+        bad = self.placeholders | self.tainted
+        lines = source.split("\n")
+
+        def text(loc: Loc) -> str:
+            end_line = max(loc.end_line, loc.line)
+            span = lines[loc.line - 1:end_line]
+            if not span:
+                return ""
+            if loc.end_col and end_line == loc.line:
+                return span[0][loc.col - 1:loc.end_col - 1]
+            return "\n".join(span)[loc.col - 1:]
+
+        names = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(bad))) + r")\b")
+        self.errors = self.errors[:self.value_errors] + [
+            d for d in self.errors[self.value_errors:]
+            if not names.search(text(d.loc)) and not any(f"'{n}'" in d.message for n in bad)]
+
+    def _placeheld(self, e: ast.Expr) -> bool:
+        return any(n.id in self.placeholders for n in _names(e))
 
     def _values_hint(self, e: ast.Expr) -> str:
         names = sorted({n.id for n in _names(e) if n.id in self.consts})
@@ -212,6 +251,8 @@ class _Checker:
                 self.err(e.loc, e.msg)
                 v = Var(lp.var, lp.kind, 1, 1, lp.loc)  # placeholder keeps later uses from cascading
             vars_[lp.var] = v
+            if lp.kind != "rank" and (self._placeheld(lp.extent) or self._placeheld(lp.step)):
+                self.tainted.add(lp.var)
             loops.append(v)
         tasks = _prod(v.trips for v in loops)
         if tasks > MAX_TASKS:
@@ -545,6 +586,7 @@ def check(prog: ast.Program, world: int, dims: dict[str, int] | None = None) -> 
         c.err(prog.loc, "program has no stages")
     if not c.errors:
         c.phases(items)
+    c.drop_cascades(prog.source)
     if c.errors:
         raise CompileError(sorted(c.errors, key=lambda d: (d.loc.line, d.loc.col)), prog.source)
     return BoundProgram(prog.name, world, prog.world, tuple(c.dims), tuple(c.tiles), tuple(c.tensors.values()),
