@@ -261,11 +261,14 @@ class _Checker:
             return StageIR(s.name, (), (), s.loc)
         body = []
         self.implicit: list[Var] = []  # `:` slices become one-trip tile loops over the whole dimension
+        errors = len(self.errors)
         for a in s.body:
             try:
                 body += self.assign(a, vars_, tuple(loops), s.name)
             except _Err as e:
                 self.err(e.loc, e.msg)
+        if not body and len(self.errors) == errors:  # passes take a stage's first store as what it does
+            self.err(s.loc, f"stage '{s.name}' stores nothing: every target of its statements is `_`")
         if len(loops) + len(self.implicit) > MAX_LOOPS:
             self.err(s.loc, f"stage '{s.name}' has {len(loops)} loops and {len(self.implicit)} `:` slices: too many"
                             f" (tilec's limit is {MAX_LOOPS} together)")
@@ -430,7 +433,7 @@ class _Checker:
                 raise _Err(e.loc, "'%' is only for index and size arithmetic on dims, not in tile math (which has"
                                   " + - * / and functions)")
             a, b = self.expr(e.lhs, vars_), self.expr(e.rhs, vars_)
-            shape = _broadcast(a.shape, b.shape)
+            shape = _broadcast(a.shape, b.shape, scalars=True)
             if shape is None:
                 raise _Err(e.loc, f"shape mismatch in '{e.op}': {_shp(a.shape)} and {_shp(b.shape)}")
             ints = a.dtype == b.dtype == "i32" and e.op in "+-*"
@@ -442,7 +445,7 @@ class _Checker:
             if e.fn in UNARY_FNS and len(args) == 1:
                 return Op(e.fn, tuple(args), "f32", args[0].shape, e.loc)
             if e.fn in BINARY_FNS and len(args) == 2:
-                shape = _broadcast(args[0].shape, args[1].shape)
+                shape = _broadcast(args[0].shape, args[1].shape, scalars=True)
                 if shape is None:
                     raise _Err(e.loc, f"shape mismatch in {e.fn}(): {_shp(args[0].shape)} and {_shp(args[1].shape)}")
                 ints = args[0].dtype == args[1].dtype == "i32"  # min(lens[b] - rank*S, S): a count stays an integer
@@ -554,9 +557,16 @@ def _shp(s: tuple[int, ...]) -> str:
     return "[" + ", ".join(map(str, s)) + "]"
 
 
-def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...], scalars: bool = False) -> tuple[int, ...] | None:
+    """The shape of an element-wise operation on tiles of shapes a and b (None: they do not fit). scalars: one
+    element (`v[3]` of a 1-d tensor, shape [1]) goes with a tile of any rank at least its own, as a number does."""
     if not a or not b:
         return a or b
+    if scalars and len(a) != len(b):
+        if _prod(b) == 1 and len(b) < len(a):
+            return a
+        if _prod(a) == 1 and len(a) < len(b):
+            return b
     if len(a) != len(b):
         return None
     out = []
