@@ -75,6 +75,8 @@ class Reference:
                     val = val[s.part].reshape(region.shape)
                 elif val.dim() > region.dim():  # the same tile up to unit dims
                     val = val.reshape(region.shape)
+                elif [n for n in val.shape if n != 1] == [n for n in region.shape if n != 1]:
+                    val = val.reshape(region.shape)  # the same tile with its unit dims elsewhere: Z[r, m] = Y[m, 0]
                 elif val.dim() == region.dim() and any(a > b for a, b in zip(val.shape, region.shape, strict=True)):
                     val = val[tuple(slice(0, n) for n in region.shape)]  # a padded sum, stored where the tile fits
                 dst[sl] = torch.broadcast_to(val, region.shape).to(dst.dtype)
