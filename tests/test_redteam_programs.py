@@ -12,6 +12,8 @@ Families, each generated from a table (not one program):
   reference interpreter crashed broadcasting it (an element-wise value of that kind also fails in the kernel: the
   store broadcasts instead of reshaping it; tasks.py is not this file's to fix, so those cases are xfail).
 - a stage whose every target is `_` stores nothing: a located error (fuse-comm crashed with an IndexError on it).
+- outputs a program writes only in part: `tilec run` compared the elements left alone (poisoned before the call)
+  with the reference's zeros and reported a wrong result.
 - sums over a ragged tile loop (the loop's extent not a multiple of its step) of a body that is not zero where the
   last tile is masked (`exp(x)`, `x + 1`, a GEMM of computed operands): the kernel added the masked lanes (exp(0) = 1)
   and the reference interpreter crashed adding the clipped last tile to the whole ones.
@@ -288,3 +290,28 @@ def test_a_stage_that_stores_nothing_is_a_located_error(tmp_path, body):
             tilec.compile(path, world=2, schedule=schedule)
         (d,) = e.value.diagnostics
         assert (d.loc.line, d.message) == (12, "stage 's' stores nothing: every target of its statements is `_`")
+
+
+# -- outputs a program writes only in part --------------------------------------------------------------------------
+
+# (declaration, statement): rows past the loop, columns past it, an i32 output, one block of a 2-d output
+PARTIAL = [("out R : f32[M]", "R[m] = X[m] + 1"), ("out P : f32[M, 6]", "P[m, 2] = X[m] * 2"),
+           ("out I : i32[M]", "I[m] = c[m] * 3"), ("out Q : f32[2*M, 4]", "Q[M + m, 1] = X[m] - 1")]
+
+
+def test_tilec_run_accepts_outputs_written_in_part():
+    """`tilec run` poisons outputs before each call; the reference started them at zero, so a valid program that
+    leaves elements of an output alone was reported as a wrong result (exit 1)."""
+    from tilec.run_vs_reference import run_program
+
+    decls = "".join(f"  {d}\n" for d, _s in PARTIAL)
+    body = "".join(f"    {s}\n" for _d, s in PARTIAL)
+    text = ("program partial(world W)\n  dims M = 16, ME = 10\n  tiles BM = 8\n  in X : f32[M]\n  in c : i32[M]\n"
+            + decls + "  stage s over m in ME by BM:\n" + body)
+    prog = tilec.compile("partial.tile", world=2, schedule="flags", source=text)
+    rows, _times = run_program(prog, repeat=1, timeout=300)
+    assert len(rows) == 2 * len(PARTIAL) and all(r.ok for r in rows), [r for r in rows if not r.ok]
+    ref = evaluate(prog.program, [{"X": torch.ones(16), "c": torch.ones(16, dtype=torch.int32)}] * 2,
+                   outputs_start={"R": torch.tensor(7.0), "P": torch.tensor(7.0), "I": torch.tensor(-1),
+                                  "Q": torch.tensor(7.0)})
+    assert ref[0]["R"].tolist() == [2.0] * 10 + [7.0] * 6 and ref[1]["I"].tolist() == [3] * 10 + [-1] * 6

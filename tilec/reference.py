@@ -33,7 +33,8 @@ def _slices(a: Access, env: dict[str, int], scope: dict[str, Var]) -> tuple[slic
 
 
 class Reference:
-    def __init__(self, prog: BoundProgram, inputs: list[dict[str, torch.Tensor]], device: str = "cpu"):
+    def __init__(self, prog: BoundProgram, inputs: list[dict[str, torch.Tensor]], device: str = "cpu",
+                 outputs_start: dict[str, torch.Tensor] | None = None):
         self.prog = prog
         self.state: list[dict[str, torch.Tensor]] = []
         for r in range(prog.world):
@@ -41,6 +42,8 @@ class Reference:
             for t in prog.tensors:
                 if t.kind == "in":
                     st[t.name] = inputs[r][t.name].detach().to(device, TORCH_DTYPE[t.dtype]).clone()
+                elif t.kind == "out" and outputs_start is not None:
+                    st[t.name] = outputs_start[t.name].to(device, TORCH_DTYPE[t.dtype]).expand(t.shape).clone()
                 else:
                     st[t.name] = torch.zeros(t.shape, dtype=TORCH_DTYPE[t.dtype], device=device)
             self.state.append(st)
@@ -152,7 +155,9 @@ def _contracts_only(e: Sum) -> bool:
     return uses == [(lhs, 1), (rhs, 0)] and lhs.tile[1] == v and rhs.tile[0] == v and v not in (lhs.rank, rhs.rank)
 
 
-def evaluate(prog: BoundProgram, inputs: list[dict[str, torch.Tensor]], device: str = "cpu"
-             ) -> list[dict[str, torch.Tensor]]:
-    """Every tensor of every rank after running `prog` on `inputs` (one dict of input tensors per rank)."""
-    return Reference(prog, inputs, device).run()
+def evaluate(prog: BoundProgram, inputs: list[dict[str, torch.Tensor]], device: str = "cpu",
+             outputs_start: dict[str, torch.Tensor] | None = None) -> list[dict[str, torch.Tensor]]:
+    """Every tensor of every rank after running `prog` on `inputs` (one dict of input tensors per rank). Outputs
+    start as zeros, or as `outputs_start[name]` (a value broadcast to the output's shape): what a call leaves in the
+    elements the program does not write."""
+    return Reference(prog, inputs, device, outputs_start).run()
