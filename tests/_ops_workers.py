@@ -279,3 +279,39 @@ def captured_ops(heap, cases: dict) -> dict:
             refused[what] = str(e)
     out["refused"] = refused
     return out
+
+
+def late_peer_gpu(heap, cases: dict) -> dict:
+    """GPU: op calls return once their kernels are queued. A call the last rank never makes times out on the others
+    (their entry barrier, a device kernel with barrier="device", gives up after the wait timeout); that must not be
+    lost: the op's next call raises WaitTimeout before it launches, and check_errors() raises it at once."""
+    import time
+
+    import tilec
+    from tilec.program import WaitTimeout
+
+    rank, world = heap.rank, heap.world
+    tiles = {"BM": 16, "BN": 16, "BK": 16}
+    m, n, k = cases["shape"]
+    a, b = _shared(1, m, k), _shared(2, k, n)
+    mine, b = a.chunk(world)[rank].contiguous().to(heap.device), b.to(heap.device)
+    out = {}
+    for how in ("next call", "check_errors"):
+        late = tilec.op(ROOT / "examples" / "ag_gemm.tile", name=f"g_late_{how.replace(' ', '_')}", dims=tiles,
+                        barrier="device", wait_timeout=cases["timeout"])
+        out[how] = {"first": _err(late(mine, b).cpu(), a.float() @ b.float().cpu()), "raised": None}
+        heap.barrier()
+        if rank != world - 1:
+            t0 = time.monotonic()
+            late(mine, b)  # its peer never comes: returns at once, its barrier kernel times out on the GPU
+            out[how]["returned_s"] = time.monotonic() - t0
+            try:
+                if how == "next call":
+                    time.sleep(cases["timeout"] + 2)  # the GPU has given up by now
+                    late(mine, b)
+                else:
+                    late.check_errors()
+            except WaitTimeout as e:
+                out[how]["raised"] = (str(e), e.flag, time.monotonic() - t0)
+        heap.barrier()
+    return out

@@ -336,3 +336,21 @@ def test_out_variant_checks_its_outputs_in_the_fake_kernel():
 
     g = torch.compile(f, backend="eager", fullgraph=True, dynamic=True)
     assert g(_meta(3, 8), _meta(8, 8), _meta(6, 8)).shape == (6, 8)
+
+
+@pytest.mark.parametrize("dims, missing", [({}, "S"), ({"NS": 3, "L": 40}, "S"), ({"S": 100}, "NS"),
+                                           ({"S": 100, "L": 40}, None), ({"S": 100, "NS": 3}, None)])
+def test_a_dim_no_input_determines_must_be_given(dims, missing):
+    """The split example's S (positions per rank) is in no input's shape, and NS, L only as a product (K: [B, HKV,
+    NS*L, D]: fixing one determines the other): an op that does not fix them would silently take the .tile's example
+    values. It is an error naming the dim; once fixed, the call binds the rest from the inputs."""
+    name = f"f_fds_{'_'.join(dims) or 'none'}"
+    if missing:
+        with pytest.raises(ArgumentError, match=f"dim '{missing}' of flash_decode_splits \\(default \\d+, an example "
+                                                "value\\): no input's shape determines it: give it in dims="):
+            tilec.op(EX / "flash_decode_splits.tile", name=name, world=1, dims=dims)
+        return
+    op = tilec.op(EX / "flash_decode_splits.tile", name=name, world=1, dims=dims)
+    q, k = torch.zeros(2, 8, 64), torch.zeros(2, 2, 120, 64)
+    assert op.bind([q, k, k, torch.zeros(2, dtype=torch.int32)], 1) == {
+        "B": 2, "HKV": 2, "G": 4, "D": 64, "S": 100, "NS": 3, "L": 40}

@@ -2,9 +2,9 @@
 
 The op takes the program's `in` tensors (in declaration order) and returns its `out` tensors (one tensor, or a tuple).
 Dims given in `dims=` are fixed; every other dim follows the inputs' shapes (`M` from `A: f16[M/W, K]` is
-`A.shape[0] * W`), and a dim no input determines keeps its default. Each distinct set of bound dims (and world)
-compiles one variant, cached on the op, so a new batch size just works. A fake kernel computes the outputs' shapes
-from the declarations, so `torch.compile(fullgraph=True)` traces through the op.
+`A.shape[0] * W`); a dim no input determines must be given in `dims=` (its default in the .tile is an example).
+Each distinct set of bound dims (and world) compiles one variant, cached on the op, so a new batch size just works.
+A fake kernel computes the outputs' shapes from the declarations, so `torch.compile(fullgraph=True)` traces through it.
 
 Symmetric inputs must live on the symmetric heap at the same offset on every rank: a tensor from `tilec.empty` (made
 on every rank in the same order) is passed as is; any other is copied into a staging buffer on the heap. Staging
@@ -14,6 +14,10 @@ share them. Every op call is a collective: all ranks call the same ops in the sa
 `op(inputs..., out=C)` (a tuple for several outputs) is `tilec::<name>.out`, which writes the caller's tensors: a heap
 tensor, or for an output that is not symmetric any contiguous tensor on the heap's device, is written in place; any
 other through a copy.
+
+Errors: on a GPU a call returns once its kernels are queued. A wait in it that times out (a rank that never made the
+call) is raised as WaitTimeout by a later call of the op once the GPU has got that far, or at once by
+`op.check_errors()`; on the CPU emulation by the call itself.
 
 CUDA graphs: an op's call count (the epoch its flags count in) lives on the device, so a call recorded by
 torch.cuda.graph or torch.compile(mode="reduce-overhead") replays as a call of its own. While a graph is being
@@ -341,14 +345,17 @@ class TileOp:
         return env
 
     def _followed_dims(self) -> list[str]:
-        """Dims an input's shape determines (with any world), in the order they are solved; a dim that none does
-        and that has no default is an error now rather than at the first call."""
+        """Dims an input's shape determines (with any world), in the order they are solved. A dim that none does
+        must be fixed in dims=, an error now rather than at the first call: its default in the .tile is an example
+        value, and a call that silently took it (flash decode's positions per rank S, which no tensor's shape holds)
+        would compute something else than the caller's inputs mean."""
         env = dict.fromkeys([self.tree.world, *(t.name for t in self.tree.tiles), *self.fixed], 1)
         order = self._solve_order(env)
         for d in self.tree.dims:
-            if d.name not in self.fixed and d.name not in order and d.default is None:
-                raise ArgumentError(f"tilec.op: dim {d.name!r} of {self.tree.name} has no default and no input's "
-                                    f"shape determines it: give it in dims=")
+            if d.name not in self.fixed and d.name not in order:
+                why = ("has no default and no input's shape determines it" if d.default is None else
+                       f"(default {d.default}, an example value): no input's shape determines it")
+                raise ArgumentError(f"tilec.op: dim {d.name!r} of {self.tree.name} {why}: give it in dims=")
         return order
 
     def _solve_order(self, env: dict) -> list[str]:
@@ -468,6 +475,14 @@ class TileOp:
                 reasons.append(f"{s}: {e}")
         raise ScheduleError(f"{self.qualname}: no schedule applies: " + "; ".join(reasons))
 
+    def check_errors(self, heap=None) -> None:
+        """Wait for this op's queued calls on the heap (the active one by default) and raise WaitTimeout if a wait
+        in one of them timed out. On a GPU calls do not wait for their kernels, so a timeout is otherwise raised
+        by a later call of the op once the GPU has got that far."""
+        heap = heap or active_heap()
+        for v in self.variants.values():
+            v.raise_recorded(heap, wait=True)
+
     def heap_bytes(self, world: int | None = None, **shapes) -> int:
         """Symmetric-heap bytes one variant needs (its buffers, flags and staging), for sizing a heap before it
         exists: `op.heap_bytes(2, A=(128, 64), B=(64, 96))` (input shapes) or with dims: `op.heap_bytes(2, M=256)`."""
@@ -546,6 +561,8 @@ class TileOp:
         capturing = heap.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
         dims = self.bind(tensors, world)
         prog = self.variant(world, dims)
+        for v in self.variants.values():  # a wait of an earlier call that timed out, seen without waiting for it
+            v.raise_recorded(heap)
         if capturing:
             self._check_capturable(prog, heap, dims)
         pool = _pool(heap)
@@ -576,6 +593,7 @@ class TileOp:
         # the epoch lives on the device, so calls a graph recorded replay as calls of their own
         prog(heap, sync=heap.interpret, device_epoch=True, device_barrier=capturing or self.barrier == "device",
              **args)
+        prog.watch_errors(heap)  # GPU calls are asynchronous: a timed-out wait is raised by a later call
         results = []
         for i, o in enumerate(self.outputs):
             if outs is not None:

@@ -392,6 +392,50 @@ class CompiledProgram:
             raise ArgumentError(f"{self.program.name}: no call has run on rank {heap.rank}'s heap yet")
         return st["bufs"]["TIMELINE"].view(-1, 5).cpu()
 
+    def watch_errors(self, heap) -> None:
+        """After an asynchronous call (sync=False): copy the call's error record to the host on a side stream, so a
+        later `raise_recorded` sees a wait that timed out without making the caller wait for the GPU. One copy in
+        flight at a time (a call while one is still in flight is covered by the next call's copy, which is stream-
+        ordered after it); none while a CUDA graph is being captured (a replay is checked by the next call)."""
+        import torch
+
+        st = self._state.get(id(heap))
+        if heap.interpret or st is None or torch.cuda.is_current_stream_capturing():
+            return
+        done = st.get("err_watch")
+        if done is not None and not (done.query() and not st["err_host"][0]):
+            return  # still in flight, or it saw an error the next call raises
+        if "err_host" not in st:
+            st["err_host"] = torch.zeros(8, dtype=torch.int32, pin_memory=True)
+            st["err_stream"] = torch.cuda.Stream(device=heap.device)
+        after = torch.cuda.Event()
+        after.record()
+        side, done = st["err_stream"], torch.cuda.Event()
+        side.wait_event(after)
+        with torch.cuda.stream(side):
+            st["err_host"].copy_(st["bufs"]["ERR"], non_blocking=True)
+            done.record(side)
+        st["err_watch"] = done
+
+    def raise_recorded(self, heap, wait: bool = False) -> None:
+        """Raise WaitTimeout if an earlier call's wait timed out. wait=False looks only at a finished
+        `watch_errors` copy (no wait for the GPU); wait=True waits for every queued call and reads the record."""
+        import torch
+
+        st = self._state.get(id(heap))
+        if st is None or heap.interpret:
+            return
+        if not wait:
+            done = st.get("err_watch")
+            if done is None or torch.cuda.is_current_stream_capturing() or not done.query():
+                return
+            st["err_watch"] = None
+            if not st["err_host"][0]:
+                return
+        st["err_watch"] = None
+        torch.cuda.synchronize(heap.device)
+        self._check_timeout(heap, st)  # the full report from the device's record, which it then clears
+
     def _check_timeout(self, heap, st) -> None:
         err = st["bufs"]["ERR"]
         vals = err.tolist()

@@ -37,6 +37,11 @@ def stage_comment(prog, st) -> str:
     return out if len(out) <= COMMENT_WIDTH else out[: COMMENT_WIDTH - 3] + "..."
 
 
+def _broadcasts(src: tuple, dst: tuple) -> bool:
+    """Whether a value of shape src broadcasts to the tile dst: a scalar, or the same rank with each dim equal or 1."""
+    return not src or (len(src) == len(dst) and all(n in (1, d) for n, d in zip(src, dst, strict=True)))
+
+
 class Tasks:
     """Mixin of _Emitter (emit.py): the lines of one whole task."""
 
@@ -64,9 +69,10 @@ class Tasks:
                 else:
                     v = f"tl.reshape({val}, {shape})"
             elif isinstance(s.value, Const | Op | Idx) and s.value.shape != a.shape and \
-                    len(s.value.shape) in (0, len(a.shape)):
+                    _broadcasts(s.value.shape, a.shape):
                 v = f"tl.broadcast_to({val}, {shape})"
-            elif s.value.shape != a.shape:  # same tile up to unit dims, e.g. a [BM, BN] sum into P[r, m, n]
+            elif s.value.shape != a.shape:  # same tile up to unit dims, e.g. a [BM, BN] sum into P[r, m, n], or
+                # a [BM, 1] column into a [1, BM] row (Z[r, m] = Y[m, 0] * 2): not a broadcast
                 v = f"tl.reshape({val}, {shape})"
             else:
                 v = val

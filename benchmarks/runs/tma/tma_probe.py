@@ -22,8 +22,9 @@ SHAPES = [(1, 12, 8, 128, 8192), (1, 16, 8, 128, 8192), (1, 16, 8, 128, 65536), 
           (1, 16, 8, 128, 262144)]
 MODE = {"tma": False}
 _orig = compute.Compute.attend_streamed
-LOAD = re.compile(r"^(?P<ind>\s*)(?P<name>\w+) = tl\.load\((?P<ptr>\w+) \+ (?P<pre>.*?)\((?P<row>[^()]+) \+ (?P<kb>\w+)_r\)"
-                  r"\[:, None\] \* (?P<stride>\d+) \+ _a\d+_r\[None, :\], mask=.*\)$")
+LOAD = re.compile(r"^(?P<ind>\s*)(?P<name>\w+) = tl\.load\((?P<ptr>\w+) \+ (?P<pre>.*?)"
+                  r"\((?P<row>[^()]+) \+ (?P<kb>\w+)_r\)\[:, None\] \* (?P<stride>\d+) \+ _a\d+_r\[None, :\], "
+                  r"mask=.*\)$")
 
 
 def _tma(self, e, out, indent):
