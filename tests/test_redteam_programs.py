@@ -9,8 +9,8 @@ Families, each generated from a table (not one program):
 - one element of a 1-d tensor (`v[3]`, `lens[0]`: a [1] tile) in element-wise math with a 2-d tile: it said
   "shape mismatch in '*': [8, 8] and [1]", while `s[2, 3]` of a 2-d tensor worked.
 - a tile stored with its unit dims elsewhere (`Z[r, m] = Y@r[m, 0]`: a [BM, 1] value into a [1, BM] tile): the
-  reference interpreter crashed broadcasting it (an element-wise value of that kind also fails in the kernel: the
-  store broadcasts instead of reshaping it; tasks.py is not this file's to fix, so those cases are xfail).
+  reference interpreter crashed broadcasting it, and an element-wise value of that kind did not compile (the
+  store broadcast it instead of reshaping it).
 - a stage whose every target is `_` stores nothing: a located error (fuse-comm crashed with an IndexError on it).
 - outputs a program writes only in part: `tilec run` compared the elements left alone (poisoned before the call)
   with the reference's zeros and reported a wrong result.
@@ -116,10 +116,9 @@ def _scalars_model(ins, r):
 
 # -- tiles stored with their unit dims elsewhere ---------------------------------------------------------------------
 
-# (value of Z[r, m] from rank r's column pair Y@r[m, 0], Y@r[m, 1], its torch model of one rank's Y; an element-wise
-#  value, which the store broadcasts instead of reshaping)
-TRANSPOSED = [("Y@r[m, 0]", lambda y: y[:, 0], False), ("Y@r[m, 1] * 2", lambda y: y[:, 1] * 2, True),
-              ("Y@r[m, 0] + Y@r[m, 1]", lambda y: y[:, 0] + y[:, 1], True), ("f32(Y@r[m, 1])", lambda y: y[:, 1], True)]
+# (value of Z[r, m] from rank r's column pair Y@r[m, 0], Y@r[m, 1], its torch model of one rank's Y)
+TRANSPOSED = [("Y@r[m, 0]", lambda y: y[:, 0]), ("Y@r[m, 1] * 2", lambda y: y[:, 1] * 2),
+              ("Y@r[m, 0] + Y@r[m, 1]", lambda y: y[:, 0] + y[:, 1]), ("f32(Y@r[m, 1])", lambda y: y[:, 1])]
 
 
 def _transposed_program(expr: str) -> str:
@@ -176,7 +175,7 @@ def cases():
             lambda ins, r: {f"C{i}": torch.full((10, 3), float(v)) for i, (_e, _dt, v) in enumerate(CONSTANTS)})]
     out += [("scalars", _scalars_program(), _scalars_model)]
     out += [(f"transposed-{i}", _transposed_program(e), _transposed_model(f))
-            for i, (e, f, _x) in enumerate(TRANSPOSED)]
+            for i, (e, f) in enumerate(TRANSPOSED)]
     out += [(f"tile-sum-{i}-K{k}", _tile_sum_program(b, k), _tile_sum_model(fn, k))
             for i, (b, fn) in enumerate(BODIES) for k in KS]
     out += [(f"dot-K{k}", _dot_program(k), _dot_model) for k in KS]
@@ -187,9 +186,6 @@ CASES = cases()
 WORLDS = (1, 2)
 # the cases that run at world 2 too (the others do not depend on the world)
 AT_WORLD_2 = ("constants", "scalars", "tile-sum-0-K20", "dot-K9", *(f"transposed-{i}" for i in range(len(TRANSPOSED))))
-# an element-wise value stored with its unit dims elsewhere: codegen/tasks.py broadcasts it to the target's shape
-# (`tl.broadcast_to` of a [4, 1] tile to [1, 4]) where it must reshape it; the fix is in the session's report
-STORE_BROADCAST = {f"transposed-{i}" for i, (_e, _f, x) in enumerate(TRANSPOSED) if x}
 SCHEDULE = {1: "bsp", 2: "flags"}
 
 
@@ -205,8 +201,6 @@ def ran(request):
         if world > 1 and cid not in AT_WORLD_2:
             continue
         prog = _compile(text, world)
-        if cid in STORE_BROADCAST and "tl.broadcast_to(" in prog.source:
-            continue  # the kernel does not run (see STORE_BROADCAST); the reference test still checks the case
         calls = make_calls(prog, 1, seed=900 + i)
         meta[cid] = (prog, calls, model)
         batch.append((cid, prog, calls, ()))
@@ -224,8 +218,6 @@ def _check(got: dict, want: dict, what: str) -> None:
 @pytest.mark.parametrize("case", [c[0] for c in CASES])
 def test_kernels_match_torch(ran, case):
     world, meta, results = ran
-    if case in STORE_BROADCAST and case not in meta:
-        pytest.xfail("codegen/tasks.py broadcasts a [BM, 1] value into a [1, BM] tile instead of reshaping it")
     if case not in meta:
         pytest.skip("run at world 1 only")
     prog, calls, model = meta[case]
