@@ -67,3 +67,26 @@ def test_a_huge_file_is_one_located_line(tmp_path, capsys, name, line, _n, size)
     line_no, col = map(int, head[len(str(path)) + 1:].split(":")[:2])
     lines = text.split("\n")
     assert sum(len(x) + 1 for x in lines[:line_no - 1]) + col - 1 == MAX_SOURCE  # where the limit falls
+
+
+# -- carets under tab-indented lines ----------------------------------------------------------------------------------
+
+TABBED = [("\t", "\t"), ("\t", "\t\t"), ("  ", "\t"), ("\t", "    "), ("\t", "\t  \t")]
+
+
+@pytest.mark.parametrize("outer,inner", TABBED, ids=[f"{o!r}-{i!r}" for o, i in TABBED])
+@pytest.mark.parametrize("gap", [" ", "\t", " \t "])
+def test_the_caret_lines_up_under_tabs(tmp_path, outer, inner, gap):
+    """The caret line copies the tabs before the column, so it lines up however wide a terminal draws a tab."""
+    from tilec.errors import CompileError
+    from tilec.frontend.parser import parse_file
+    from tilec.frontend.sema import check
+
+    path = tmp_path / "t.tile"
+    path.write_text(f"program p(world W)\n{outer}dims M = 8\n{outer}tiles BM = 8\n{outer}in X : f32[M]\n"
+                    f"{outer}out C : f32[M]\n{outer}stage s over m in M by BM:\n{inner}C[m] = X[m] +{gap}Yq[m]\n")
+    with pytest.raises(CompileError) as e:
+        check(parse_file(path), 1)
+    _head, text, caret = str(e.value.render()).split("\n")
+    for tab in (4, 8):
+        assert caret.expandtabs(tab).index("^") == text.expandtabs(tab).index("Yq[m]"), (tab, text, caret)

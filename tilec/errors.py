@@ -42,7 +42,8 @@ class Diagnostic:
         width = 1
         if self.loc.end_line == self.loc.line and self.loc.end_col > self.loc.col:
             width = self.loc.end_col - self.loc.col
-        return f"{head}\n  {text}\n  {' ' * (self.loc.col - 1)}{'^' * width}"
+        pad = "".join("\t" if c == "\t" else " " for c in text[:self.loc.col - 1])  # tabs stay tabs: the caret lines up
+        return f"{head}\n  {text}\n  {pad.ljust(self.loc.col - 1)}{'^' * width}"
 
 
 class TilecError(Exception):
