@@ -1,6 +1,7 @@
 """Output paths that pass the up-front checks but cannot be written (a read-only folder or file system, a name too
 long, a full disk): `compile -o`, `show -o` (text and DOT) and `prog.save` end with one located line and exit code 2,
-leave no file and no temporary behind. The temporary file's creation was unguarded: a traceback with exit code 1."""
+leave no file and no temporary behind. The temporary file's creation was unguarded: a traceback with exit code 1.
+Standard output closed early (a pipe into `head`) or on a full disk: exit 141 quietly / one line and exit 2."""
 
 from __future__ import annotations
 
@@ -69,3 +70,38 @@ def test_save_raises_output_path_error(tmp_path, monkeypatch):
     with pytest.raises(OutputPathError, match="cannot write here"):
         prog.save(tmp_path / "x.py")
     assert os.listdir(tmp_path) == []
+
+
+# -- standard output that goes away or fills up -------------------------------------------------------------------
+
+STDOUT_COMMANDS = {"check": ["check", PROGRAM, "-w", "2"], "compile": ["compile", PROGRAM, "-w", "2", "-s", "bsp"]}
+
+
+def _tilec(args, **kw):
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-m", "tilec", *args], cwd=ROOT, env=env, stderr=subprocess.PIPE,
+                            text=True, **kw)
+
+
+@pytest.mark.parametrize("program", ["tests/programs/chain.tile", "examples/gemm_rs.tile"])
+def test_stdout_closed_early_stops_quietly(program):
+    """`tilec check ... | head -1`: exit 141, nothing on stderr (a BrokenPipeError traceback, and `check` first
+    reported the broken pipe as a schedule failing in a pass). check flushes each line, so the pipe breaks."""
+    import subprocess
+
+    p = _tilec(["check", str(ROOT / program), "-w", "2"], stdout=subprocess.PIPE)
+    p.stdout.readline()
+    p.stdout.close()
+    assert p.wait(timeout=300) == 141
+    assert p.stderr.read() == ""
+
+
+@pytest.mark.parametrize("command", ["check", "compile"])
+def test_stdout_on_a_full_disk_is_one_line(command):
+    with open("/dev/full", "w") as full:
+        p = _tilec(STDOUT_COMMANDS[command], stdout=full)
+        err = p.communicate(timeout=300)[1]
+    assert p.returncode == 2 and err == "error: cannot write the output: No space left on device\n", err
