@@ -159,8 +159,8 @@ def test_run_infinities_and_nans_on_both_sides_are_ok(tmp_path, capsys, no_shm_l
 def test_run_mismatch_is_1(capsys, monkeypatch, no_shm_leftovers):
     real = run_mod.evaluate
 
-    def off_by_one(prog, inputs, device="cpu"):
-        return [{n: t + 1 if n == "C" else t for n, t in d.items()} for d in real(prog, inputs, device)]
+    def off_by_one(prog, inputs, device="cpu", *rest):
+        return [{n: t + 1 if n == "C" else t for n, t in d.items()} for d in real(prog, inputs, device, *rest)]
 
     monkeypatch.setattr(run_mod, "evaluate", off_by_one)
     rc, out, _ = _rc(["run", "examples/ag_gemm.tile", "-s", "bsp", "--repeat", "1", *SMALL], capsys)

@@ -5,12 +5,13 @@ peer offsets, the timeline clock, the GEMM dot and the attend / lse_merge tile f
 these as `td.wait(...)` and Triton inlines them as if they were written there (also under TRITON_INTERPRET=1).
 """
 
-import os
 import time
 
 import iris
 import triton
 import triton.language as tl
+
+from tilec.errors import env_number
 
 
 def cpu_yield():
@@ -54,7 +55,7 @@ def timed_out(err, flag_no, counter, owner, seen, target):
 
 
 # Nanoseconds a spinning wait sleeps between polls on a GPU (0: none). A/B knob, read once at import.
-WAIT_SLEEP_NS = tl.constexpr(int(os.environ.get("TILEC_WAIT_SLEEP_NS", "0")))
+WAIT_SLEEP_NS = tl.constexpr(env_number("TILEC_WAIT_SLEEP_NS", 0, low=0, high=10**6, integer=True))
 _SLEEP_ASM = tl.constexpr(f"nanosleep.u32 {WAIT_SLEEP_NS.value}; mov.u32 $0, 0;")
 
 

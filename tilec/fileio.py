@@ -52,7 +52,10 @@ def write_atomic(path: str | os.PathLike, data: str | bytes | Callable[[Path], N
     the same folder and os.replace. A failure leaves `path` as it was and no temporary file behind."""
     real = output_path(path)
     mode = os.stat(real).st_mode & 0o777 if real.exists() else 0o666 & ~_umask()
-    fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=real.suffix or ".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.", suffix=real.suffix or ".tmp")
+    except OSError as e:  # a read-only folder or file system, a full disk, a name too long
+        raise OutputPathError(f"{path}: cannot write here ({e.strerror})") from None
     try:
         if callable(data):
             os.close(fd)
@@ -64,11 +67,13 @@ def write_atomic(path: str | os.PathLike, data: str | bytes | Callable[[Path], N
                 f.write(data.encode() if isinstance(data, str) else data)
         os.chmod(tmp, mode)
         os.replace(tmp, real)
-    except BaseException:
+    except BaseException as e:
         if fd >= 0:
             os.close(fd)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and not isinstance(e, TilecError):
+            raise OutputPathError(f"{path}: cannot write here ({e.strerror or e})") from None
         raise
     return real
 

@@ -14,7 +14,7 @@ import torch
 from tilec.frontend.sema import BarrierIR, BoundProgram, StageIR
 from tilec.ir.builtins import TILE_FNS
 from tilec.ir.dtypes import DTYPES, torch_dtype
-from tilec.ir.types import ME, Access, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var
+from tilec.ir.types import ME, Access, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var, loads
 
 TORCH_DTYPE = {d: torch_dtype(d) for d in DTYPES}
 _FNS = {
@@ -33,7 +33,8 @@ def _slices(a: Access, env: dict[str, int], scope: dict[str, Var]) -> tuple[slic
 
 
 class Reference:
-    def __init__(self, prog: BoundProgram, inputs: list[dict[str, torch.Tensor]], device: str = "cpu"):
+    def __init__(self, prog: BoundProgram, inputs: list[dict[str, torch.Tensor]], device: str = "cpu",
+                 outputs_start: dict[str, torch.Tensor] | None = None):
         self.prog = prog
         self.state: list[dict[str, torch.Tensor]] = []
         for r in range(prog.world):
@@ -41,6 +42,8 @@ class Reference:
             for t in prog.tensors:
                 if t.kind == "in":
                     st[t.name] = inputs[r][t.name].detach().to(device, TORCH_DTYPE[t.dtype]).clone()
+                elif t.kind == "out" and outputs_start is not None:
+                    st[t.name] = outputs_start[t.name].to(device, TORCH_DTYPE[t.dtype]).expand(t.shape).clone()
                 else:
                     st[t.name] = torch.zeros(t.shape, dtype=TORCH_DTYPE[t.dtype], device=device)
             self.state.append(st)
@@ -75,6 +78,10 @@ class Reference:
                     val = val[s.part].reshape(region.shape)
                 elif val.dim() > region.dim():  # the same tile up to unit dims
                     val = val.reshape(region.shape)
+                elif [n for n in val.shape if n != 1] == [n for n in region.shape if n != 1]:
+                    val = val.reshape(region.shape)  # the same tile with its unit dims elsewhere: Z[r, m] = Y[m, 0]
+                elif val.dim() == region.dim() and any(a > b for a, b in zip(val.shape, region.shape, strict=True)):
+                    val = val[tuple(slice(0, n) for n in region.shape)]  # a padded sum, stored where the tile fits
                 dst[sl] = torch.broadcast_to(val, region.shape).to(dst.dtype)
 
     def _device(self):
@@ -103,6 +110,8 @@ class Reference:
             acc = None
             for x in range(0, v.extent, v.step):
                 t = self._eval(e.body, env | {v.name: x}, inner)
+                if not isinstance(e.body, Dot):  # a GEMM contracts v; other bodies keep its dims
+                    t = _pad_tile(t, e.body, v)
                 acc = t if acc is None else acc + t
             return acc
         if isinstance(e, Op):
@@ -115,6 +124,18 @@ class Reference:
                 return args[0].to(TORCH_DTYPE[e.dtype]).float()
             return _FNS[e.op](args[0])
         raise TypeError(f"reference: unsupported expression {type(e).__name__}")
+
+
+def _pad_tile(t: torch.Tensor, body, v: Var) -> torch.Tensor:
+    """A term of a sum over tile loop v, zero-padded to v's whole step along the dims v tiles: the last tile of a
+    ragged loop is clipped, and its missing elements add nothing (the kernel masks them)."""
+    dims = {d for ld in loads(body) for d, tv in enumerate(ld.access.tile) if tv == v.name}
+    if t.dim() != len(body.shape):
+        return t
+    pad = []
+    for d in reversed(range(t.dim())):
+        pad += [0, v.step - t.shape[d] if d in dims and t.shape[d] < v.step else 0]
+    return torch.nn.functional.pad(t, pad) if any(pad) else t
 
 
 def _logical(x: torch.Tensor, e) -> torch.Tensor:
@@ -134,7 +155,9 @@ def _contracts_only(e: Sum) -> bool:
     return uses == [(lhs, 1), (rhs, 0)] and lhs.tile[1] == v and rhs.tile[0] == v and v not in (lhs.rank, rhs.rank)
 
 
-def evaluate(prog: BoundProgram, inputs: list[dict[str, torch.Tensor]], device: str = "cpu"
-             ) -> list[dict[str, torch.Tensor]]:
-    """Every tensor of every rank after running `prog` on `inputs` (one dict of input tensors per rank)."""
-    return Reference(prog, inputs, device).run()
+def evaluate(prog: BoundProgram, inputs: list[dict[str, torch.Tensor]], device: str = "cpu",
+             outputs_start: dict[str, torch.Tensor] | None = None) -> list[dict[str, torch.Tensor]]:
+    """Every tensor of every rank after running `prog` on `inputs` (one dict of input tensors per rank). Outputs
+    start as zeros, or as `outputs_start[name]` (a value broadcast to the output's shape): what a call leaves in the
+    elements the program does not write."""
+    return Reference(prog, inputs, device, outputs_start).run()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 
 from tilec.errors import TilecError
@@ -48,10 +49,24 @@ def transport_arg(text: str) -> str:
 
 def run_command(args) -> int:
     """Run a parsed subcommand: a TilecError or a rank's runtime error is one line on stderr and its exit code."""
+    import errno
     import sys
 
     try:
-        return args.fn(args)
+        rc = args.fn(args)
+        sys.stdout.flush()  # a full disk shows here, not as an exception ignored at exit
+        return rc
+    except BrokenPipeError:  # stdout closed early (`tilec check ... | head -1`): stop quietly, as a pipe's writer does
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return 141
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG):
+            raise
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"error: cannot write the output: {e.strerror}", file=sys.stderr)
+        return 2
     except TilecError as e:
         print(e.render(), file=sys.stderr)
         return e.exit_code

@@ -19,8 +19,10 @@ EXIT_CODES = """exit status (every subcommand):
      schedule rejected by the verifier, failing in a pass, or failing to compile for --target (check)
   2  the request could not be carried out: bad arguments or usage, a program with errors or that no
      schedule applies to, a schedule named explicitly (-s, --schedules) that does not apply, an
-     unwritable output path, a runtime error (a rank failed, a wait timed out, no GPU for calibrate)
-  130 interrupted"""
+     unwritable output path or standard output, a runtime error (a rank failed, a wait timed out, no GPU for
+     calibrate)
+  130 interrupted
+  141 standard output closed before tilec was done (a pipe into `head`)"""
 
 
 def _positive(text: str) -> int:
@@ -169,7 +171,7 @@ def cmd_check(args) -> int:
             print(f"  {s:<11} REJECTED by the verifier: {e}")
             failed += 1
             continue
-        except (CompileError, ArgumentError):  # the program or an argument is wrong: said once (exit 2)
+        except (CompileError, ArgumentError, BrokenPipeError):  # the program or an argument is wrong: said once
             raise
         except Exception as e:  # noqa: BLE001 - a pass that crashed is a failed schedule, like a rejection
             print(f"  {s:<11} FAILED in a pass: {type(e).__name__}: {e}")

@@ -7,7 +7,7 @@ from tilec.ir.builtins import TILE_FNS
 from tilec.ir.dtypes import TL_DTYPE
 from tilec.ir.graph import InPlace, Pull, tensor
 from tilec.ir.tiling import invert
-from tilec.ir.types import ME, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var, logical_shape
+from tilec.ir.types import ME, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var, logical_shape, walk
 
 from .copies import tile_name
 from .model import UNARY
@@ -59,7 +59,12 @@ class Compute:
 
     def expr(self, e, out: list[str], indent: str) -> str:
         if isinstance(e, Const):
-            return repr(int(e.value)) if e.dtype == "i32" else repr(float(e.value))
+            lit = repr(int(e.value)) if e.dtype == "i32" else repr(float(e.value))
+            if any(s.value is e for s in self.st.body):  # stored as is: broadcast needs a tensor, not a literal
+                name = self.tmp("const_val")
+                out.append(f"{indent}{name} = tl.full((), {lit}, {TL_DTYPE[e.dtype]})")
+                return name
+            return lit
         if isinstance(e, Idx):
             return f"({self.scalar(e.index.terms, e.index.const)})"
         if isinstance(e, TupleCall):
@@ -82,8 +87,9 @@ class Compute:
                 r = f"({args[0]} {e.op} {args[1]})"
             elif e.op in ("max", "min"):
                 r = f"tl.{e.op}imum({args[0]}, {args[1]})"
-            elif e.op.startswith("cast_"):
-                r = f"{args[0]}.to({TL_DTYPE[e.dtype]})"
+            elif e.op.startswith("cast_"):  # a literal has no .to(): make it a scalar tensor first
+                src = f"tl.full((), {args[0]}, tl.float32)" if isinstance(e.args[0], Const) else args[0]
+                r = f"{src}.to({TL_DTYPE[e.dtype]})"
             else:
                 r = UNARY[e.op].format(args[0])
             name = self.tmp(op_name(e))
@@ -234,18 +240,38 @@ class Compute:
         else:
             out.append(f"{indent}for {v.name} in range(0, {v.extent}, {v.step}):")
             self.bind_tile(v, out, inner)
+        ragged = not v.is_rank and v.extent % v.step != 0
         if isinstance(e.body, Dot):
             a = self.expr(e.body.lhs, out, inner)
             b = self.expr(e.body.rhs, out, inner)
+            if ragged:  # a computed operand is not zero in the last tile's masked lanes (exp(0) = 1)
+                a = _zero_past(e.body.lhs, a, v, 1, out, inner)
+                b = _zero_past(e.body.rhs, b, v, 0, out, inner)
             out.append(f"{inner}{acc} = {self.dot(e.body, a, b, acc)}")
         else:
             x = self.expr(e.body, out, inner)
             if isinstance(e.body, Load | Pull):
                 x = f"{x}.to(tl.float32)"
+            elif ragged:
+                axes = {d for x in walk(e.body) if isinstance(x, Load | Pull)
+                        for d, tv in enumerate((x.access if isinstance(x, Load) else x.read).tile) if tv == v.name}
+                for d in sorted(axes):
+                    x = _zero_past(e.body, x, v, d, out, inner)
             out.append(f"{inner}{acc} += {x}")
         out += steps
         self.loop_vars.discard(v.name)
         return acc
+
+
+def _zero_past(e, x: str, v: Var, axis: int, out: list[str], indent: str) -> str:
+    """Tile value x (of expression e) with the lanes past the end of ragged loop v along `axis` set to zero, so the
+    last tile's masked lanes add nothing to a sum; a load is zero there already."""
+    if isinstance(e, Load | Pull) or len(e.shape) <= axis or e.shape[axis] != v.step:
+        return x
+    sel = ", ".join(":" if d == axis else "None" for d in range(len(e.shape)))
+    cond = f"({v.name}_r < {v.extent})" + (f"[{sel}]" if len(e.shape) > 1 else "")
+    out.append(f"{indent}{x} = tl.where({cond}, {x}, 0.0)")
+    return x
 
 
 def _direct_loads(e) -> list[Load | Pull]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from functools import cache
 from pathlib import Path
 
@@ -306,10 +308,29 @@ def decode(data: bytes, file: str) -> str:
                            data.decode("utf-8", "replace")) from None
 
 
+# a FIFO would block the open until a writer came (and `tilec check` reads the program once per schedule), a device
+# like /dev/zero would never end
+_NOT_FILES = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+              (stat.S_ISSOCK, "a socket"))
+
+
 def parse_file(path: str | Path) -> ast.Program:
-    p = Path(path)
+    """The program in the regular file `path`, read up to what the text limit allows."""
+    p, file = Path(path), str(path)
+    cap = 4 * MAX_SOURCE + 4  # bytes of MAX_SOURCE characters of UTF-8, and one more
     try:
-        data = p.read_bytes()
+        mode = os.stat(p).st_mode
+        kind = next((k for test, k in _NOT_FILES if test(mode)), None)
+        if kind:
+            raise CompileError([Diagnostic(Loc(file, 0, 0), f"cannot read program: is {kind}, not a file")])
+        with open(p, "rb") as f:
+            data = f.read(cap + 1)
     except OSError as e:
-        raise CompileError([Diagnostic(Loc(str(path), 0, 0), f"cannot read program: {e.strerror}")]) from None
-    return parse(decode(data, str(path)), str(path))
+        raise CompileError([Diagnostic(Loc(file, 0, 0), f"cannot read program: {e.strerror}")]) from None
+    if len(data) > cap:  # too long whatever its characters: say where the limit falls, not decode a cut character
+        text = data[:cap].decode("utf-8", "replace")
+        line = text.count("\n", 0, MAX_SOURCE) + 1
+        col = MAX_SOURCE - (text.rfind("\n", 0, MAX_SOURCE) + 1) + 1
+        raise CompileError([Diagnostic(Loc(file, line, col), f"program file is {os.path.getsize(p)} bytes long: too"
+                                       f" long (tilec's limit is {MAX_SOURCE} characters, reached here)")], text)
+    return parse(decode(data, file), file)

@@ -7,6 +7,7 @@ Every problem is collected (with its location) and reported together as one Comp
 from __future__ import annotations
 
 import numbers
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -131,6 +132,9 @@ class _Checker:
         self.tensors: dict[str, Tensor] = {}
         self.dims: list[tuple[str, int]] = []
         self.tiles: list[tuple[str, int]] = []
+        self.placeholders: set[str] = set()  # dims and tiles whose value was bad: checked with 1 in its place
+        self.value_errors = 0  # how many errors the dims' and tiles' values gave
+        self.tainted: set[str] = set()  # tensors and loop variables sized by such dims
 
     def err(self, loc: Loc, msg: str) -> None:
         self.errors.append(Diagnostic(loc, msg))
@@ -148,26 +152,34 @@ class _Checker:
             if v is None:
                 self.err(d.loc, f"dim '{d.name}' has no value: give one in the program or with -D {d.name}=N")
                 v = 1
+                self.placeholders.add(d.name)
             elif v < 1:
                 self.err(d.loc, f"dim '{d.name}' must be >= 1, got {v}")
-                v = 1  # keeps later checks from cascading on a zero
+                v = 1  # keeps later checks from dividing by a zero
+                self.placeholders.add(d.name)
             elif v > MAX_SIZE:
                 self.err(d.loc, f"dim '{d.name}' = {v} is too large (tilec's limit is 2**40 = {MAX_SIZE})")
                 v = 1
+                self.placeholders.add(d.name)
             self.consts[d.name] = v
             self.dims.append((d.name, v))
         for t in p.tiles:
             v = self.overrides.pop(t.name, t.value)
             if v < 1 or v & (v - 1):
                 self.err(t.loc, f"tile size '{t.name}' = {v} must be a power of two (Triton block shapes are)")
+                self.placeholders.add(t.name)
+                if not 1 <= v <= MAX_TILE:
+                    v = 1
             elif v > MAX_TILE:
                 self.err(t.loc, f"tile size '{t.name}' = {v} is too large (tilec's limit is 2**24 = {MAX_TILE}"
                                 " elements per tile)")
                 v = 1
+                self.placeholders.add(t.name)
             self.consts[t.name] = v
             self.tiles.append((t.name, v))
         for name in self.overrides:
             self.err(p.loc, f"-D {name}: the program has no dim or tile size named '{name}'")
+        self.value_errors = len(self.errors)
         for t in p.tensors:
             if t.name in seen or t.name in self.tensors:
                 self.err(t.loc, f"'{t.name}' is already defined")
@@ -190,6 +202,33 @@ class _Checker:
                 self.err(t.loc, f"'{t.name}' has {numel} elements: too many (tilec's limit is 2**40 = {MAX_SIZE})")
                 shape = [1] * len(shape)
             self.tensors[t.name] = Tensor(t.name, t.kind, t.dtype, tuple(shape), t.symmetric, t.loc)
+            if any(self._placeheld(s) for s in t.shape):
+                self.tainted.add(t.name)
+
+    def drop_cascades(self, source: str) -> None:
+        """Leave out the errors (after the values' own) of expressions that use a dim or tile whose value was bad:
+        they were checked with 1 in its place (`-D M=-4` is one error, not also `M/W` not an integer)."""
+        if not self.placeholders:
+            return
+        bad = self.placeholders | self.tainted
+        lines = source.split("\n")
+
+        def text(loc: Loc) -> str:
+            end_line = max(loc.end_line, loc.line)
+            span = lines[loc.line - 1:end_line]
+            if not span:
+                return ""
+            if loc.end_col and end_line == loc.line:
+                return span[0][loc.col - 1:loc.end_col - 1]
+            return "\n".join(span)[loc.col - 1:]
+
+        names = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(bad))) + r")\b")
+        self.errors = self.errors[:self.value_errors] + [
+            d for d in self.errors[self.value_errors:]
+            if not names.search(text(d.loc)) and not any(f"'{n}'" in d.message for n in bad)]
+
+    def _placeheld(self, e: ast.Expr) -> bool:
+        return any(n.id in self.placeholders for n in _names(e))
 
     def _values_hint(self, e: ast.Expr) -> str:
         names = sorted({n.id for n in _names(e) if n.id in self.consts})
@@ -212,6 +251,8 @@ class _Checker:
                 self.err(e.loc, e.msg)
                 v = Var(lp.var, lp.kind, 1, 1, lp.loc)  # placeholder keeps later uses from cascading
             vars_[lp.var] = v
+            if lp.kind != "rank" and (self._placeheld(lp.extent) or self._placeheld(lp.step)):
+                self.tainted.add(lp.var)
             loops.append(v)
         tasks = _prod(v.trips for v in loops)
         if tasks > MAX_TASKS:
@@ -220,11 +261,14 @@ class _Checker:
             return StageIR(s.name, (), (), s.loc)
         body = []
         self.implicit: list[Var] = []  # `:` slices become one-trip tile loops over the whole dimension
+        errors = len(self.errors)
         for a in s.body:
             try:
                 body += self.assign(a, vars_, tuple(loops), s.name)
             except _Err as e:
                 self.err(e.loc, e.msg)
+        if not body and len(self.errors) == errors:  # passes take a stage's first store as what it does
+            self.err(s.loc, f"stage '{s.name}' stores nothing: every target of its statements is `_`")
         if len(loops) + len(self.implicit) > MAX_LOOPS:
             self.err(s.loc, f"stage '{s.name}' has {len(loops)} loops and {len(self.implicit)} `:` slices: too many"
                             f" (tilec's limit is {MAX_LOOPS} together)")
@@ -380,8 +424,16 @@ class _Checker:
                 raise _Err(e.loc, f"dtype mismatch in '@': {a.dtype} @ {b.dtype} (cast one side, e.g. f32(x))")
             return Dot(a, b, "f32", (a.shape[0], b.shape[1]), e.loc)
         if isinstance(e, ast.BinOp):
+            if e.op == "%":  # index arithmetic (`_affine`) and integer constants only: tile math has no remainder
+                try:
+                    return Const(_const(e, self.consts, "'%' of constants"), "i32", (), e.loc)
+                except _Err as err:
+                    if err.msg == "division by zero":
+                        raise
+                raise _Err(e.loc, "'%' is only for index and size arithmetic on dims, not in tile math (which has"
+                                  " + - * / and functions)")
             a, b = self.expr(e.lhs, vars_), self.expr(e.rhs, vars_)
-            shape = _broadcast(a.shape, b.shape)
+            shape = _broadcast(a.shape, b.shape, scalars=True)
             if shape is None:
                 raise _Err(e.loc, f"shape mismatch in '{e.op}': {_shp(a.shape)} and {_shp(b.shape)}")
             ints = a.dtype == b.dtype == "i32" and e.op in "+-*"
@@ -393,7 +445,7 @@ class _Checker:
             if e.fn in UNARY_FNS and len(args) == 1:
                 return Op(e.fn, tuple(args), "f32", args[0].shape, e.loc)
             if e.fn in BINARY_FNS and len(args) == 2:
-                shape = _broadcast(args[0].shape, args[1].shape)
+                shape = _broadcast(args[0].shape, args[1].shape, scalars=True)
                 if shape is None:
                     raise _Err(e.loc, f"shape mismatch in {e.fn}(): {_shp(args[0].shape)} and {_shp(args[1].shape)}")
                 ints = args[0].dtype == args[1].dtype == "i32"  # min(lens[b] - rank*S, S): a count stays an integer
@@ -505,9 +557,16 @@ def _shp(s: tuple[int, ...]) -> str:
     return "[" + ", ".join(map(str, s)) + "]"
 
 
-def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...], scalars: bool = False) -> tuple[int, ...] | None:
+    """The shape of an element-wise operation on tiles of shapes a and b (None: they do not fit). scalars: one
+    element (`v[3]` of a 1-d tensor, shape [1]) goes with a tile of any rank at least its own, as a number does."""
     if not a or not b:
         return a or b
+    if scalars and len(a) != len(b):
+        if _prod(b) == 1 and len(b) < len(a):
+            return a
+        if _prod(a) == 1 and len(a) < len(b):
+            return b
     if len(a) != len(b):
         return None
     out = []
@@ -537,6 +596,7 @@ def check(prog: ast.Program, world: int, dims: dict[str, int] | None = None) -> 
         c.err(prog.loc, "program has no stages")
     if not c.errors:
         c.phases(items)
+    c.drop_cascades(prog.source)
     if c.errors:
         raise CompileError(sorted(c.errors, key=lambda d: (d.loc.line, d.loc.col)), prog.source)
     return BoundProgram(prog.name, world, prog.world, tuple(c.dims), tuple(c.tiles), tuple(c.tensors.values()),

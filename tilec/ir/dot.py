@@ -24,6 +24,7 @@ from pathlib import Path
 import networkx as nx
 
 from tilec.errors import TilecError
+from tilec.fileio import write_atomic  # whole file or nothing; callers import it from here too
 from tilec.ir.graph import Pull, Stage
 from tilec.ir.types import ME, Var
 
@@ -264,25 +265,14 @@ def render(text: str, fmt: str) -> bytes:
 def check_output_path(path: str | os.PathLike, what: str = "-o") -> Path:
     """An output file's path, checked before any work: its folder exists and it is not a folder itself."""
     p = Path(path)
-    if p.is_dir():
-        raise TilecError(f"{what} {path}: is a directory; give a file name")
-    if not p.parent.is_dir():
-        raise TilecError(f"{what} {path}: folder {p.parent} does not exist")
-    return p
-
-
-def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
-    """Write the whole file or nothing (a temporary beside it, renamed into place)."""
-    p = Path(path)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
     try:
-        if isinstance(data, bytes):
-            tmp.write_bytes(data)
-        else:
-            tmp.write_text(data)
-        os.replace(tmp, p)
-    finally:
-        tmp.unlink(missing_ok=True)
+        if p.is_dir():
+            raise TilecError(f"{what} {path}: is a directory; give a file name")
+        if not p.parent.is_dir():
+            raise TilecError(f"{what} {path}: folder {p.parent} does not exist")
+    except OSError as e:  # a name too long, a loop of links
+        raise TilecError(f"{what} {path}: cannot write here ({e.strerror})") from None
+    return p
 
 
 def draw(g: nx.DiGraph, fmt: str, path: str | os.PathLike | None, title: str = "") -> str | bytes:

@@ -17,17 +17,17 @@ release) could wait forever for a slot while the consumer's programs hold every 
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 import time
 
 import torch
 
 from tilec.codegen.dma import chunk_streams
+from tilec.errors import env_number
 
 from .errors import TilecRuntimeError
 
-MAX_STREAMS = int(os.environ.get("TILEC_DMA_STREAMS", "4"))
+MAX_STREAMS = env_number("TILEC_DMA_STREAMS", 4, low=1, high=64, integer=True)
 
 
 def start(ctx, mod, buffers, epoch: int):
@@ -86,10 +86,10 @@ class _CpuPlan:
 
     def _run(self, epoch: int, world: int) -> None:
         try:
-            late = os.environ.get("TILEC_CPU_ADVERSARY")
+            late = env_number("TILEC_CPU_ADVERSARY", 0.0, low=0, high=3600)
             if late:  # later than the kernels on every rank (launch.adversary_delay holds one rank's kernels back):
                 # a consumer that reads a chunk without waiting for its flag then reads stale data
-                time.sleep(float(late) * (2 if self.ctx.rank == epoch % world else 1))
+                time.sleep(late * (2 if self.ctx.rank == epoch % world else 1))
             for param, counter, owner, copies in self.chunks:
                 for src, srank, so, sp, dst, drank, do, dp, width, rows in copies:
                     s = self.views[(src, srank)]

@@ -11,9 +11,11 @@ import contextlib
 import os
 import time
 
+from tilec.errors import env_number
+
 from . import dma
 
-MAX_PROGRAMS_PER_SM = int(os.environ.get("TILEC_PROGRAMS_PER_SM", "2"))
+MAX_PROGRAMS_PER_SM = env_number("TILEC_PROGRAMS_PER_SM", 2, low=1, high=64, integer=True)
 
 # a KERNELS entry: (kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups,
 # the buffer names the kernel takes first, in order)
@@ -190,9 +192,9 @@ def adversary_delay(rank: int, world: int, epoch: int) -> None:
     """TILEC_CPU_ADVERSARY=SECONDS (CPU emulation only): in call `epoch`, rank `epoch % world` starts each kernel
     SECONDS late, so its peers' tasks reach their flag waits before the tiles they wait for exist. The interpreter
     runs a rank's tasks in order, so without this a missing or stale wait on a peer's tile would be hidden by luck."""
-    late = os.environ.get("TILEC_CPU_ADVERSARY")
+    late = env_number("TILEC_CPU_ADVERSARY", 0.0, low=0, high=3600)
     if late and rank == epoch % world:
-        time.sleep(float(late))
+        time.sleep(late)
 
 
 def graph_mode(mod) -> bool | int:
