@@ -90,3 +90,29 @@ def test_the_caret_lines_up_under_tabs(tmp_path, outer, inner, gap):
     _head, text, caret = str(e.value.render()).split("\n")
     for tab in (4, 8):
         assert caret.expandtabs(tab).index("^") == text.expandtabs(tab).index("Yq[m]"), (tab, text, caret)
+
+
+@pytest.mark.parametrize("name", ["ag_gemm", "gemm_rs", "flash_decode", "flash_decode_splits"])
+def test_a_byte_order_mark_is_not_program_text(name, tmp_path):
+    """Some editors write a UTF-8 byte-order mark first: the program is the same, and an error in it is located as
+    an editor shows it (the mark takes no column)."""
+    from pathlib import Path
+
+    from tilec.errors import CompileError
+    from tilec.frontend.parser import parse_file
+
+    src = (Path(__file__).parents[1] / "examples" / f"{name}.tile").read_text()
+    plain, marked = tmp_path / "plain.tile", tmp_path / "marked.tile"
+    plain.write_text(src)
+    marked.write_bytes(b"\xef\xbb\xbf" + src.encode())
+    strip = lambda p: repr(p).replace(str(marked), str(plain))  # noqa: E731
+    assert strip(parse_file(marked)) == repr(parse_file(plain))
+    bad = src.replace("program ", "program 1", 1)
+    marked.write_bytes(b"\xef\xbb\xbf" + bad.encode())
+    plain.write_text(bad)
+    errs = []
+    for p in (marked, plain):
+        with pytest.raises(CompileError) as e:
+            parse_file(p)
+        errs.append(str(e.value).replace(str(p), "F"))
+    assert errs[0] == errs[1]

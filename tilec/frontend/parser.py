@@ -251,6 +251,7 @@ def _describe(tok: Token | None) -> str:
 
 def parse(source: str, file: str = "<string>") -> ast.Program:
     """Parse .tile source text; raises CompileError with one located, caret-marked diagnostic."""
+    source = source.removeprefix("\ufeff")  # a byte-order mark some editors write first is not program text
     if len(source) > MAX_SOURCE:  # parse time and memory grow with the text: refuse before lexing it
         line = source.count("\n", 0, MAX_SOURCE) + 1
         col = MAX_SOURCE - (source.rfind("\n", 0, MAX_SOURCE) + 1) + 1
