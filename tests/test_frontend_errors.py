@@ -437,3 +437,26 @@ def test_syntax_error_where_lark_match_examples_fails(tmp_path):
     src = (ROOT / "examples" / "flash_decode.tile").read_text().replace("over b in B by 1, h", "over b in B 1, h", 1)
     err, text = located(src, tmp_path)
     assert text.startswith("p.tile:23:27: error: unexpected '1'")
+
+
+@pytest.mark.parametrize("defines, msg", [
+    (["M=4_8"], "-D M=4_8: '4_8' is not an integer"),
+    (["M=\u0664"], "-D M=\u0664: '\u0664' is not an integer"),  # an Arabic-Indic digit: int() would take it
+    (["M=1e3"], "-D M=1e3: '1e3' is not an integer"),
+    (["M=--4"], "-D M=--4: '--4' is not an integer"),
+    (["M=256", "M=512"], "-D M=512: M is already given (-D M=256)"),
+    (["BM=32", "N=64", "BM=32"], "-D BM=32: BM is already given (-D BM=32)"),
+])
+def test_cli_define_is_plain_digits_once(defines, msg, capsys):
+    args = ["check", str(ROOT / "examples" / "ag_gemm.tile")]
+    for d in defines:
+        args += ["-D", d]
+    assert cli_main(args) == 2
+    assert capsys.readouterr().err.strip() == msg
+
+
+def test_cli_define_takes_signed_and_spaced_integers(capsys):
+    """What int() took before and a user may write stays accepted: a sign, surrounding spaces."""
+    from tilec.cli.args import _dims
+
+    assert _dims(["M=+256", "N= 64 ", "K=-1"]) == {"M": 256, "N": 64, "K": -1}

@@ -10,15 +10,19 @@ from tilec.errors import TilecError
 
 
 def _dims(items: list[str]) -> dict[str, int]:
+    """-D NAME=INT options: plain decimal digits with an optional sign (int() alone also takes '4_8' and non-ASCII
+    digits), each name once (a second -D for a name would silently win)."""
     out = {}
     for it in items or []:
         name, eq, val = it.partition("=")
         if not eq or not name.isidentifier():
             raise TilecError(f"-D {it}: expected NAME=INT, e.g. -D M=256")
-        try:
-            out[name] = int(val)
-        except ValueError:
-            raise TilecError(f"-D {it}: '{val}' is not an integer") from None
+        digits = val.strip().removeprefix("-").removeprefix("+")
+        if not (digits.isascii() and digits.isdigit()):
+            raise TilecError(f"-D {it}: '{val}' is not an integer")
+        if name in out:
+            raise TilecError(f"-D {it}: {name} is already given (-D {name}={out[name]})")
+        out[name] = int(val)
     return out
 
 
