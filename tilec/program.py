@@ -325,12 +325,16 @@ class CompiledProgram:
     def _finish(self, heap, st, tensors: dict) -> dict:
         """The end of a synchronous call (or replay): wait for the GPU, report a wait that timed out, and hand back
         the outputs."""
+        self._wait_and_check(heap, st)
+        return {n: tensors[n] for n, (kind, *_r) in self.signature().items() if kind == "out"}
+
+    def _wait_and_check(self, heap, st) -> None:
+        """Wait for the GPU's queued work, then raise WaitTimeout if a wait in it timed out."""
         if not heap.interpret:
             import torch
 
             torch.cuda.synchronize(heap.device)
         self._check_timeout(heap, st)
-        return {n: tensors[n] for n, (kind, *_r) in self.signature().items() if kind == "out"}
 
     @property
     def has_host_barrier(self) -> bool:
@@ -429,12 +433,11 @@ class CompiledProgram:
             done = st.get("err_watch")
             if done is None or torch.cuda.is_current_stream_capturing() or not done.query():
                 return
-            st["err_watch"] = None
             if not st["err_host"][0]:
+                st["err_watch"] = None
                 return
         st["err_watch"] = None
-        torch.cuda.synchronize(heap.device)
-        self._check_timeout(heap, st)  # the full report from the device's record, which it then clears
+        self._wait_and_check(heap, st)  # the full report from the device's record, which it then clears
 
     def _check_timeout(self, heap, st) -> None:
         err = st["bufs"]["ERR"]

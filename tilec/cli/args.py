@@ -51,6 +51,17 @@ def transport_arg(text: str) -> str:
     return text
 
 
+def _stdout_to_devnull() -> None:
+    """Point standard output at the null device: what is left in its buffer is not flushed into a closed pipe or a
+    full disk again at exit (an error Python would print as an ignored exception)."""
+    import sys
+
+    with contextlib.suppress(OSError):
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+
+
 def run_command(args) -> int:
     """Run a parsed subcommand: a TilecError or a rank's runtime error is one line on stderr and its exit code."""
     import errno
@@ -61,14 +72,12 @@ def run_command(args) -> int:
         sys.stdout.flush()  # a full disk shows here, not as an exception ignored at exit
         return rc
     except BrokenPipeError:  # stdout closed early (`tilec check ... | head -1`): stop quietly, as a pipe's writer does
-        with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        _stdout_to_devnull()
         return 141
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG):
             raise
-        with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _stdout_to_devnull()
         print(f"error: cannot write the output: {e.strerror}", file=sys.stderr)
         return 2
     except TilecError as e:
