@@ -29,13 +29,13 @@ EXPECT = {
     "syntax_missing_world": ["3:3:", "unexpected 'dims'", "(world W)"],
     "syntax_world_keyword": ["2:13:", "unexpected 'W'", "(world W)"],
     "syntax_tile_loop_without_by": ["unexpected ','", "a tile loop is `VAR in EXTENT by TILE`"],
-    "syntax_tile_loop_without_in": ["unexpected 'by'", "IN"],
-    "syntax_stage_without_over": ["unexpected ':'", "OVER"],
+    "syntax_tile_loop_without_in": ["unexpected 'by'", "expected `in`"],
+    "syntax_stage_without_over": ["unexpected ':'", "expected `over`"],
     "syntax_missing_body": ["unexpected 'stage'"],
     "syntax_missing_body_eof": ["unexpected end of file", "a stage body is one or more assignments"],
     "syntax_tensor_decl_colon": ["unexpected 'f16'", "tensor declarations look like"],
-    "syntax_tensor_decl_dtype": ["unexpected 'f64'", "DTYPE"],
-    "syntax_tensor_decl_no_dtype": ["unexpected '['", "DTYPE"],
+    "syntax_tensor_decl_dtype": ["unknown dtype 'f64'", "the dtypes are f16, bf16, f32, i32"],
+    "syntax_tensor_decl_no_dtype": ["unexpected '['", "expected a dtype: f16, bf16, f32, i32"],
     "syntax_stray_character": ["unexpected character '$'"],
     "syntax_unexpected_eof": ["unexpected end of file"],
     "syntax_unbalanced_bracket": ["unexpected '='"],
@@ -60,6 +60,10 @@ EXPECT = {
     "sema_store_shape": ["shape mismatch: storing a [64, 32] tile into a [64, 64] tile of 'C'"],
     "sema_peer_index_var": ["'m' in 'A@m' must be a rank loop variable or 'rank'"],
     "sema_index_count": ["'A' has 2 dims but is indexed with 1"],
+    "sema_data_dependent_index": ["'idx[...]' reads a tensor: data-dependent indices are not supported yet", "hint:"],
+    "sema_tensor_without_index": ["'A' is a tensor: read its tiles as `A[...]`"],
+    "sema_cut_short": ["the program ends in the middle of an expression (is the file cut short?)",
+                       "'Ag' is a tensor"],
 }
 
 CASES = sorted(p.stem for p in ERRORS.glob("*.tile"))

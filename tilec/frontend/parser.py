@@ -13,6 +13,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from tilec.errors import CompileError, Diagnostic, Loc
 from tilec.frontend import ast
 from tilec.frontend.limits import MAX_DEPTH, MAX_LITERAL, MAX_SOURCE
+from tilec.ir.dtypes import DTYPES
 
 # Expression rules of the grammar: the parse tree nests one of these per operator, call or reduction (parentheses
 # add none). Everything after the parser recurses over expressions, so their depth is bounded before it does.
@@ -25,7 +26,7 @@ _MESSAGES = {
 }
 # Common mistakes, recognised by lark's match_examples, mapped to messages users can act on.
 _EXAMPLES: dict[str, list[str]] = {
-    "a program starts with `program NAME(world W)`": ["dims M", "stage s over m in M by BM:\n X[m] = Y[m]"],
+    "a program starts with `program <name>(world W)`": ["dims M", "stage s over m in M by BM:\n X[m] = Y[m]"],
     "expected `(world W)` after the program name": ["program p\n", "program p(W)"],
     "a stage needs `over LOOPS:` before its body": ["program p(world W)\nstage s:\n"],
     _MESSAGES["loop"]: [
@@ -243,6 +244,61 @@ def _match_examples(e: UnexpectedInput) -> str | None:
         return None
 
 
+# What the parser expected, in words: a message never names a terminal of tile.lark (LSQB, DTYPE, PEER, ...).
+# Terminals that are one fixed string (`[`, `by`, ...) are shown as that string; these are the others.
+_DTYPE_LIST = ", ".join(DTYPES)
+_IN_WORDS = {
+    "NAME": "a name",
+    "INT": "an integer",
+    "FLOAT": "a number",
+    "PEER": "a peer's tile `X@r[...]`",
+    "DTYPE": f"a dtype: {_DTYPE_LIST}",
+    "KIND": "a tensor declaration (`in`, `out`, `buf`)",
+    "$END": "the end of the file",
+}
+# Sets of terminals said as one phrase where the parser would accept any of them.
+_EXPR_START = frozenset({"INT", "FLOAT", "NAME", "PEER", "LPAR", "MINUS", "SUM"})
+_OPERATORS = frozenset({"PLUS", "MINUS", "STAR", "SLASH", "PERCENT", "AT"})
+_DECLS = frozenset({"DIMS", "TILES", "KIND"})
+_FIRST = ("RSQB", "RPAR", "COMMA", "COLON", "EQUAL")
+
+
+def _terminal_words(name: str) -> str:
+    if name in _IN_WORDS:
+        return _IN_WORDS[name]
+    try:
+        pattern = _parser().get_terminal(name).pattern
+    except KeyError:
+        return "something else"
+    if pattern.type == "str":
+        return f"`{pattern.value}`"
+    return "something else"  # a terminal added to the grammar without words here (a test catches it)
+
+
+def expected_in_words(expected) -> str:
+    """`{'COMMA', 'RSQB'}` -> "`,` or `]`"; the whole start of an expression is "an expression"."""
+    names = {x for x in expected if not x.startswith("__")}
+    phrases: list[str] = []
+    if len(names & {"INT", "FLOAT", "NAME", "LPAR"}) >= 3:
+        names -= _EXPR_START
+        phrases.append("an expression")
+    if len(names & _OPERATORS) >= 3:
+        names -= _OPERATORS
+        phrases.append("an operator")
+    if len(names & _DECLS) >= 2:
+        names -= _DECLS
+        phrases.append("a declaration (`dims`, `tiles`, `in`, `out`, `buf`)")
+    first = [n for n in _FIRST if n in names]  # what closes or continues the construct at hand, then the rest
+    phrases = [_terminal_words(n) for n in first] + phrases
+    phrases += [_terminal_words(n) for n in sorted(names - {"$END", *first})]
+    if "$END" in names:
+        phrases.append(_terminal_words("$END"))
+    phrases = list(dict.fromkeys(phrases))
+    if len(phrases) <= 1:
+        return "".join(phrases)
+    return ", ".join(phrases[:-1]) + " or " + phrases[-1]
+
+
 def _describe(tok: Token | None) -> str:
     if tok is None or tok.type == "$END":
         return "end of file"
@@ -271,9 +327,11 @@ def parse(source: str, file: str = "<string>") -> ast.Program:
             if e.token.type == "$END":
                 lines = source.rstrip().split("\n")
                 line, col = len(lines), len(lines[-1]) + 1
-            expected = sorted(x for x in e.expected if not x.startswith("_") and x.isupper())[:6]
-            if expected and not friendly:
-                msg += " (expected " + ", ".join(expected) + ")"
+            if "DTYPE" in e.expected and e.token.type == "NAME":  # `f64[...]`: say which dtypes there are
+                msg = f"unknown dtype '{e.token}'"
+                friendly = f"the dtypes are {_DTYPE_LIST}"
+            elif e.expected and not friendly:  # what the parser would really take here (LALR's set is wider)
+                msg += ": expected " + expected_in_words(e.accepts or e.expected)
         else:
             msg = "syntax error"
         if friendly:

@@ -113,7 +113,39 @@ def _affine(e: ast.Expr, consts: dict[str, int], vars_: dict[str, Var]) -> tuple
         if lt:
             raise _Err(e.loc, "index is not affine: '%' of a loop variable")
         return {}, Fraction(lc % rc)
+    if isinstance(e, ast.Ref):  # `X[idx[m], k]`: a gather, which the tile graph cannot express
+        raise _Err(e.loc, f"'{e.tensor}[...]' reads a tensor: data-dependent indices are not supported yet (hint: an"
+                          " index is affine in loop variables and dims; a value read from an i32 tensor can be a count,"
+                          " such as attend's `n`, or take part in tile math)")
     raise _Err(e.loc, "only integer arithmetic on dims and loop variables may appear here")
+
+
+def _ends_here(source: str, loc: Loc) -> bool:
+    """Whether nothing but blanks and comments follows `loc` in the source (a file cut short ends there)."""
+    lines = source.split("\n")
+    line, col = (loc.end_line, loc.end_col) if loc.end_line else (loc.line, loc.col + 1)
+    if not 0 < line <= len(lines):
+        return False
+    rest = "\n".join([lines[line - 1][col - 1:], *lines[line:]])
+    return re.fullmatch(r"(?:\s|#[^\n]*)*", rest) is not None
+
+
+def _in_words(d: Diagnostic, tensors: Mapping[str, Tensor], source: str) -> Diagnostic:
+    """An unknown name that is a tensor (used without an index), or where the program ends, says so: a file cut
+    short after `... = Ag` is not about an undeclared `Ag`."""
+    m = re.fullmatch(r"unknown name '(\w+)'", d.message)
+    if not m:
+        return d
+    name, at_end = m[1], _ends_here(source, d.loc)
+    if name in tensors:
+        msg = f"'{name}' is a tensor: read its tiles as `{name}[...]`"
+        if at_end:
+            msg = f"the program ends in the middle of an expression (is the file cut short?): {msg}"
+    elif at_end:
+        msg = f"{d.message}, where the program ends (is the file cut short?)"
+    else:
+        return d
+    return Diagnostic(d.loc, msg)
 
 
 def _const(e: ast.Expr, consts: dict[str, int], what: str) -> int:
@@ -598,6 +630,7 @@ def check(prog: ast.Program, world: int, dims: dict[str, int] | None = None) -> 
         c.phases(items)
     c.drop_cascades(prog.source)
     if c.errors:
-        raise CompileError(sorted(c.errors, key=lambda d: (d.loc.line, d.loc.col)), prog.source)
+        errors = [_in_words(d, c.tensors, prog.source) for d in c.errors]
+        raise CompileError(sorted(errors, key=lambda d: (d.loc.line, d.loc.col)), prog.source)
     return BoundProgram(prog.name, world, prog.world, tuple(c.dims), tuple(c.tiles), tuple(c.tensors.values()),
                         tuple(items), prog.loc.file, prog.source)
