@@ -8,9 +8,8 @@ import sys
 import time
 
 from tilec.cli.args import _dims, _world, run_command, transport_arg
+from tilec.cli.names import DESCRIPTIONS, PASS_NAMES, SCHEDULES, TRANSPORTS
 from tilec.errors import TilecError
-from tilec.passes.schedules import DESCRIPTIONS, PASS_NAMES, SCHEDULES
-from tilec.passes.transport import TRANSPORTS
 
 EXIT_CODES = """exit status (every subcommand):
   0  everything asked for succeeded (schedules that do not apply to the program are listed by
@@ -54,7 +53,6 @@ def _common(p: argparse.ArgumentParser, schedule: bool = True) -> None:
 
 def _compile(args, schedule: str | None = None):
     import tilec
-    from tilec.perf.auto import compile_auto
 
     schedule = schedule or args.schedule
     transport = getattr(args, "transport", None)
@@ -62,7 +60,7 @@ def _compile(args, schedule: str | None = None):
     if plus:
         transport = variant
     if schedule == "auto" or transport == "auto":  # the model picks (the compiler reads transport=auto as sm)
-        from tilec.perf.auto import variant_of
+        from tilec.perf.auto import compile_auto, variant_of  # the cost model (and torch) only where it picks
 
         prog = compile_auto(args.program, _world(args), _dims(args.dims), granularity=args.granularity,
                             transport=transport, schedule=None if schedule == "auto" else schedule)
