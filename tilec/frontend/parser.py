@@ -330,6 +330,9 @@ def parse(source: str, file: str = "<string>") -> ast.Program:
             if "DTYPE" in e.expected and e.token.type == "NAME":  # `f64[...]`: say which dtypes there are
                 msg = f"unknown dtype '{e.token}'"
                 friendly = f"the dtypes are {_DTYPE_LIST}"
+            elif e.expected == {"DTYPE"}:  # `in A : [M]`: what is missing is more to the point than the pattern
+                msg += f": expected {_IN_WORDS['DTYPE']}"
+                friendly = None
             elif e.expected and not friendly:  # what the parser would really take here (LALR's set is wider)
                 msg += ": expected " + expected_in_words(e.accepts or e.expected)
         else:
