@@ -18,8 +18,8 @@ EXIT_CODES = """exit status (every subcommand):
      schedule rejected by the verifier, failing in a pass, or failing to compile for --target (check)
   2  the request could not be carried out: bad arguments or usage, a program with errors or that no
      schedule applies to, a schedule named explicitly (-s, --schedules) that does not apply, an
-     unwritable output path or standard output, a runtime error (a rank failed, a wait timed out, no GPU for
-     calibrate)
+     unwritable output path or standard output, a missing optional tool (graphviz for show --format
+     svg/png, matplotlib for plots), a runtime error (a rank failed, a wait timed out, no GPU for calibrate)
   130 interrupted
   141 standard output closed before tilec was done (a pipe into `head`)"""
 
@@ -139,10 +139,12 @@ def _show_schedules(args) -> int:
     print(f"schedules for {args.program}, world {_world(args)}, "
           + " ".join(f"{k}={v}" for k, v in bound.dims)
           + " (best first; `tilec tune` and `tilec bench` record measured times)")
-    print(f"  {'schedule':<12}{'predicted':>12}{'measured':>12}")
+    width = max([len("schedule"), *(len(r["schedule"]) for r in rows)]) + 2  # `fused-push+dma` fits too
+    print(f"  {'schedule':<{width}}{'predicted':>12}{'measured':>12}")
     for r in rows:
         meas = f"{r['measured_us']:.0f} us" if r["measured_us"] is not None else "-"
-        print(f"  {r['schedule']:<12}{r['predicted_us']:>9.0f} us{meas:>12}")
+        pred = f"{r['predicted_us']:.0f} us"
+        print(f"  {r['schedule']:<{width}}{pred:>12}{meas:>12}")
     return 0
 
 

@@ -33,9 +33,9 @@ FORMATS = ("dot", "svg", "png")
 
 
 class RenderUnavailable(TilecError):
-    """svg/png asked for, but graphviz's `dot` is not installed; the message says how to render the DOT text."""
-
-    exit_code = 1
+    """svg/png asked for, but graphviz's `dot` is not installed; the message says how to render the DOT text. A
+    missing optional tool means the request could not be carried out: exit code 2, as TilecError's (1 is a wrong
+    result)."""
 
 
 @dataclass(frozen=True)
