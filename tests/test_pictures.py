@@ -260,7 +260,7 @@ def test_cli_show_formats(tmp_path, capsys):
     prog = tilec.compile(ex, world=2, schedule="flags")
     assert text == prog.draw("replace-barriers")
     assert main(["show", ex, "-w", "2", "-s", "flags", "-o", str(tmp_path / "g.txt")]) == 0
-    assert (tmp_path / "g.txt").read_text() == prog.show()
+    assert (tmp_path / "g.txt").read_text() == f"# {prog.options.line()}\n{prog.show()}"
     for argv, msg in ((["--format", "png"], "needs -o PATH"), (["--format", "dot", "--source"], "--source prints"),
                       (["--format", "dot", "-o", str(tmp_path / "no" / "g.dot")], "does not exist"),
                       (["--format", "dot", "-o", str(tmp_path)], "is a directory")):

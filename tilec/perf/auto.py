@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 
+from tilec import settings
 from tilec.fileio import read_json, update_json
 from tilec.ir.dtypes import ESIZE
 from tilec.ir.queries import pull_rereads
@@ -39,7 +39,7 @@ DMA = "dma"
 def machine() -> Machine:
     """The machine `auto` ranks for: the file TILEC_MACHINE names (`tilec calibrate -o FILE`), else the H200
     defaults (docs/GPU.md)."""
-    path = os.environ.get("TILEC_MACHINE")
+    path = settings.value("TILEC_MACHINE")
     return Machine.load(path) if path else Machine()
 
 

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
+from tilec import settings
 from tilec.errors import ScheduleError, TilecError
 from tilec.perf.inputs import DECODE_DIMS, kv_layout, kv_room, make_inputs, with_room
 from tilec.perf.measure import GRAPH, device_key, load_tuned, median_time, progress, store_tuned, time_op, time_program
@@ -64,7 +64,7 @@ NUM_WARPS, NUM_STAGES = 4, 3
 # splits Triton takes ~10 s to compile it for sm_90, at 4096 ~30 s, and 16384 x 128 exceeds Triton's 2^20-element
 # tile limit. Candidates beyond this many splits are skipped (with that reason) so a bench run stays bounded;
 # TILEC_BENCH_MAX_SPLITS=0 lifts the cap.
-MAX_SPLITS = int(os.environ.get("TILEC_BENCH_MAX_SPLITS", "2048"))
+MAX_SPLITS = settings.value("TILEC_BENCH_MAX_SPLITS")
 WAIT_TIMEOUT_S = 10.0  # a flag wait on a GPU that lasts this long is a hang: fail the candidate, don't stall the run
 TOLERANCE = {"f16": 1e-2, "bf16": 5e-2, "f32": 1e-3}  # relative error above which a row is flagged in the log
 
