@@ -123,13 +123,14 @@ def test_the_cli_flags_and_show_header(capsys, tmp_path):
     assert "programs_per_sm=0: expected an integer from 1 to 64" in capsys.readouterr().err
 
 
-def test_the_wait_sleep_reaches_the_ptx():
-    """A program compiled with wait_sleep_ns=N sleeps N ns between polls on a GPU (compiled for sm_90, no GPU)."""
+def test_the_options_reach_the_ptx():
+    """Compiled for sm_90 (no GPU): wait_sleep_ns=N sleeps N ns between polls; pdl=False leaves out the
+    programmatic-dependent-launch instructions that fused-push's one kernel otherwise starts with."""
     from tilec.codegen.target_check import compile_for_target
 
-    (built,) = compile_for_target(_compile(wait_sleep_ns=250), "cuda:90")
-    assert re.findall(r"nanosleep\.u32 (\d+);", built.ptx) and set(re.findall(r"nanosleep\.u32 (\d+);", built.ptx)) \
-        == {"250"}
+    (built,) = compile_for_target(_compile(wait_sleep_ns=250, pdl=False), "cuda:90")
+    assert set(re.findall(r"nanosleep\.u32 (\d+);", built.ptx)) == {"250"}
+    assert "griddepcontrol" not in built.ptx
 
 
 def test_the_readme_lists_every_variable_with_its_default():
