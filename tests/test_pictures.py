@@ -1,4 +1,4 @@
-"""Pictures (issue 22): the tile graph as DOT after every pass, and timeline builds as Chrome / Perfetto traces.
+"""Pictures: the tile graph as DOT after every pass, and timeline builds as Chrome / Perfetto traces.
 
 DOT text is parsed with pydot when it is installed, and always with the structural check below; node and edge
 counts are recomputed from the networkx graph. Traces are checked against the trace-event format and against the
