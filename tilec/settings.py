@@ -22,7 +22,8 @@ from tilec.errors import ArgumentError
 
 def _number(low: float, high: float, integer: bool, low_open: bool = False) -> tuple[Callable, str]:
     kind = "an integer" if integer else "a number"
-    expect = f"{kind} above {low:g}, up to {high:g}" if low_open else f"{kind} from {low:g} to {high:g}"
+    top = f"{int(high)}" if high == int(high) else f"{high:g}"  # 1000000000, not 1e+09
+    expect = f"{kind} above {low:g}, up to {top}" if low_open else f"{kind} from {low:g} to {top}"
 
     def parse(raw):
         if isinstance(raw, bool) or (integer and isinstance(raw, float)):
@@ -72,9 +73,9 @@ class Setting:
 
 
 SETTINGS = {s.name: s for s in (
-    Setting("TILEC_FOLD", True, _switch, "0 or 1",
+    Setting("TILEC_FOLD", True, _switch, "0 or 1 (off or on)",
             "fused-push and specialized end with the fold-last pass (0: left out, an A/B switch)", "fold"),
-    Setting("TILEC_PDL", True, _switch, "0 or 1",
+    Setting("TILEC_PDL", True, _switch, "0 or 1 (off or on)",
             "kernels of a call that run one after another are programmatic dependent launches (sm_90+)", "pdl"),
     Setting("TILEC_WAIT_SLEEP_NS", 0, *_number(0, 10**6, True),
             "nanoseconds a spinning flag wait sleeps between polls on a GPU (0: none)", "wait_sleep_ns"),
@@ -115,7 +116,8 @@ def value(name: str):
     except ValueError:
         if (name, raw) not in _WARNED:
             _WARNED.add((name, raw))
-            sys.stderr.write(f"tilec: ignoring {name}={raw!r}: expected {s.expect}; using {s.default}\n")
+            shown = ("1" if s.default else "0") if isinstance(s.default, bool) else s.default
+            sys.stderr.write(f"tilec: ignoring {name}={raw!r}: expected {s.expect}; using {shown}\n")
         return s.default
 
 
