@@ -1,4 +1,4 @@
-"""A Llama-style tensor-parallel MLP block and a TP flash-decode step built from tilec ops (issue 21).
+"""A Llama-style tensor-parallel MLP block and a TP flash-decode step built from tilec ops.
 
 MLP (sequence-parallel in and out, rows of the activations split over the ranks):
     h   = ag_gemm(rmsnorm(x_shard), W_gate_up[:, this rank's columns])   # All-Gather + GEMM:  [T, 2*I/W]

@@ -1,4 +1,4 @@
-"""A seeded generator of valid .tile programs, each with a torch model of what it computes (issue 16).
+"""A seeded generator of valid .tile programs, each with a torch model of what it computes.
 
 `generate(seed, world)` draws a random plan and returns its program text and its model. A plan is a chain of 1-4
 stages, each writing a new tensor: tile copies (local, pulled from a peer `X@r[...]`, pushed into a peer

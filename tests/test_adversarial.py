@@ -1,4 +1,4 @@
-"""Waits that the CPU emulation would otherwise never test (issue 16, item 8).
+"""Waits that the CPU emulation would otherwise never test.
 
 The Triton interpreter runs a rank's tasks one after another, producers before consumers, so a kernel with no
 flag waits at all still computes the right numbers on one rank. Two things close that hole:

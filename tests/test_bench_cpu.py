@@ -153,10 +153,10 @@ def test_default_split_is_the_fastest_measured():
     shape in one run): for each of the 10 shapes (8K-1M, 96 and 128 heads) it picks the fastest, or one wave of
     splits within 2% of a faster split that needs several (whose KV heads then merge one head after another in
     their last split: at 96 heads, 128K keys 2048-key splits took 197.4 us alone and 278 us as the whole step,
-    session10/fd_paper.log)."""
+    benchmarks/results/h200-1gpu/decode_tail/fd_paper.log)."""
     runs: dict[tuple[int, int], dict[int, float]] = {}
-    for name in ("decode_split_sweep.log", "decode_stream_probe2.log"):
-        for line in (ROOT / "benchmarks" / "results" / "h200-1gpu" / name).read_text().splitlines():
+    for name in ("decode_split_sweep.log", "decode_stream_probe_first.log"):
+        for line in (ROOT / "benchmarks" / "results" / "h200-1gpu" / "decode_configs" / name).read_text().splitlines():
             m = re.match(r"S=(\d+) H=(\d+) BS=(\d+) programs=\d+ nowhere\s+:\s+([\d.]+) us", line)
             if m:
                 runs.setdefault((int(m[1]), int(m[2]) // 8), {})[int(m[3])] = float(m[4])
@@ -338,10 +338,10 @@ def test_second_round_keeps_each_rows_faster_round():
 
 
 def test_default_splits_fill_every_sm_twice():
-    """default_splits of a free-split program against the H200 runs (session11/ragged_probe*.log): 96 heads at 64K
-    take 22 splits of 3008 keys (264 tasks, two on each of 132 SMs: 104 us) over 16 of 4096 (192 tasks: 110-117 us)
-    and 11 of 6016 (one a SM: 121 us); 128 heads keep 16 splits; batch 8 two; batch 32 (more KV heads than
-    programs) one; the CPU emulation CPU_BS."""
+    """default_splits of a free-split program against the H200 runs
+    (benchmarks/results/h200-1gpu/decode_splits/ragged_probe*.log): 96 heads at 64K take 22 splits of 3008 keys (264
+    tasks, two on each of 132 SMs: 104 us) over 16 of 4096 (192 tasks: 110-117 us) and 11 of 6016 (one a SM: 121 us);
+    128 heads keep 16 splits; batch 8 two; batch 32 (more KV heads than programs) one; the CPU emulation CPU_BS."""
     dims = bench_decode.shape_dims
     pick = lambda shape: bench_decode.default_splits(dims(shape), False, 264, 132)  # noqa: E731
     assert pick((1, 12, 8, 128, 65536)) == {"NS": 22, "L": 3008, "BS": 4096}

@@ -17,7 +17,7 @@ TILEC = Path(__file__).resolve().parents[1] / "tilec"
 
 # bottom to top; a module may import from its own layer and the ones below it
 LAYERS = [
-    ("tilec.errors", "tilec._version", "tilec.fileio"),
+    ("tilec.errors", "tilec._version", "tilec.fileio", "tilec.settings"),
     ("tilec.ir",),
     ("tilec.frontend",),
     ("tilec.passes",),

@@ -1,4 +1,4 @@
-"""The cost model knows the copy engines (issue 19): dma stages cost their chunks beside the kernels, SM copies in a
+"""The cost model knows the copy engines: dma stages cost their chunks beside the kernels, SM copies in a
 fused kernel hold their programs, and `--schedule auto` picks the transport with the schedule. CPU only: the
 numbers are the model's (tilec.perf.model), checked against arithmetic done here by hand."""
 

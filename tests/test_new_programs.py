@@ -138,7 +138,7 @@ def cases(w: int):
         ("place_gather", "place_gather", None, place_gather, "f32", (), {}),
         ("place_gather_sym", "place_gather_sym", None, place_gather, "f32", (), {}),
         ("rewrite", "rewrite", None, rewrite, "f32", (), {}),
-        # issue 16: fused-pull took `rank` in a copy's source index as 0 (wrong on every rank but 0); ragged tiles
+        # a bug once: fused-pull took `rank` in a copy's source index as 0 (wrong on every rank but 0); ragged tiles
         ("all_to_all", "all_to_all", {"M": 20 * w}, all_to_all, "f32", (), {}),
         ("all_to_all_offset", "all_to_all_offset", {"R": 9}, all_to_all_offset, "f32", (), {}),
         ("ag_gemm_local", "ag_gemm_local", {"M": 32 * w}, ag_gemm_rows, "f16", (), {}),

@@ -1,4 +1,4 @@
-"""Pictures (issue 22): the tile graph as DOT after every pass, and timeline builds as Chrome / Perfetto traces.
+"""Pictures: the tile graph as DOT after every pass, and timeline builds as Chrome / Perfetto traces.
 
 DOT text is parsed with pydot when it is installed, and always with the structural check below; node and edge
 counts are recomputed from the networkx graph. Traces are checked against the trace-event format and against the
@@ -260,7 +260,7 @@ def test_cli_show_formats(tmp_path, capsys):
     prog = tilec.compile(ex, world=2, schedule="flags")
     assert text == prog.draw("replace-barriers")
     assert main(["show", ex, "-w", "2", "-s", "flags", "-o", str(tmp_path / "g.txt")]) == 0
-    assert (tmp_path / "g.txt").read_text() == prog.show()
+    assert (tmp_path / "g.txt").read_text() == f"# {prog.options.line()}\n{prog.show()}"
     for argv, msg in ((["--format", "png"], "needs -o PATH"), (["--format", "dot", "--source"], "--source prints"),
                       (["--format", "dot", "-o", str(tmp_path / "no" / "g.dot")], "does not exist"),
                       (["--format", "dot", "-o", str(tmp_path)], "is a directory")):

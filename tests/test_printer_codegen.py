@@ -119,7 +119,7 @@ def test_graph_shape_per_schedule(progs):
 def test_cli_show_and_compile_match_the_api(progs, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     assert cli_main(["show", "examples/ag_gemm.tile", "-w", "2", "-s", "flags", "--after", "replace-barriers"]) == 0
-    assert capsys.readouterr().out == progs["flags"].show("replace-barriers")
+    assert capsys.readouterr().out == f"# {progs['flags'].options.line()}\n" + progs["flags"].show("replace-barriers")
     out = tmp_path / "k.py"
     assert cli_main(["compile", "examples/ag_gemm.tile", "-w", "2", "-s", "fused-pull", "-o", str(out)]) == 0
     assert out.read_text() == progs["fused-pull"].source

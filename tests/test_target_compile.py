@@ -130,7 +130,7 @@ def test_flag_scopes_in_the_ptx(monkeypatch):
 def test_streamed_split_kernel_stays_lean_at_paper_shapes():
     """The split kernel at a decode-paper shape (D=128, bf16): K and V reach the dots as [keys, D] blocks straight
     from shared memory. Loaded as [1, 1, keys, D] and reshaped, v stayed in registers: 206 per thread and 10-15%
-    of the H200's streaming rate (benchmarks/results/h200-1gpu/decode_emit_probe.log); now 128."""
+    of the H200's streaming rate (benchmarks/results/h200-1gpu/decode_configs/decode_emit_probe.log); now 128."""
     prog = tilec.compile("examples/flash_decode.tile", world=1, schedule="bsp", retype={"f16": "bf16"},
                          dims=dict(B=1, HKV=12, G=8, D=128, S=32768, BS=2048))
     (split,) = [b for b in compile_for_target(prog, "cuda:90") if b.kernel == "k0_split"]

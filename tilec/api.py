@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
+from tilec import settings
 from tilec.codegen.emit import build_model
 from tilec.codegen.render import render
 from tilec.errors import ArgumentError, ScheduleError
@@ -35,6 +37,11 @@ def compile(  # noqa: A001 - the public name the docs promise
     noinline_tasks: bool = False,
     attend_block: int = 64,
     transport: str = "sm",
+    fold: bool | None = None,
+    pdl: bool | None = None,
+    wait_sleep_ns: int | None = None,
+    programs_per_sm: int | None = None,
+    dma_streams: int | None = None,
 ) -> CompiledProgram:
     """Compile a .tile program (a path, or `source=` text) for `world` ranks with the given schedule.
 
@@ -46,8 +53,14 @@ def compile(  # noqa: A001 - the public name the docs promise
     timeline: a debug build whose tasks record when they started, finished waiting and ended (prog.timeline()).
     noinline_tasks: a merged kernel calls each stage's task function instead of inlining it, so registers are not
     shared across stages (the persistent flash decode compiles to 128 registers instead of 255 for sm_90).
-    wait_timeout: seconds of wall-clock time one flag wait may spin before the call raises WaitTimeout (default
-    60, or the TILEC_WAIT_TIMEOUT environment variable).
+    wait_timeout: seconds of wall-clock time one flag wait may spin before the call raises WaitTimeout (60).
+    fold: fused-push and specialized end with the fold-last pass (True).
+    pdl: a call's kernels that run one after another are programmatic dependent launches on sm_90+ (True).
+    wait_sleep_ns: nanoseconds a spinning flag wait sleeps between polls on a GPU (0).
+    programs_per_sm: the most programs of a persistent kernel resident per SM (2; fewer where they do not fit).
+    dma_streams: side streams the copy engines' chunks go out on (4).
+    Each of these six left None takes its TILEC_* environment variable's value, else the default in brackets
+    (tilec/settings.py); the values used are recorded in the module's header (prog.options).
     attend_block: keys per step of a streamed attend (a power of two >= 16; each step loads that many rows of k
     and v, pipelined num_stages deep).
     transport: who moves the tiles of copy stages: sm (tasks on the SMs), dma (the copy engines, for schedules with
@@ -66,6 +79,8 @@ def compile(  # noqa: A001 - the public name the docs promise
         parse_transport(transport)
     except ValueError as e:
         raise ArgumentError(str(e)) from None
+    opts = settings.options(fold=fold, pdl=pdl, wait_sleep_ns=wait_sleep_ns, programs_per_sm=programs_per_sm,
+                            dma_streams=dma_streams, wait_timeout=wait_timeout)
     world, dims = check_arguments(world, dims)  # before the program is read: a bad argument is named first
     if schedule == "auto":  # the compiler sits below the cost model: the pick is the perf layer's
         raise ScheduleError("schedule 'auto' is chosen by the cost model: call tilec.perf.auto.compile_auto(...) "
@@ -79,13 +94,15 @@ def compile(  # noqa: A001 - the public name the docs promise
     g = Lower()(bound)
     verify(g, "lower")
     snaps = {"lower": g}
-    g = run_pipeline(g, pipeline(schedule, granularity, transport=transport), verify, snaps)
+    g = run_pipeline(g, pipeline(schedule, granularity, transport=transport, fold=opts.fold), verify, snaps)
     model = build_model(g, schedule, {"group_m": group_m, "num_warps": num_warps, "num_stages": num_stages,
                                       "start_local": wants_dma(transport) if start_local is None else start_local,
                                       "timeline": timeline,
                                       "noinline_tasks": noinline_tasks, "attend_block": attend_block})
+    # the options that change what is compiled or how it launches: written into the module (its cache key)
+    model = dataclasses.replace(model, header=(*model.header, opts.line()), wait_sleep_ns=opts.wait_sleep_ns)
     src = render(model)
-    prog = CompiledProgram(bound, schedule, src, g, snaps, wait_timeout)
+    prog = CompiledProgram(bound, schedule, src, g, snaps, opts.wait_timeout, options=opts)
     return prog
 
 

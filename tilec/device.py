@@ -5,13 +5,13 @@ peer offsets, the timeline clock, the GEMM dot and the attend / lse_merge tile f
 these as `td.wait(...)` and Triton inlines them as if they were written there (also under TRITON_INTERPRET=1).
 """
 
+import importlib.util
+import sys
 import time
 
 import iris
 import triton
 import triton.language as tl
-
-from tilec.errors import env_number
 
 
 def cpu_yield():
@@ -54,15 +54,33 @@ def timed_out(err, flag_no, counter, owner, seen, target):
         tl.store(err + 5, target)
 
 
-# Nanoseconds a spinning wait sleeps between polls on a GPU (0: none). A/B knob, read once at import.
-WAIT_SLEEP_NS = tl.constexpr(env_number("TILEC_WAIT_SLEEP_NS", 0, low=0, high=10**6, integer=True))
+# Nanoseconds a spinning wait sleeps between polls on a GPU: 0 (none) in this module; a program compiled with
+# tilec.compile(wait_sleep_ns=N) imports the copy with_wait_sleep(N) makes, whose functions see N here.
+WAIT_SLEEP_NS = tl.constexpr(globals().get("_WAIT_SLEEP_NS", 0))
 _SLEEP_ASM = tl.constexpr(f"nanosleep.u32 {WAIT_SLEEP_NS.value}; mov.u32 $0, 0;")
+
+
+def with_wait_sleep(ns: int):
+    """This module again, as its own module `tilec.device_sleep<ns>`, whose spinning waits sleep `ns` nanoseconds
+    between polls on a GPU: the module of a program compiled with wait_sleep_ns=ns imports it as `td`. (A
+    @triton.jit function reads a constant from its own module's globals, so a program's value needs a module.)"""
+    if not ns:
+        return sys.modules["tilec.device"]
+    name = f"tilec.device_sleep{int(ns)}"
+    mod = sys.modules.get(name)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(name, __file__)
+        mod = importlib.util.module_from_spec(spec)
+        mod._WAIT_SLEEP_NS = int(ns)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return mod
 
 
 @triton.jit
 def backoff(INTERPRET: tl.constexpr):
     # between two polls of a spinning wait: the CPU emulation yields its core; a GPU program may sleep so that its
-    # polls do not compete with the loads of programs still working (TILEC_WAIT_SLEEP_NS)
+    # polls do not compete with the loads of programs still working (tilec.compile(wait_sleep_ns=))
     if INTERPRET:
         cpu_yield()
     elif WAIT_SLEEP_NS > 0:

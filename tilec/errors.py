@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import math
-import os
-import sys
 from dataclasses import dataclass
 
 
@@ -82,27 +79,3 @@ class VerifyError(TilecError):
 
 class ArgumentError(TilecError):
     """A runtime argument (tensor) does not match the program's declaration."""
-
-
-_WARNED: set[tuple[str, str]] = set()
-
-
-def env_number(name: str, default: float, *, low: float, high: float = 1e9, integer: bool = False) -> float:
-    """A numeric knob from the environment (`TILEC_PROGRAMS_PER_SM=2`), many read at import: a value that is not a
-    number in [low, high] is named on stderr once and the default used, so a typo never makes `import tilec` end
-    in a traceback."""
-    raw = os.environ.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = int(raw) if integer else float(raw)
-        ok = math.isfinite(value) and low <= value <= high
-    except ValueError:
-        ok = False
-    if ok:
-        return value
-    if (name, raw) not in _WARNED:
-        _WARNED.add((name, raw))
-        kind = "an integer" if integer else "a number"
-        sys.stderr.write(f"tilec: ignoring {name}={raw!r}: expected {kind} from {low:g} to {high:g}; using {default}\n")
-    return default

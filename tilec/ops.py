@@ -48,6 +48,7 @@ from tilec.reference import TORCH_DTYPE
 from tilec.runtime import active_heap
 from tilec.runtime.errors import HeapError
 from tilec.runtime.heap import ALIGN, _align
+from tilec.settings import value as setting
 
 # schedules tried in this order when none is named: one persistent kernel first (no host barrier inside a call)
 SCHEDULE_PREFERENCE = ("fused-push", "specialized", "flags", "bsp")
@@ -109,10 +110,9 @@ def op(program: str | os.PathLike | None = None, *, source: str | None = None, n
     if world is not None:
         world = _positive_int(world, "world")
     fixed = _check_dims(dims, tree)
-    barrier = os.environ.get("TILEC_OP_BARRIER", "auto") if barrier is None else barrier
+    barrier = setting("TILEC_OP_BARRIER") if barrier is None else barrier
     if barrier not in BARRIERS:
-        raise ArgumentError(f"tilec.op: barrier={barrier!r}: expected one of {', '.join(BARRIERS)} (barrier= or "
-                            "TILEC_OP_BARRIER)")
+        raise ArgumentError(f"tilec.op: barrier={barrier!r}: expected one of {', '.join(BARRIERS)}")
     settings = (source, tuple(sorted(fixed.items())), schedule, world, tuple(sorted((retype or {}).items())),
                 tuple(sorted(compile_kw.items())), barrier)
     known = _OPS.get(name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import os
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import networkx as nx
 
+from tilec import settings
 from tilec.errors import ArgumentError, TilecError
 from tilec.frontend.sema import BoundProgram
 from tilec.ir.graph import flags
@@ -38,15 +40,20 @@ def _rebuild_wait_timeout(message: str, fields: dict) -> WaitTimeout:
 
 
 def cache_dir() -> Path:
-    d = Path(os.environ.get("TILEC_CACHE", Path.home() / ".cache" / "tilec"))
+    d = Path(settings.value("TILEC_CACHE"))
     d.mkdir(parents=True, exist_ok=True)
     return d
 
 
+def module_key(source: str) -> str:
+    """The cache key of a generated module: a digest of its text, whose header records the options it was compiled
+    with (settings.Options), so a program compiled another way is another module."""
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
 def load_module(source: str, name: str):
     """Import generated source from a file (Triton reads kernels' source with inspect, so exec() won't do)."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    mod_name = f"tilec_gen_{name}_{digest}"
+    mod_name = f"tilec_gen_{name}_{module_key(source)}"
     if mod_name in sys.modules:
         return sys.modules[mod_name]
     path = cache_dir() / f"{mod_name}.py"
@@ -61,25 +68,13 @@ def load_module(source: str, name: str):
     return mod
 
 
-DEFAULT_WAIT_TIMEOUT = 60.0  # seconds of wall-clock time one flag wait may take (TILEC_WAIT_TIMEOUT overrides)
+DEFAULT_WAIT_TIMEOUT = settings.SETTINGS["TILEC_WAIT_TIMEOUT"].default  # seconds one flag wait may take
 
 
 def wait_timeout_seconds(value: float | None) -> float:
     """The wait timeout a program uses: `value` (tilec.compile(wait_timeout=...)), else the TILEC_WAIT_TIMEOUT
     environment variable, else DEFAULT_WAIT_TIMEOUT; a positive, finite number of seconds."""
-    what = "wait_timeout"
-    if value is None:
-        env = os.environ.get("TILEC_WAIT_TIMEOUT")
-        if env is None:
-            return DEFAULT_WAIT_TIMEOUT
-        what = "TILEC_WAIT_TIMEOUT"
-        try:
-            value = float(env)
-        except ValueError:
-            raise ArgumentError(f"TILEC_WAIT_TIMEOUT={env!r}: expected seconds, e.g. 60") from None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e9:
-        raise ArgumentError(f"{what}={value!r}: expected seconds, a number > 0 (and below 1e9)")
-    return float(value)
+    return float(settings.option("wait_timeout", value))
 
 
 @dataclass
@@ -95,9 +90,17 @@ class CompiledProgram:
     wait_timeout: float | None = None  # seconds; None: wait_timeout_seconds's default
     _state: dict = field(default_factory=dict, repr=False)
     candidates: list | None = None  # schedule='auto': every legal schedule with predicted/measured time
+    options: settings.Options | None = None  # what it was compiled with (None: the defaults, this wait_timeout)
 
     def __post_init__(self):
         self.wait_timeout = wait_timeout_seconds(self.wait_timeout)
+        self.options = dataclasses.replace(self.options or settings.options(), wait_timeout=self.wait_timeout)
+
+    @property
+    def cache_key(self) -> str:
+        """The key its module is cached under (load_module): the program's name and a digest of the module's text,
+        options included."""
+        return f"{self.program.name}_{module_key(self.source)}"
 
     @property
     def world(self) -> int:
@@ -181,7 +184,8 @@ class CompiledProgram:
                 bufs["TIMELINE"] = heap.alloc((self.module.TIMELINE_SLOTS * 5,), torch.int64)
             timeout_ns = int(self.wait_timeout * 1e9)  # wall-clock, per wait (tilec.device.wait)
             # epoch: calls so far; dev_epoch: what bufs["EPOCH"] holds (only captured calls advance it there)
-            st = {"heap": heap, "bufs": bufs, "epoch": 0, "dev_epoch": 0, "ctx": LaunchContext(heap, timeout_ns),
+            st = {"heap": heap, "bufs": bufs, "epoch": 0, "dev_epoch": 0, "ctx": LaunchContext(
+                heap, timeout_ns, self.options.pdl, self.options.programs_per_sm, self.options.dma_streams),
                   "warm": False, "releases": releases, "span": (start, heap.mark())}
             self._state[key] = st
         return st
@@ -466,7 +470,7 @@ class CompiledProgram:
             f" for ~{self.wait_timeout:g}s: it reached {seen} of {target}; stage {fl.producer} on the producing rank"
             f" never released it ({calls}; stage {fl.producer} is at {producer.loc}; call counts differ"
             " between ranks, a producer is missing, a rank stopped or died, or the persistent grid outgrew the"
-            " programs resident at once: try TILEC_PROGRAMS_PER_SM=1)",
+            " programs resident at once: try programs_per_sm=1)",
             rank=heap.rank, flag=fl.name, tensor=fl.tensor, counter=counter, tile=tile, owner=owner, seen=seen,
             target=target, stage=fl.producer, loc=str(producer.loc))
 

@@ -1,5 +1,5 @@
 """Per shape of a `tilec bench` JSON with an `auto` row: the variant auto picked, its time, the fastest tilec row
-and auto's time over it (issue 19's target: within 3%). Usage: python benchmarks/runs/auto_vs_best.py FILE.json..."""
+and auto's time over it (the target: within 3%). Usage: python benchmarks/runs/auto_vs_best.py FILE.json..."""
 
 import json
 import sys

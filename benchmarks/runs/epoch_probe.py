@@ -1,8 +1,8 @@
 """Probe: what the graph's separate epoch bump (EPOCH.add_(1) before the kernel, Program.capture) costs per replay.
 
 Times CUDA graph replays (reading L2 flush before each, tilec.perf.gpu_time.cold_time) of [bump, kernel] against
-[kernel] for a one-program kernel and flash decode's bare split stage (decode_stream_probe3.split_kernel) at B1
-H128 S8K. Usage: python benchmarks/runs/epoch_probe.py
+[kernel] for a one-program kernel and flash decode's bare split stage
+(decode_configs/decode_stream_probe.split_kernel) at B1 H128 S8K. Usage: python benchmarks/runs/epoch_probe.py
 """
 import sys
 
@@ -12,8 +12,8 @@ import triton.language as tl
 
 from tilec.perf.gpu_time import cold_time
 
-sys.path.insert(0, "benchmarks/runs")
-from decode_stream_probe3 import split_kernel  # noqa: E402
+sys.path.insert(0, "benchmarks/runs/decode_configs")
+from decode_stream_probe import split_kernel  # noqa: E402
 
 
 @triton.jit

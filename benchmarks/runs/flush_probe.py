@@ -9,7 +9,7 @@ merge, and each alone), under four flushes:
 - read: a read of the same 256 MB buffer (L2 left holding clean lines);
 - zero+read: the zero, then the read (the zero's dirty lines written back before the timer starts);
 - none: no flush (what stays in L2 from the previous launch may hit).
-Run on the device: python benchmarks/flush_probe.py > probe.log
+Run on the device: python benchmarks/runs/flush_probe.py > flush_probe.log
 """
 
 from __future__ import annotations

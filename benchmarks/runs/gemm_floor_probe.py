@@ -1,5 +1,5 @@
 # ruff: noqa: B023 - each closure is timed before the loop moves on
-"""Probe: which Triton GEMM form reaches cuBLAS on the shapes where tilec's generated GEMM falls short (issue 19).
+"""Probe: which Triton GEMM form reaches cuBLAS on the shapes where tilec's generated GEMM falls short.
 
 The generated kernels load tiles through pointers in a persistent loop. This times, on one GPU with a reading L2
 flush (tilec.perf.gpu_time.cold_time), the same persistent grouped GEMM with (a) pointer loads, (b) TMA tensor

@@ -1,5 +1,5 @@
 # ruff: noqa: B023 - each closure is timed before the loop moves on
-"""Probe (issue 19): where tilec's generated GEMM loses to the best hand-written Triton form at 1024x3584x8192.
+"""Probe: where tilec's generated GEMM loses to the best hand-written Triton form at 1024x3584x8192.
 
 Compiles fused-pull at world 1 (128x256x64 tiles, 8 warps, 4 stages), loads the generated module, and times its
 kernel called directly (heap_bases of one rank: peer offsets are 0) as generated and with one source edit at a time,

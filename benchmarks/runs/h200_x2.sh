@@ -9,6 +9,6 @@ for s in decode-paper decode-quick; do
   torchrun --standalone --nproc-per-node 2 -m tilec bench examples/flash_decode.tile --shapes $s \
     --schedules bsp,fused-push --iters 20
 done
-# the free split count (issue 20's fastest form at world 1, session 11): NS splits per shape fill every SM twice
+# the free split count (the fastest decode form at world 1): NS splits per shape fill every SM twice
 torchrun --standalone --nproc-per-node 2 -m tilec bench examples/flash_decode_splits.tile --shapes decode-paper \
   --schedules fused-push,specialized --iters 20

@@ -5,7 +5,7 @@ and 1, one CompiledProgram each), timed in the same run:
 - bsp's local phase (split + merge kernels, `only=`, bench_decode.local_phase_time: cold L2, median);
 - bsp whole calls and fused-push whole calls (tilec bench's per-call timer, a barrier outside it);
 - fused-push replayed from a CUDA graph (one kernel: PDL can only overlap it with the graph's epoch bump).
-Run on the device: python benchmarks/pdl_probe.py > probe.log
+Run on the device: python benchmarks/runs/pdl_probe.py > pdl_probe.log
 """
 
 from __future__ import annotations

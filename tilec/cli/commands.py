@@ -51,6 +51,23 @@ def _common(p: argparse.ArgumentParser, schedule: bool = True) -> None:
                    " stage: STAGE=MODE,... (e.g. gather=dma). Default: auto with --schedule auto, else sm")
 
 
+def _settings(p: argparse.ArgumentParser) -> None:
+    """The compile options whose defaults are TILEC_* environment variables (tilec/settings.py, README's table)."""
+    g = p.add_argument_group("compile options (default: the TILEC_* variable, else the value in brackets)")
+    g.add_argument("--fold", choices=("on", "off"), help="fused-push and specialized end with fold-last (on)")
+    g.add_argument("--pdl", choices=("on", "off"), help="programmatic dependent launch between kernels (on)")
+    g.add_argument("--wait-sleep-ns", type=int, metavar="NS", help="a spinning wait sleeps between polls (0)")
+    g.add_argument("--programs-per-sm", type=int, metavar="N", help="most programs of a persistent kernel per SM (2)")
+    g.add_argument("--dma-streams", type=int, metavar="N", help="side streams of the copy engines' chunks (4)")
+    g.add_argument("--wait-timeout", type=float, metavar="SECONDS", help="one flag wait's limit (60)")
+
+
+def _setting_values(args) -> dict:
+    switch = {"on": True, "off": False, None: None}
+    return {"fold": switch[getattr(args, "fold", None)], "pdl": switch[getattr(args, "pdl", None)],
+            **{k: getattr(args, k, None) for k in ("wait_sleep_ns", "programs_per_sm", "dma_streams", "wait_timeout")}}
+
+
 def _compile(args, schedule: str | None = None):
     import tilec
 
@@ -63,12 +80,13 @@ def _compile(args, schedule: str | None = None):
         from tilec.perf.auto import compile_auto, variant_of  # the cost model (and torch) only where it picks
 
         prog = compile_auto(args.program, _world(args), _dims(args.dims), granularity=args.granularity,
-                            transport=transport, schedule=None if schedule == "auto" else schedule)
+                            transport=transport, schedule=None if schedule == "auto" else schedule,
+                            **_setting_values(args))
         print(f"tilec: auto picked {variant_of(prog)} (schedule {prog.schedule}, copy stages on the"
               f" {'copy engines' if variant_of(prog).endswith('+dma') else 'SMs'})", file=sys.stderr)
         return prog
     return tilec.compile(args.program, world=_world(args), schedule=schedule, dims=_dims(args.dims),
-                         granularity=args.granularity, transport=transport or "sm")
+                         granularity=args.granularity, transport=transport or "sm", **_setting_values(args))
 
 
 def cmd_compile(args) -> int:
@@ -99,7 +117,8 @@ def cmd_show(args) -> int:
         check_output_path(args.output)
     prog = _compile(args)
     if args.source or args.format == "text":
-        text = prog.source if args.source else prog.show(args.after)
+        # the graph's text under the options it was compiled with (the source's header has them already)
+        text = prog.source if args.source else f"# {prog.options.line()}\n{prog.show(args.after)}"
         if args.output:
             from tilec.ir.dot import write_atomic
 
@@ -356,10 +375,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("compile", help="emit the Triton source of a program")
     _common(p)
+    _settings(p)
     p.add_argument("-o", "--output", help="write the source here (default: stdout)")
     p.set_defaults(fn=cmd_compile)
     p = sub.add_parser("show", help="print the tile dataflow graph after a pass (or the source)")
     _common(p)
+    _settings(p)
     p.add_argument("--after", choices=PASS_NAMES[:-1], help="the pass whose result to print (default: last)")
     p.add_argument("--source", action="store_true", help="print the generated Triton source instead")
     p.add_argument("--schedules", action="store_true", help="list the legal schedules with predicted/measured times")
@@ -369,11 +390,13 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_show)
     p = sub.add_parser("check", help="static checks and verification of every schedule")
     _common(p, schedule=False)
+    _settings(p)
     p.add_argument("--target", default=None, metavar="BACKEND:ARCH",
                    help="also compile every kernel for this GPU (e.g. cuda:90); needs no GPU")
     p.set_defaults(fn=cmd_check)
     p = sub.add_parser("run", help="compile, run on W ranks and compare every output with the reference")
     _common(p, schedule=False)
+    _settings(p)
     p.add_argument("--schedule", "-s", default="all", choices=("all", "auto", *SCHEDULES),
                    help="all (default), auto (the model's pick; on a GPU refined by short trials), or one schedule")
     p.add_argument("--backend", choices=("cpu", "iris"), default=None,

@@ -75,4 +75,5 @@ class ModuleModel:
     noinline_tasks: bool = False  # merged kernels call their stages' task functions instead of inlining them
     uses_iris: bool = False  # a load translates addresses with iris.load (a pulled tile that straddles ranks)
     dma: tuple[str, ...] = ()  # the DMA_COPIES table's lines (codegen/dma.py); empty: no stage on the copy engines
+    wait_sleep_ns: int = 0  # > 0: flag waits sleep this long between polls (`td` is tilec.device.with_wait_sleep's)
 

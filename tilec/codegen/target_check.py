@@ -69,8 +69,9 @@ def compile_for_target(prog, target: str = "cuda:90", nprog: int = 132) -> list[
 
     tgt = parse_target(target)
     mod = prog.module
-    # what the launch path turns on there (tilec.runtime.launch.serial: no concurrent kernel pair)
-    pdl = tgt.backend == "cuda" and tgt.arch >= 90 and not any(k[3] for k in mod.KERNELS)
+    # what the launch path turns on there (tilec.runtime.launch.serial: no concurrent kernel pair; the program's pdl)
+    pdl = (tgt.backend == "cuda" and tgt.arch >= 90 and not any(k[3] for k in mod.KERNELS)
+           and getattr(prog.options, "pdl", True))
     out = []
     for k, *_rest, buffers in mod.KERNELS:
         sig: dict[str, str] = {}

@@ -1,11 +1,9 @@
 """Schedules are pipelines of passes. `lower` always runs first; the verifier runs after every pass.
 
-fused-push and specialized end with fold-last; TILEC_FOLD=0 in the environment leaves it out (an A/B switch for
-measuring the tail, e.g. `TILEC_FOLD=0 tilec bench ...`)."""
+fused-push and specialized end with fold-last; fold=False (`tilec.compile(..., fold=False)`, whose default
+TILEC_FOLD=0 sets) leaves it out: an A/B switch for measuring the tail."""
 
 from __future__ import annotations
-
-import os
 
 from tilec.errors import ScheduleError
 
@@ -30,10 +28,10 @@ DESCRIPTIONS = {
 
 
 def pipeline(schedule: str, granularity: str = "auto", comm_share: float = 0.25,
-             transport: str = "sm") -> list[Pass]:
+             transport: str = "sm", fold: bool = True) -> list[Pass]:
     """transport (of copy stages, passes/transport.py): sm adds no pass; others add `transport` before persist
     (schedules with flags)."""
-    passes = _pipeline(schedule, granularity, comm_share)
+    passes = _pipeline(schedule, granularity, comm_share, fold)
     if transport == "sm":
         return passes
     if schedule == "bsp":
@@ -46,8 +44,8 @@ def pipeline(schedule: str, granularity: str = "auto", comm_share: float = 0.25,
     return [*passes[:at], Transport(transport), *passes[at:]]
 
 
-def _pipeline(schedule: str, granularity: str, comm_share: float) -> list[Pass]:
-    fold = [FoldLast()] if os.environ.get("TILEC_FOLD", "1") != "0" else []
+def _pipeline(schedule: str, granularity: str, comm_share: float, fold: bool) -> list[Pass]:
+    folds = [FoldLast()] if fold else []
     if schedule == "bsp":
         return [Persist(merge=False)]
     if schedule == "flags":
@@ -56,10 +54,10 @@ def _pipeline(schedule: str, granularity: str, comm_share: float) -> list[Pass]:
         return [FuseComm("pull"), ReplaceBarriers(granularity), Persist(merge=True)]
     if schedule == "fused-push":
         return [FuseComm("push"), ReplaceBarriers(granularity), LocalInPlace(), CoarsenCopies(), Persist(merge=True),
-                *fold]
+                *folds]
     if schedule == "specialized":
         return [ReplaceBarriers(granularity), LocalInPlace(whole=False),
-                Persist(merge=True, specialize=True, comm_share=comm_share), *fold]
+                Persist(merge=True, specialize=True, comm_share=comm_share), *folds]
     raise ScheduleError(f"unknown schedule '{schedule}' (choose from {', '.join(SCHEDULES)})")
 
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict
 from pathlib import Path
 
+from tilec import settings
 from tilec.fileio import read_json, update_json
 from tilec.ir.dtypes import ESIZE
 from tilec.ir.queries import pull_rereads
@@ -39,7 +39,7 @@ DMA = "dma"
 def machine() -> Machine:
     """The machine `auto` ranks for: the file TILEC_MACHINE names (`tilec calibrate -o FILE`), else the H200
     defaults (docs/GPU.md)."""
-    path = os.environ.get("TILEC_MACHINE")
+    path = settings.value("TILEC_MACHINE")
     return Machine.load(path) if path else Machine()
 
 
@@ -166,9 +166,10 @@ def rank_schedules(program, world: int, dims: dict[str, int] | None = None, mach
     return ranked
 
 
-# Measured on two H200 (issue 19): fused-pull ran at 0.21-0.41x of the best baseline on every paper shape, each
-# remote A tile pulled again for every column block; the model does not see the link's cost of re-reads (they are
-# not L2 hits across NVLink). Below this many re-read bytes per rank and call (small shapes) the model decides.
+# Measured on two H200 (benchmarks/results/h200-x2/ag_gemm_paper_bf16.log): fused-pull ran at 0.21-0.41x of the best
+# baseline on every paper shape, each remote A tile pulled again for every column block; the model does not see the
+# link's cost of re-reads (they are not L2 hits across NVLink). Below this many re-read bytes per rank and call (small
+# shapes) the model decides.
 REREAD_BYTES = 16 << 20
 
 

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
+from tilec import settings
 from tilec.errors import ScheduleError, TilecError
 from tilec.perf.inputs import DECODE_DIMS, kv_layout, kv_room, make_inputs, with_room
 from tilec.perf.measure import GRAPH, device_key, load_tuned, median_time, progress, store_tuned, time_op, time_program
@@ -39,32 +39,34 @@ from tilec.perf.rows import TimedRow, finish_shape, rel_err, rounds_text, second
 
 COPY_GBPS = 4200.0  # measured H200 device-to-device copy bandwidth (docs/GPU.md)
 # A split task's fixed cost in keys streamed (default_bs): ~one attend block. Fitted to bsp's local phase at 32K,
-# 128 heads on an H200 (benchmarks/results/h200-1gpu/decode_local_probe.log): BS 512 / 1024 / 2048 took
-# 88.4 / 83.9 / 80.3 us.
+# 128 heads on an H200 (benchmarks/results/h200-1gpu/decode_configs/decode_local_probe.log): BS 512 / 1024 / 2048
+# took 88.4 / 83.9 / 80.3 us.
 TASK_OVERHEAD = 64
 # One lse_merge run by the last split of a KV head, in keys a program streams meanwhile (~2 us; default_bs). With more
 # split tasks than resident programs fold-last's merges are not shared: the last split of each KV head runs its G
 # merges one after another (codegen/flags.Flags.arrive). At B1 H96 S128K three waves of 2048-key splits streamed
-# 1.5% faster than one of 8192 alone (decode_split_sweep.log) but the step took 278 us against SDPA's 199
-# (session10/fd_paper.log).
+# 1.5% faster than one of 8192 alone (decode_configs/decode_split_sweep.log) but the step took 278 us against SDPA's
+# 199 (benchmarks/results/h200-1gpu/decode_tail/fd_paper.log).
 MERGE_KEYS = 64
 # The share of the resident programs that saturates HBM on their own (default_bs): 192 split programs of 2048 keys
 # (96 heads at 32K, 0.73 of 264) streamed faster than 264 programs of 512 or 1024 keys, and with 0.75 the model
 # ranks first the fastest split of each of the 10 shapes timed on an H200 (8K-1M, 96 and 128 heads:
-# benchmarks/results/h200-1gpu/decode_split_sweep.log, decode_stream_probe2.log; tests/test_bench_cpu.py checks).
+# benchmarks/results/h200-1gpu/decode_configs/decode_split_sweep.log, decode_stream_probe_first.log;
+# tests/test_bench_cpu.py checks).
 SATURATING_SHARE = 0.75
 MIN_BS = 64
 CPU_BS = 32
 SPLIT_ALIGN = 64  # a free split's keys are a whole number of attend blocks (default_splits)
 # How fast an SM with one split program streams, against one with two (default_splits): 11 splits of 6016 keys a KV
-# head (132 tasks, one a SM) against 22 of 3008 (264, two a SM) at 96 heads, 64K keys: 121-122 vs 104 us.
+# head (132 tasks, one a SM) against 22 of 3008 (264, two a SM) at 96 heads, 64K keys: 121-122 vs 104 us
+# (benchmarks/results/h200-1gpu/decode_splits/ragged_probe*.log).
 ONE_PROGRAM_RATE = 0.78
 NUM_WARPS, NUM_STAGES = 4, 3
 # The example's local merge holds all S/BS partials of one (batch, head) in one program (S/BS x D f32): at 2048
 # splits Triton takes ~10 s to compile it for sm_90, at 4096 ~30 s, and 16384 x 128 exceeds Triton's 2^20-element
 # tile limit. Candidates beyond this many splits are skipped (with that reason) so a bench run stays bounded;
 # TILEC_BENCH_MAX_SPLITS=0 lifts the cap.
-MAX_SPLITS = int(os.environ.get("TILEC_BENCH_MAX_SPLITS", "2048"))
+MAX_SPLITS = settings.value("TILEC_BENCH_MAX_SPLITS")
 WAIT_TIMEOUT_S = 10.0  # a flag wait on a GPU that lasts this long is a hang: fail the candidate, don't stall the run
 TOLERANCE = {"f16": 1e-2, "bf16": 5e-2, "f32": 1e-3}  # relative error above which a row is flagged in the log
 
@@ -206,9 +208,10 @@ def ranked_splits(dims: dict, interpret: bool, slots: int | None = None, sms: in
     T = B * HKV * NS tasks of L = S/NS keys (rounded up to SPLIT_ALIGN) on `sms` SMs of two programs each put
     ceil(T / sms) tasks on the busiest SM, each L + TASK_OVERHEAD keys; an SM with one program streams at
     ONE_PROGRAM_RATE of one with two. At most one wave (T <= slots) unless one split per KV head is already more.
-    Measured on an H200 (session11/ragged_probe*.log): 96 heads at 64K keys, 22 splits of 3008 (264 tasks, two on
-    every SM) 104 us, 16 of 4096 (192 tasks, 60 SMs with two) 110-117 us, 11 of 6016 (one a SM) 121 us. The CPU
-    emulation: one split more than splits of CPU_BS keys need (L a multiple of 8 below its tile, room past S)."""
+    Measured on an H200 (benchmarks/results/h200-1gpu/decode_splits/ragged_probe*.log): 96 heads at 64K keys, 22 splits
+    of 3008 (264 tasks, two on every SM) 104 us, 16 of 4096 (192 tasks, 60 SMs with two) 110-117 us, 11 of 6016 (one a
+    SM) 121 us. The CPU emulation: one split more than splits of CPU_BS keys need (L a multiple of 8 below its tile,
+    room past S)."""
     s, heads = dims["S"], dims["B"] * dims["HKV"]
     if interpret:  # one split more than CPU_BS keys a split would need: the CPU runs meet padded key tiles
         ns = -(-s // CPU_BS) + 1

@@ -106,7 +106,7 @@ def second_round(retime: list, rebuild, rates: tuple[str, ...] = ()) -> None:
     whose TIMING_FIELDS and `rates` (the metrics of device time: GB/s, TFLOP/s) replace the row's where it is
     faster. Whatever ran just before a timing can slow all of its replays: on an H200 the first op timed after the
     f32 reference of a decode shape ran 277 us where it ran 244 us before and after (clocks unchanged;
-    benchmarks/results/h200-1gpu/session11/order_probe.log), so one round in a fixed order favours the rows timed
+    benchmarks/results/h200-1gpu/bench_rounds/order_probe.log), so one round in a fixed order favours the rows timed
     late. Two rounds in opposite orders, the better of each row's two, give every row (baselines and tilec alike)
     the same chance. A row whose second timing fails keeps its first."""
     for r, again in reversed(retime):

@@ -6,7 +6,7 @@ per tile as for SM-moved tiles. Nothing here runs on an SM: a kernel on the side
 release) could wait forever for a slot while the consumer's programs hold every SM spinning on that very flag.
 
   GPU: `cudaMemcpyAsync` / `cudaMemcpy2DAsync` between heap addresses (a peer's heap is mapped in this process,
-       Iris's heap_bases), one stream per peer (up to TILEC_DMA_STREAMS, default 4), local tiles first. The flag
+       Iris's heap_bases), one stream per peer (up to the program's dma_streams, default 4), local tiles first. The flag
        value is a 4-byte copy from a device cell holding the epoch, not a constant: an ordinary call fills the cell
        from pinned host memory (an H2D copy); a captured call uses the EPOCH cell that the graph bumps on the device
        (a constant, such as cuStreamWriteValue32's, would be frozen into the graph and stale at the next replay).
@@ -22,12 +22,12 @@ import time
 
 import torch
 
+from tilec import settings
 from tilec.codegen.dma import chunk_streams
-from tilec.errors import env_number
 
 from .errors import TilecRuntimeError
 
-MAX_STREAMS = env_number("TILEC_DMA_STREAMS", 4, low=1, high=64, integer=True)
+MAX_STREAMS = settings.value("TILEC_DMA_STREAMS")  # the default (a program's own: LaunchContext.dma_streams)
 
 
 def start(ctx, mod, buffers, epoch: int):
@@ -86,7 +86,7 @@ class _CpuPlan:
 
     def _run(self, epoch: int, world: int) -> None:
         try:
-            late = env_number("TILEC_CPU_ADVERSARY", 0.0, low=0, high=3600)
+            late = settings.value("TILEC_CPU_ADVERSARY")
             if late:  # later than the kernels on every rank (launch.adversary_delay holds one rank's kernels back):
                 # a consumer that reads a chunk without waiting for its flag then reads stale data
                 time.sleep(late * (2 if self.ctx.rank == epoch % world else 1))
@@ -153,7 +153,7 @@ class _GpuPlan:
         # or (counter address,) for a flag; a chunk goes to the stream of its peer's ring distance, so the peers'
         # chunks overlap on the engines
         streams: list[list[tuple]] = []
-        for (param, counter, owner, copies), si in zip(chunks, chunk_streams(chunks, me, heap.world, MAX_STREAMS),
+        for (param, counter, owner, copies), si in zip(chunks, chunk_streams(chunks, me, heap.world, ctx.dma_streams),
                                                        strict=True):
             while len(streams) <= si:
                 streams.append([])

@@ -8,14 +8,14 @@ reads those tables, so the launch path is one piece of code, not a copy per modu
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 
-from tilec.errors import env_number
+from tilec import settings
 
 from . import dma
 
-MAX_PROGRAMS_PER_SM = env_number("TILEC_PROGRAMS_PER_SM", 2, low=1, high=64, integer=True)
+# the default cap (a program's own is tilec.compile(programs_per_sm=); the cost model sizes grids with this one)
+MAX_PROGRAMS_PER_SM = settings.value("TILEC_PROGRAMS_PER_SM")
 
 # a KERNELS entry: (kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups,
 # the buffer names the kernel takes first, in order)
@@ -24,9 +24,13 @@ _EPOCH = -4  # where _args puts the epoch
 
 class LaunchContext:
     """What the launch path needs from the runtime: rank, barrier, heap bases, grid sizes and streams, and what it
-    keeps between calls (compiled kernels, occupancy, the last call's launch plan)."""
+    keeps between calls (compiled kernels, occupancy, the last call's launch plan). pdl, programs_per_sm,
+    dma_streams: the program's options (settings.Options; None: the environment's defaults)."""
 
-    def __init__(self, heap, timeout_ns: int):
+    def __init__(self, heap, timeout_ns: int, pdl: bool | None = None, programs_per_sm: int | None = None,
+                 dma_streams: int | None = None):
+        opts = settings.options(pdl=pdl, programs_per_sm=programs_per_sm, dma_streams=dma_streams)
+        self.programs_per_sm, self.dma_streams = opts.programs_per_sm, opts.dma_streams
         self.heap = heap
         self.rank = heap.rank
         self.interpret = heap.interpret
@@ -46,7 +50,7 @@ class LaunchContext:
         self.device_barrier: tuple | None = None
         # programmatic dependent launch (sm_90+): a kernel may be launched before the previous one in its stream
         # has finished, and waits for it on the device (griddepcontrol) before touching memory; what it saves
-        # is the gap between kernels. TILEC_PDL=0 turns it off.
+        # is the gap between kernels. tilec.compile(pdl=False) turns it off.
         self.pdl = False
         if heap.interpret:
             self.capacity = 1  # the interpreter runs a launch's programs one after another
@@ -55,8 +59,7 @@ class LaunchContext:
 
             props = torch.cuda.get_device_properties(heap.device)
             self.capacity = props.multi_processor_count
-            self.pdl = (torch.version.hip is None and getattr(props, "major", 0) >= 9
-                        and os.environ.get("TILEC_PDL", "1") != "0")
+            self.pdl = torch.version.hip is None and getattr(props, "major", 0) >= 9 and opts.pdl
 
     def barrier(self) -> None:
         if self.device_barrier is not None:
@@ -84,7 +87,7 @@ class LaunchContext:
 
     def fit(self, kernel, compiled, num_warps: int) -> None:
         """Programs of a compiled kernel that are resident on one SM at once (registers, shared memory, threads),
-        capped at MAX_PROGRAMS_PER_SM: a persistent grid may use that many per SM and still never wait on a
+        capped at the program's programs_per_sm: a persistent grid may use that many per SM and still never wait on a
         program that is not running. Two per SM let one stream memory while the other computes or waits
         (the persistent flash decode went from 2.1 to 2.7 TB/s on an H200)."""
         import torch
@@ -106,7 +109,7 @@ class LaunchContext:
         fits = [regs_sm // (warp_regs * num_warps), threads_sm // (32 * num_warps)]
         if shared:
             fits.append(smem_sm // (shared + 1024))  # the driver reserves 1 KiB of shared memory per block
-        self.per_sm[(kernel, self.graph)] = max(1, min(MAX_PROGRAMS_PER_SM, *fits))
+        self.per_sm[(kernel, self.graph)] = max(1, min(self.programs_per_sm, *fits))
 
     def stream(self, i: int):
         if self.interpret or i == 0:
@@ -192,7 +195,7 @@ def adversary_delay(rank: int, world: int, epoch: int) -> None:
     """TILEC_CPU_ADVERSARY=SECONDS (CPU emulation only): in call `epoch`, rank `epoch % world` starts each kernel
     SECONDS late, so its peers' tasks reach their flag waits before the tiles they wait for exist. The interpreter
     runs a rank's tasks in order, so without this a missing or stale wait on a peer's tile would be hidden by luck."""
-    late = env_number("TILEC_CPU_ADVERSARY", 0.0, low=0, high=3600)
+    late = settings.value("TILEC_CPU_ADVERSARY")
     if late and rank == epoch % world:
         time.sleep(late)
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 import time
 
-from tilec.errors import env_number
+from tilec import settings
 
 from .errors import PeerLost
 
 # seconds a peer may stay stopped before it counts as lost (TILEC_STOP_GRACE overrides)
-STOP_GRACE_S = env_number("TILEC_STOP_GRACE", 3.0, low=0.01, high=3600)
+STOP_GRACE_S = settings.value("TILEC_STOP_GRACE")
 CHECK_EVERY_S = 0.2  # how often a waiting process looks at its peers' state
 
 

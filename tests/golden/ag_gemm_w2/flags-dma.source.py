@@ -3,6 +3,7 @@
 # passes: lower, replace-barriers(granularity=auto), transport(mode=dma), local-in-place(whole=True), persist(merge=False, specialize=False, comm_share=0.25)
 # dims: M=256 N=192 K=128   tiles: BM=64 BN=64 BK=32
 # launch: num_warps=4 num_stages=3 group_m=8
+# settings: fold=on pdl=on wait_sleep_ns=0 programs_per_sm=2 dma_streams=4 wait_timeout=60
 # The kernels are persistent loops over tile tasks; flags are epoch counters on the symmetric heap, so repeated calls
 # need no zeroing. tilec.compile(...)(...) runs it: tilec.runtime.launch reads the tables at the end of this file.
 import triton

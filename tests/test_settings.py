@@ -1,0 +1,143 @@
+"""TILEC_* environment variables (tilec/settings.py): those that change a compiled program or its launch are
+tilec.compile options whose defaults the variables supply; a program records the values it was compiled with in
+its module's header (so in its cache key) and in `tilec show`'s output; a bad value is named."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import tilec
+from tilec import settings
+from tilec.cli.commands import main
+from tilec.errors import ArgumentError
+from tilec.runtime.launch import LaunchContext
+
+AG = "examples/ag_gemm.tile"
+DIMS = dict(M=128, N=64, K=64, BM=64, BN=64, BK=32)
+# each compile option, a value other than its default, and its variable's spelling of that value
+OTHER = {"fold": (False, "0"), "pdl": (False, "off"), "wait_sleep_ns": (200, "200"), "programs_per_sm": (1, "1"),
+         "dma_streams": (2, "2"), "wait_timeout": (7.5, "7.5")}
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    monkeypatch.setattr(settings, "_WARNED", set())  # each bad value is named once a process: once a test here
+    for name in settings.SETTINGS:
+        if name != "TILEC_CACHE":
+            monkeypatch.delenv(name, raising=False)
+
+
+def _compile(**options):
+    return tilec.compile(AG, world=2, schedule="fused-push", dims=DIMS, **options)
+
+
+def test_every_variable_has_one_entry_and_the_compile_options_are_six():
+    assert set(settings.OPTION_VARS) == set(OTHER)
+    assert all(name.startswith("TILEC_") for name in settings.SETTINGS)
+    assert settings.options() == settings.Options()  # the table's defaults are the Options' defaults
+
+
+def test_an_option_changes_the_cache_key_and_the_header():
+    base = _compile()
+    assert base.options == settings.Options()
+    keys = {base.cache_key}
+    for opt, (v, _env) in OTHER.items():
+        prog = _compile(**{opt: v})
+        assert getattr(prog.options, opt) == v
+        line = next(ln for ln in prog.source.splitlines() if ln.startswith("# settings: "))
+        assert line == f"# {prog.options.line()}"
+        word = ("on" if v else "off") if isinstance(v, bool) else f"{v:g}"
+        assert f" {opt}={word}" in line
+        keys.add(prog.cache_key)
+    assert len(keys) == 1 + len(OTHER)  # every option is part of the key
+    assert _compile().cache_key == base.cache_key  # and nothing else (the same options: the same key)
+
+
+def test_what_the_options_do():
+    assert "fold-last" in _compile().snapshots and "fold-last" not in _compile(fold=False).snapshots
+    assert "with_wait_sleep" not in _compile().source
+    assert "td = td.with_wait_sleep(200)" in _compile(wait_sleep_ns=200).source
+    assert _compile(wait_timeout=7.5).wait_timeout == 7.5
+    # the launch path takes the program's pdl / programs per SM / DMA streams, whatever the environment says
+    props = SimpleNamespace(multi_processor_count=132, major=9)
+    heap = SimpleNamespace(rank=0, interpret=False, device=0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.cuda, "get_device_properties", lambda dev: props)
+        mp.setattr(torch.version, "hip", None)
+        assert LaunchContext(heap, 10).pdl and LaunchContext(heap, 10).programs_per_sm == 2
+        ctx = LaunchContext(heap, 10, pdl=False, programs_per_sm=1, dma_streams=3)
+        assert (ctx.pdl, ctx.programs_per_sm, ctx.dma_streams) == (False, 1, 3)
+        mp.setenv("TILEC_PDL", "0")
+        assert not LaunchContext(heap, 10).pdl and LaunchContext(heap, 10, pdl=True).pdl
+
+
+def test_the_variable_only_changes_the_default(monkeypatch):
+    default = {opt: _compile(**{opt: v}).cache_key for opt, (v, _e) in OTHER.items()}
+    plain = _compile().cache_key
+    for opt, (v, env) in OTHER.items():
+        name = settings.OPTION_VARS[opt]
+        monkeypatch.setenv(name, env)
+        prog = _compile()
+        assert getattr(prog.options, opt) == v and prog.cache_key == default[opt]
+        # an explicit option wins over the variable: the default's program again
+        back = _compile(**{opt: settings.SETTINGS[name].default})
+        assert back.cache_key == plain, opt
+        monkeypatch.delenv(name)
+
+
+def test_a_bad_value_is_named_and_the_default_used(monkeypatch, capsys):
+    for name, raw in (("TILEC_FOLD", "maybe"), ("TILEC_PDL", "2"), ("TILEC_WAIT_SLEEP_NS", "-5"),
+                      ("TILEC_PROGRAMS_PER_SM", "0"), ("TILEC_DMA_STREAMS", "four"), ("TILEC_WAIT_TIMEOUT", "soon"),
+                      ("TILEC_OP_BARRIER", "host"), ("TILEC_BENCH_MAX_SPLITS", "-1"), ("TILEC_STOP_GRACE", "nan")):
+        monkeypatch.setenv(name, raw)
+        assert settings.value(name) == settings.SETTINGS[name].default
+        assert f"tilec: ignoring {name}={raw!r}: expected " in capsys.readouterr().err
+    assert _compile().options == settings.Options()  # every compile option's variable is bad: the defaults
+
+
+@pytest.mark.parametrize(("opt", "bad"), [("fold", "yes"), ("fold", 1), ("pdl", "off"), ("wait_sleep_ns", -1),
+                                          ("wait_sleep_ns", 2.5), ("programs_per_sm", 0), ("dma_streams", 65),
+                                          ("wait_timeout", 0), ("wait_timeout", "5"), ("programs_per_sm", True)])
+def test_a_bad_option_is_named(opt, bad):
+    with pytest.raises(ArgumentError, match=rf"^{opt}="):
+        _compile(**{opt: bad})
+
+
+def test_the_cli_flags_and_show_header(capsys, tmp_path):
+    out = tmp_path / "k.py"
+    argv = [AG, "-w", "2", "-s", "fused-push", *(x for d, v in DIMS.items() for x in ("-D", f"{d}={v}"))]
+    assert main(["compile", *argv, "--fold", "off", "--programs-per-sm", "1", "--wait-timeout", "3", "-o",
+                 str(out)]) == 0
+    assert "# settings: fold=off pdl=on wait_sleep_ns=0 programs_per_sm=1 dma_streams=4 wait_timeout=3\n" in \
+        out.read_text()
+    capsys.readouterr()
+    assert main(["show", *argv, "--pdl", "off", "--dma-streams", "2"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == "# settings: fold=on pdl=off wait_sleep_ns=0 programs_per_sm=2 dma_streams=2 wait_timeout=60"
+    assert main(["compile", *argv, "--programs-per-sm", "0"]) == 2
+    assert "programs_per_sm=0: expected an integer from 1 to 64" in capsys.readouterr().err
+
+
+def test_the_options_reach_the_ptx():
+    """Compiled for sm_90 (no GPU): wait_sleep_ns=N sleeps N ns between polls; pdl=False leaves out the
+    programmatic-dependent-launch instructions that fused-push's one kernel otherwise starts with."""
+    from tilec.codegen.target_check import compile_for_target
+
+    (built,) = compile_for_target(_compile(wait_sleep_ns=250, pdl=False), "cuda:90")
+    assert set(re.findall(r"nanosleep\.u32 (\d+);", built.ptx)) == {"250"}
+    assert "griddepcontrol" not in built.ptx
+
+
+def test_the_readme_lists_every_variable_with_its_default():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `(TILEC_\w+)` \| (`[^`]*`|—) \|", readme, re.M))
+    assert set(rows) == set(settings.SETTINGS)
+    for name, s in settings.SETTINGS.items():
+        shown = {True: "`1`", None: "—"}.get(s.default, f"`{s.default:g}`" if isinstance(s.default, int | float)
+                                             else f"`{s.default}`")
+        assert shown == rows[name] or name == "TILEC_CACHE", (name, rows[name])
