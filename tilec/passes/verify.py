@@ -450,6 +450,8 @@ def _stores(ctx: _Ctx) -> dict[str, list[tuple[Stage, Store, regions.Region]]]:
 
 def _writes(ctx: _Ctx) -> None:
     by_tensor = _stores(ctx)
+    read = {_read_access(rd.expr).tensor for c in ctx.stages for rd in reads_of(c) if not isinstance(rd.expr, Pull)
+            or isinstance(rd.expr, InPlace)}
     for t, ws in by_tensor.items():
         for s, st, r in ws:
             hit = _decide(ctx, st.loc, f"stage '{s.name}' writes {st.access}", regions.self_overlap, r)
@@ -457,9 +459,11 @@ def _writes(ctx: _Ctx) -> None:
                 why, p = hit
                 ctx.err(st.loc, f"write conflict: tasks of stage '{s.name}' store {st.access} into the same element"
                                 f" {ctx.element(t, p)} ({why})")
-        if ctx.flagged and len({s.name for s, _, _ in ws}) > 1:
+        if ctx.flagged and len({s.name for s, _, _ in ws}) > 1 and t in read:
             a, b = sorted({s.name for s, _, _ in ws}, key=ctx.pos.get)[:2]
-            ctx.err(ws[-1][1].loc, f"'{t}' is written by stages '{a}' and '{b}'; per-tile flags order one producer")
+            ctx.err(ws[-1][1].loc, f"cannot prove that the readers of '{t}' wait for both of its writers, stages"
+                                   f" '{a}' and '{b}' (per-tile flags order one producer); rewrite as one stage"
+                                   " that writes it")
             continue
         for (s1, st1, r1), (s2, st2, r2) in itertools.combinations(ws, 2):
             if not ctx.flagged and ctx.phase[s1.name] != ctx.phase[s2.name]:
