@@ -14,7 +14,7 @@ from fractions import Fraction
 
 from tilec.errors import ArgumentError, CompileError, Diagnostic, Loc
 from tilec.frontend import ast
-from tilec.frontend.limits import MAX_LOOPS, MAX_SIZE, MAX_TASKS, MAX_TILE, MAX_WORLD
+from tilec.frontend.limits import MAX_LOOPS, MAX_SIZE, MAX_TASKS, MAX_TILE, MAX_WORLD, tile_problems
 from tilec.ir.builtins import TILE_FNS
 from tilec.ir.types import (
     ME,
@@ -625,6 +625,7 @@ def check(prog: ast.Program, world: int, dims: dict[str, int] | None = None) -> 
         c.err(prog.loc, "program has no stages")
     if not c.errors:
         c.phases(items)
+        c.errors += tile_problems(items)  # the target's limits: Triton would refuse these tiles when it builds
     c.drop_cascades(prog.source)
     if c.errors:
         raise CompileError(sorted(c.errors, key=lambda d: (d.loc.line, d.loc.col)), prog.source)
