@@ -80,7 +80,7 @@ class Ctx:
         self.tensors = {d["payload"].name: d["payload"] for _, d in g.nodes(data=True) if d["kind"] == "tensor"}
         self.flags = {d["payload"].name: d["payload"] for _, d in g.nodes(data=True) if d["kind"] == "flag"}
         self.kernels: tuple[Kernel, ...] | None = g.graph.get("kernels")
-        self.kernel_of = {s: i for i, k in enumerate(self.kernels or ()) for s in k.stages}
+        self.kernel_of = {s: i for i, k in enumerate(self.kernels or ()) if isinstance(k, Kernel) for s in k.stages}
 
     def me(self, loc) -> Var:
         return Var(ME, "me", self.world, 1, loc)
