@@ -207,3 +207,32 @@ def test_kernel_payloads_are_kernels(graphs):
     ctx = Ctx(g)
     structure.check(ctx)
     assert [d.message for d in ctx.problems] == ["the kernel list holds something that is not a kernel"]
+
+
+UNWRITTEN = """program unwritten(world W)
+  dims  M = 16, N = 8
+  tiles BM = 4, BN = 8
+  in  X : f32[M, N]
+  buf Y : f32[2*M, N]
+  out Z : f32[M, N]
+  stage a over m in M by BM, n in N by BN:
+    Y[m, n] = X[m, n] * 2
+  barrier
+  stage b over m in M by BM, n in N by BN:
+    Z[m, n] = Y[m, n] + Y[M + m, n]
+"""
+
+
+@pytest.mark.parametrize("cmd", ["check", "compile"])
+def test_a_verifier_rejection_prints_like_a_parser_error_and_exits_2(cmd, tmp_path, capsys):
+    from tilec.cli.commands import main
+
+    p = tmp_path / "unwritten.tile"
+    p.write_text(UNWRITTEN)
+    rc = main([cmd, str(p), "-o", str(tmp_path / "out.py")] if cmd == "compile" else [cmd, str(p)])
+    out, err = capsys.readouterr()
+    text = out + err
+    assert rc == 2, text
+    head = f"{p}:11:25: error: stage 'b' reads Y[m + 16, n], but no earlier stage writes Y[16, 0] on rank 0"
+    assert f"{head}\n      Z[m, n] = Y[m, n] + Y[M + m, n]\n                          ^^^^^^^^^^^" in text, text
+    assert "verifier failed" not in text
