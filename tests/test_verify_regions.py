@@ -91,6 +91,41 @@ def test_disjoint_writers_of_one_phase_are_accepted_exactly(world):
     assert seen["ok"] >= 5 and seen["conflict"] >= 5, seen
 
 
+READER = WRITERS.replace("  out Y : f32[{ROWS}, N] symmetric\n",
+                         "  buf Y : f32[{ROWS}, N] symmetric\n  out Z : f32[M, N]\n") + """\
+  stage use over m in {E2} by BM, n in N by BN:
+    Z[m, n] = Y[m + {O3}, n]
+"""
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_a_reader_in_the_phase_of_disjoint_writers_is_decided_exactly(world):
+    """A third stage of the phase reads its own rank's rows: a race exactly when a peer pushes some of them (no
+    barrier orders the push), else ordered by program order after the local writer (bsp runs it)."""
+    rnd = random.Random(3300 + world)
+    seen = {"ok": 0, "race": 0}
+    for _ in range(30):
+        M, BM = rnd.choice([(8, 4), (16, 8)])
+        o1, o2 = rnd.choice([0, BM]), world * M + rnd.choice([0, BM])
+        o3 = rnd.choice([o2, o2, 0, o1, o2 - BM])
+        src = READER.format(M=M, BM=BM, ROWS=o2 + M + BM, E1="M", E2="M", S="M", O1=o1, O2=o2, O3=o3)
+        pushed = {(r, me * M + m + o1) for me in range(world) for r in range(world) for m in range(M)}
+        race = any((me, m + o3) in pushed for me in range(world) for m in range(M))
+        unwritten = any((me, m + o3) not in pushed and not o2 <= m + o3 < o2 + M
+                        for me in range(world) for m in range(M))
+        try:
+            got = outcomes(src, world)
+        except (CompileError, VerifyError) as e:
+            assert race or unwritten, f"false rejection of\n{src}\n{e}"
+            assert ("race" in str(e)) == race or unwritten, str(e)
+            seen["race"] += race
+            continue
+        assert not race and not unwritten, f"accepted a race in\n{src}"
+        assert got["bsp"] == "ok", got
+        seen["ok"] += 1
+    assert seen["ok"] >= 5 and seen["race"] >= 5, seen
+
+
 # ---- one task storing several disjoint parts of one buffer ----------------------------------------------------
 
 PARTS = """program parts(world W)

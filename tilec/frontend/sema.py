@@ -478,6 +478,32 @@ class _Checker:
     def conflict(self, s1: StageIR, st1: Store, s2: StageIR, st2: Store) -> str | None:
         return _conflict(self.world, self.tensors, s1, st1, s2, st2)
 
+    def read_race(self, it: StageIR, st: Store, ld: Load, stores: list) -> str | None:
+        """A read of elements that another rank's task of an earlier stage of this phase stores (exactly: the
+        elements both reach, ir/regions.py), or None; a write and a read of one rank both local are ordered."""
+        from tilec.ir import regions
+        from tilec.ir.types import reduction_vars
+
+        me = {ME: Var(ME, "me", self.world, 1, it.loc)}
+        a = ld.access
+        shape = self.tensors[a.tensor].shape
+        scope = {v.name: v for v in it.loops} | me | {v.name: v for v in reduction_vars(st.value)}
+        for other, ost in stores:
+            if not (a.remote or ost.access.remote):
+                continue
+            try:
+                p = regions.common(regions.region(a, scope, self.world, shape),
+                                   regions.region(ost.access, {v.name: v for v in other.loops} | me, self.world,
+                                                  shape))
+            except regions.Undecidable as e:
+                return (f"cannot prove that stage '{it.name}' reads '{a}' apart from what stage '{other.name}' stores"
+                        f" in the same phase on another rank ({e}); rewrite with a `barrier` between them")
+            if p is not None:
+                return (f"race: stage '{it.name}' reads '{a}' which stage '{other.name}' writes in the same phase on"
+                        f" another rank ({a.tensor}[{', '.join(map(str, p[1:]))}] on rank {p[0]}); put a `barrier`"
+                        " between them")
+        return None
+
     def phases(self, items: list[StageIR | BarrierIR]) -> None:
         written_before: set[str] = set()  # by stages in earlier phases
         phase_writes: dict[str, tuple[str, bool]] = {}  # tensor -> (first stage, written remotely by any)
@@ -499,9 +525,9 @@ class _Checker:
                     if t.kind != "in" and name not in written_before and name not in phase_writes:
                         self.err(ld.loc, f"stage '{it.name}' reads '{name}' before any stage writes it")
                     elif name in phase_writes and (a.remote or phase_writes[name][1]):
-                        who = phase_writes[name][0]
-                        self.err(ld.loc, f"race: stage '{it.name}' reads '{a}' which stage '{who}' writes in the same"
-                                         " phase on another rank; put a `barrier` between them")
+                        why = self.read_race(it, st, ld, phase_stores[name])
+                        if why:
+                            self.err(ld.loc, why)
             for st in it.body:
                 name = st.access.tensor
                 for other, ost in phase_stores.get(name, ()):
