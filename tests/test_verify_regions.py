@@ -6,6 +6,7 @@ against torch on the CPU emulation, the rest under `slow`."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -246,27 +247,27 @@ def halves_want(ins, r):
 CASES = {"disjoint-writers": (DISJOINT, disjoint_want), "stored-halves": (HALVES, halves_want)}
 
 
-def _run(world: int, schedules) -> None:
+def _run(world: int, schedules, granularities=("auto",)) -> None:
     import tilec
     from tilec.runtime import spawn
 
     batch, meta = [], {}
     for i, (cid, (src, want)) in enumerate(CASES.items()):
-        for j, s in enumerate(schedules):
+        for j, (s, gr) in enumerate(itertools.product(schedules, granularities)):
             try:
-                prog = tilec.compile(f"{cid}.tile", world=world, schedule=s, source=src)
+                prog = tilec.compile(f"{cid}.tile", world=world, schedule=s, source=src, granularity=gr)
             except ScheduleError:
                 continue
-            calls = make_calls(prog, 2, seed=4100 + 10 * i + j)
-            meta[(cid, s)] = (calls, want)
-            batch.append(((cid, s), prog, calls, ()))
-    assert {c for c, _ in meta} == set(CASES), meta.keys()
+            calls = make_calls(prog, 2, seed=4100 + 100 * i + j)
+            meta[(cid, s, gr)] = (calls, want)
+            batch.append(((cid, s, gr), prog, calls, ()))
+    assert {c for c, _, _ in meta} == set(CASES), meta.keys()
     results = spawn(_workers.run_cases, world, heap_bytes=1 << 22, timeout=600, args=(batch,))
-    for (cid, s), (calls, want) in meta.items():
+    for key, (calls, want) in meta.items():
         for i, ins in enumerate(calls):
             for r in range(world):
                 for name, w in want(ins, r).items():
-                    check_close(results[r][(cid, s)][i][name], w, "f32", f"{cid} {s} world {world} rank {r} {name}")
+                    check_close(results[r][key][i][name], w, "f32", f"{key} world {world} rank {r} {name}")
 
 
 @pytest.mark.usefixtures("no_shm_leftovers")
@@ -279,6 +280,12 @@ def test_both_classes_match_torch_under_flags():
 @pytest.mark.parametrize("world", [2, 3])
 def test_both_classes_match_torch_under_every_schedule(world):
     _run(world, [s for s in SCHEDULES if s != "flags" or world != 2])
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("no_shm_leftovers")
+def test_both_classes_match_torch_under_every_flag_granularity():
+    _run(2, ["flags", "specialized"], ("tile", "rank", "tensor"))
 
 
 def test_classes_compile_under_the_schedules_that_apply():
