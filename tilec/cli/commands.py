@@ -157,7 +157,7 @@ def cmd_check(args) -> int:
         from tilec.codegen.target_check import parse_target
 
         parse_target(args.target)
-    ok, failed, rejected = 0, 0, 0
+    ok, failed, rejected, said = 0, 0, 0, None
     for s in SCHEDULES:
         try:
             prog = _compile(args, s)
@@ -168,8 +168,13 @@ def cmd_check(args) -> int:
             print(f"  {s:<11} {e}")
             continue
         except VerifyError as e:  # a rejected program (as sema's, exit 2), located; go on with the other schedules
-            print(f"  {s:<11} REJECTED by the verifier after pass '{e.pass_name}':", flush=True)
-            print("\n".join(d.render(e.source) for d in e.diagnostics), flush=True)
+            text = "\n".join(d.render(e.source) for d in e.diagnostics)
+            same = text == said  # rejected after `lower`, before any pass of its own: said once
+            print(f"  {s:<11} REJECTED by the verifier after pass '{e.pass_name}'{' (as above)' * same}"
+                  f"{'' if same else ':'}", flush=True)
+            if not same:
+                print(text, flush=True)
+            said = text
             rejected += 1
             continue
         except (CompileError, ArgumentError, BrokenPipeError):  # the program or an argument is wrong: said once
