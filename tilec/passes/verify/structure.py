@@ -13,6 +13,18 @@ from .context import Ctx, reads_of
 
 
 def check(ctx: Ctx) -> None:
+    """The graph's nodes and order first (the facts every later part reads come from them), then the parts."""
+    _nodes(ctx)
+    if ctx.problems:
+        return
+    ctx.setup()
+    for part in (_stages, _flags, _edges, _kernels):
+        part(ctx)
+
+
+def _nodes(ctx: Ctx) -> None:
+    """Every node is the payload its kind says, named as its id says; the program order names stages and
+    barriers of the graph, each once, every stage among them."""
     g = ctx.g
     order = g.graph.get("order")
     if not isinstance(order, tuple | list):
@@ -33,9 +45,11 @@ def check(ctx: Ctx) -> None:
             ctx.err(p.loc, f"node '{n}' holds {kind} '{p.name}'")
         if kind == "stage" and n not in order:
             ctx.err(p.loc, f"stage '{p.name}' is not in the program order")
-    if ctx.problems:
-        return
-    ctx.setup()
+
+
+def _stages(ctx: Ctx) -> None:
+    """A stage skips at most the tasks of one rank loop equal to `rank`; its body is stores; its stores, reads
+    and pulls are well-formed accesses."""
     for s in ctx.stages:
         loops = ctx.loops(s)
         for pair in s.skip_equal:  # codegen drops one value of a rank loop: the one equal to `rank`
@@ -56,37 +70,51 @@ def check(ctx: Ctx) -> None:
                     _access_form(ctx, a, e.loc, f"stage '{s.name}' pulls")
             else:
                 _access_form(ctx, e.access, e.loc, f"stage '{s.name}' reads")
+
+
+def _flags(ctx: Ctx) -> None:
+    """A flag counts well-formed stores into tensors of the graph."""
     for f in ctx.flags.values():
         for a in (f.write, *(a for a, _ in f.also)):
             _access_form(ctx, a, f.loc, f"flag {f.name} counts stores")
         for t in f.tensors:
             if t not in ctx.tensors:
                 ctx.err(f.loc, f"flag {f.name} counts tiles of unknown tensor '{t}'")
+
+
+def _edges(ctx: Ctx) -> None:
+    """A wait edge goes from a flag to a stage and carries waits on that flag before well-formed reads; a
+    release edge goes from a stage to a flag."""
+    g = ctx.g
     for u, v, d in g.edges(data=True):
         kind = d.get("kind")
-        if kind == "wait":
-            if g.nodes[u].get("kind") != "flag" or g.nodes[v].get("kind") != "stage":
-                ctx.err(None, f"wait edge {u} -> {v} does not go from a flag to a stage")
-                continue
-            ws = d.get("waits")
-            if not isinstance(ws, tuple | list) or not all(isinstance(w, Wait) for w in ws):
-                ctx.err(None, f"wait edge {u} -> {v} carries no waits")
-                continue
-            for w in ws:
-                if f"f:{w.flag}" not in g:
-                    ctx.err(w.loc, f"stage '{v[2:]}' waits on unknown flag {w.flag}")
-                elif w.flag != u[2:]:
-                    ctx.err(w.loc, f"stage '{v[2:]}' waits on {w.flag} through the edge of flag {u[2:]}")
-                _access_form(ctx, w.read, w.loc, f"stage '{v[2:]}' waits before reading")
-        elif kind == "release" and (g.nodes[u].get("kind") != "stage" or g.nodes[v].get("kind") != "flag"):
+        if kind == "release" and (g.nodes[u].get("kind") != "stage" or g.nodes[v].get("kind") != "flag"):
             ctx.err(None, f"release edge {u} -> {v} does not go from a stage to a flag")
-    names = set(ctx.pos)
+        if kind != "wait":
+            continue
+        if g.nodes[u].get("kind") != "flag" or g.nodes[v].get("kind") != "stage":
+            ctx.err(None, f"wait edge {u} -> {v} does not go from a flag to a stage")
+            continue
+        ws = d.get("waits")
+        if not isinstance(ws, tuple | list) or not all(isinstance(w, Wait) for w in ws):
+            ctx.err(None, f"wait edge {u} -> {v} carries no waits")
+            continue
+        for w in ws:
+            if f"f:{w.flag}" not in g:
+                ctx.err(w.loc, f"stage '{v[2:]}' waits on unknown flag {w.flag}")
+            elif w.flag != u[2:]:
+                ctx.err(w.loc, f"stage '{v[2:]}' waits on {w.flag} through the edge of flag {u[2:]}")
+            _access_form(ctx, w.read, w.loc, f"stage '{v[2:]}' waits before reading")
+
+
+def _kernels(ctx: Ctx) -> None:
+    """The kernel list holds kernels that run stages of the graph."""
     for k in ctx.kernels or ():
         if not isinstance(k, Kernel):
             ctx.err(None, "the kernel list holds something that is not a kernel")
             continue
         for s in k.stages:
-            if s not in names:
+            if s not in ctx.pos:
                 ctx.err(None, f"kernel {k.name} runs unknown stage '{s}'")
 
 
