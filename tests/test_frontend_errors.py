@@ -404,9 +404,10 @@ def test_sizes_are_checked_before_anything_is_allocated(example_source, define, 
 
 
 def test_sizes_at_the_limits_are_accepted(example_source):
-    """A real program's largest sizes compile: the limits are not where programs live."""
+    """A real program's largest sizes compile: the limits are not where programs live (256x256 tiles 64 deep: three
+    pipelined copies take 192 KiB of an H200's 227 KiB of shared memory; 128 deep they take 384 KiB, refused)."""
     prog = tilec.compile("examples/ag_gemm.tile", world=8, schedule="bsp", source=example_source,
-                         dims={"M": 8192, "N": 28672, "K": 36864, "BM": 256, "BN": 256, "BK": 128})
+                         dims={"M": 8192, "N": 28672, "K": 36864, "BM": 256, "BN": 256, "BK": 64})
     assert dict(prog.program.dims)["K"] == 36864
 
 

@@ -359,16 +359,19 @@ def test_mutations_are_rejected_for_the_reason_they_break():
     g0 = final_graph(ROOT / "examples" / "ag_gemm.tile", 2, "flags")
     m = dict(mutants(g0))
     assert "missing release: stage 'gather' does not release flag Ag.gather" in rejected(m["drop release Ag.gather"])
-    assert "examples/ag_gemm.tile:17:33: read before flag: stage 'gemm' reads Ag[m, k] (written by stage 'gather')" \
+    assert "examples/ag_gemm.tile:17:33: error:" \
+        " read before flag: stage 'gemm' reads Ag[m, k] (written by stage 'gather')" \
         in rejected(m["drop wait Ag.gather in s:gemm"])
-    assert "examples/ag_gemm.tile:17:33: stage 'gemm' (kernel k1_gemm) waits on stage 'gather' of kernel k0_gather," \
+    assert "examples/ag_gemm.tile:17:33: error:" \
+        " stage 'gemm' (kernel k1_gemm) waits on stage 'gather' of kernel k0_gather," \
         " which is launched after it" in rejected(m["swap kernels 0 1"])
     assert "kernels run the stages in the order gemm, gather, not in program order" in rejected(m["swap kernels 0 1"])
     # the copy skips its local tasks (local-in-place), so at world 2 one task per element is left: the in-place read
     # no longer matches the copy, whose peers' rows nobody stores now
-    assert "examples/ag_gemm.tile:17:33: stage 'gemm' reads Ag[m, k] in place from A@r[m, k]: stage 'gather' is not" \
+    assert "examples/ag_gemm.tile:17:33: error:" \
+        " stage 'gemm' reads Ag[m, k] in place from A@r[m, k]: stage 'gather' is not" \
         " the copy" in rejected(m["store Ag[m + 128*r, k] on r"])
-    assert "examples/ag_gemm.tile:10:3: output 'C' is not written everywhere the program writes it: no stage" \
+    assert "examples/ag_gemm.tile:10:3: error: output 'C' is not written everywhere the program writes it: no stage" \
         " stores C[0, 128] on rank 0" in rejected(m["shrink gemm.n to 128"])
     bsp = dict(mutants(final_graph(ROOT / "examples" / "gemm_rs.tile", 2, "bsp")))
     text = rejected(bsp["drop b:0 from the order only"])
@@ -413,7 +416,7 @@ HEAD = """program p(world W)
   barrier
   stage b over r in ranks, m in M by BM, n in N by BN:
     Z[r*M + m, n] = Y@r[m, n]
-""", "p.tile:11:21: stage 'b' reads Y@r[m, n], but no earlier stage writes Y[16, 0] on rank 0"),
+""", "p.tile:11:21: error: stage 'b' reads Y@r[m, n], but no earlier stage writes Y[16, 0] on rank 0"),
     # rows beyond what any stage writes: every rank fills its own block only, then reads its peer's other block
     ("""  buf Y : f32[M*W, N] symmetric
   out Z : f32[M, N]
@@ -431,7 +434,7 @@ HEAD = """program p(world W)
   barrier
   stage b over m in M by BM, n in N by BN:
     Z[m, n] = Y[m, n]
-""", "p.tile:8:5: write conflict: tasks of stage 'a' store Y@r[m, n] into the same element Y[0, 0] on rank 0"),
+""", "p.tile:8:5: error: write conflict: tasks of stage 'a' store Y@r[m, n] into the same element Y[0, 0] on rank 0"),
     # a later stage overwrites what a peer still reads in the same phase
     ("""  buf Y : f32[M, N] symmetric
   out Z : f32[M, N]

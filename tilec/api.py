@@ -8,7 +8,8 @@ import os
 from tilec import settings
 from tilec.codegen.emit import build_model
 from tilec.codegen.render import render
-from tilec.errors import ArgumentError, ScheduleError
+from tilec.errors import ArgumentError, CompileError, ScheduleError
+from tilec.frontend.limits import tile_problems
 from tilec.frontend.parser import parse, parse_file
 from tilec.frontend.sema import check, check_arguments
 from tilec.passes.base import run_pipeline
@@ -91,6 +92,9 @@ def compile(  # noqa: A001 - the public name the docs promise
     if retype:
         ast = _retype(ast, retype)
     bound = check(ast, world, dims)
+    too_big = tile_problems(bound.items, num_stages)  # shared memory of the pipelined loops num_stages makes
+    if too_big:
+        raise CompileError(too_big, bound.source)
     g = Lower()(bound)
     verify(g, "lower")
     snaps = {"lower": g}

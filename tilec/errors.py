@@ -24,8 +24,11 @@ NOWHERE = Loc("<tilec>", 0, 0)
 
 @dataclass(frozen=True)
 class Diagnostic:
+    """One problem at one place; `kind` says who found it: "error" (the parser, sema) or the verifier's rule."""
+
     loc: Loc
     message: str
+    kind: str = "error"
 
     def render(self, source: str | None = None) -> str:
         where = str(self.loc) if self.loc.line > 0 else self.loc.file  # no position: name the file alone
@@ -69,12 +72,24 @@ class ScheduleError(TilecError):
 
 
 class VerifyError(TilecError):
-    """The verifier rejected a graph after a pass: a compiler bug or an illegal forced schedule."""
+    """The verifier rejected a graph after a pass (a compiler bug, or an illegal forced schedule): its problems
+    as located diagnostics (each `kind` the rule that found it), printed like the parser's errors, one per line
+    (`file:line:col: error: ...`; render() adds the source line and a caret), and the pass after which it ran.
+    `problems`: the same, one string each, without the source lines."""
 
-    def __init__(self, pass_name: str, problems: list[str]):
+    def __init__(self, pass_name: str, problems: list[Diagnostic | str], source: str | None = None):
         self.pass_name = pass_name
-        self.problems = problems
-        super().__init__(f"verifier failed after pass '{pass_name}': " + "; ".join(problems))
+        self.diagnostics = [p if isinstance(p, Diagnostic) else Diagnostic(NOWHERE, p, "verifier") for p in problems]
+        self.source = source
+        self.problems = [d.render(None) for d in self.diagnostics]
+        super().__init__("\n".join(self.problems) + "\n" + self.note)
+
+    @property
+    def note(self) -> str:
+        return f"note: the verifier rejected the graph after pass '{self.pass_name}'"
+
+    def render(self) -> str:
+        return "\n".join(d.render(self.source) for d in self.diagnostics) + "\n" + self.note
 
 
 class ArgumentError(TilecError):

@@ -176,7 +176,7 @@ def cmd_check(args) -> int:
         from tilec.codegen.target_check import parse_target
 
         parse_target(args.target)
-    ok, failed = 0, 0
+    ok, failed, rejected, said = 0, 0, 0, None
     for s in SCHEDULES:
         try:
             prog = _compile(args, s)
@@ -186,9 +186,15 @@ def cmd_check(args) -> int:
         except ScheduleError as e:  # does not apply: information, not a failure
             print(f"  {s:<11} {e}")
             continue
-        except VerifyError as e:  # a compiler bug: report it and go on with the other schedules
-            print(f"  {s:<11} REJECTED by the verifier: {e}")
-            failed += 1
+        except VerifyError as e:  # a rejected program (as sema's, exit 2), located; go on with the other schedules
+            text = "\n".join(d.render(e.source) for d in e.diagnostics)
+            same = text == said  # rejected after `lower`, before any pass of its own: said once
+            print(f"  {s:<11} REJECTED by the verifier after pass '{e.pass_name}'{' (as above)' * same}"
+                  f"{'' if same else ':'}", flush=True)
+            if not same:
+                print(text, flush=True)
+            said = text
+            rejected += 1
             continue
         except (CompileError, ArgumentError, BrokenPipeError):  # the program or an argument is wrong: said once
             raise
@@ -206,10 +212,10 @@ def cmd_check(args) -> int:
                 failed += 1
                 continue
             print(f"  {'':<11} compiled for {args.target}: " + ", ".join(b.describe() for b in built), flush=True)
-    verdict = "ok" if not failed else f"{failed} schedule(s) failed"
-    print(f"{args.program}: {verdict}, {ok} of {len(SCHEDULES)} schedules verified for world {_world(args)}")
-    if failed:
-        return 1
+    verdict = ", ".join([f"{failed} schedule(s) failed"] * bool(failed) + [f"{rejected} rejected"] * bool(rejected))
+    print(f"{args.program}: {verdict or 'ok'}, {ok} of {len(SCHEDULES)} schedules verified for world {_world(args)}")
+    if rejected or failed:
+        return 2 if rejected else 1
     if not ok:
         raise TilecError(f"{args.program}: no schedule applies to this program at world {_world(args)}")
     return 0

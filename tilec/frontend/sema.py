@@ -14,7 +14,7 @@ from fractions import Fraction
 
 from tilec.errors import ArgumentError, CompileError, Diagnostic, Loc
 from tilec.frontend import ast
-from tilec.frontend.limits import MAX_LOOPS, MAX_SIZE, MAX_TASKS, MAX_TILE, MAX_WORLD
+from tilec.frontend.limits import MAX_LOOPS, MAX_SIZE, MAX_TASKS, MAX_TILE, MAX_WORLD, tile_problems
 from tilec.ir.builtins import TILE_FNS
 from tilec.ir.types import (
     ME,
@@ -507,13 +507,43 @@ class _Checker:
         return TupleCall(fn.name, args, outs, e.loc)
 
     # -- ordering: what may be read where --------------------------------------------------------
+    def conflict(self, s1: StageIR, st1: Store, s2: StageIR, st2: Store) -> str | None:
+        return _conflict(self.world, self.tensors, s1, st1, s2, st2)
+
+    def read_race(self, it: StageIR, st: Store, ld: Load, stores: list) -> str | None:
+        """A read of elements that another rank's task of an earlier stage of this phase stores (exactly: the
+        elements both reach, ir/regions.py), or None; a write and a read of one rank both local are ordered."""
+        from tilec.ir import regions
+        from tilec.ir.types import reduction_vars
+
+        me = {ME: Var(ME, "me", self.world, 1, it.loc)}
+        a = ld.access
+        shape = self.tensors[a.tensor].shape
+        scope = {v.name: v for v in it.loops} | me | {v.name: v for v in reduction_vars(st.value)}
+        for other, ost in stores:
+            if not (a.remote or ost.access.remote):
+                continue
+            try:
+                p = regions.common(regions.region(a, scope, self.world, shape),
+                                   regions.region(ost.access, {v.name: v for v in other.loops} | me, self.world,
+                                                  shape))
+            except regions.Undecidable as e:
+                return (f"cannot prove that stage '{it.name}' reads '{a}' apart from what stage '{other.name}' stores"
+                        f" in the same phase on another rank ({e}); rewrite with a `barrier` between them")
+            if p is not None:
+                return (f"race: stage '{it.name}' reads '{a}' which stage '{other.name}' writes in the same phase on"
+                        f" another rank ({a.tensor}[{', '.join(map(str, p[1:]))}] on rank {p[0]}); put a `barrier`"
+                        " between them")
+        return None
+
     def phases(self, items: list[StageIR | BarrierIR]) -> None:
         written_before: set[str] = set()  # by stages in earlier phases
-        phase_writes: dict[str, tuple[str, bool]] = {}  # tensor -> (stage, written remotely)
+        phase_writes: dict[str, tuple[str, bool]] = {}  # tensor -> (first stage, written remotely by any)
+        phase_stores: dict[str, list[tuple[StageIR, Store]]] = {}  # tensor -> its stores in this phase
         for it in items:
             if isinstance(it, BarrierIR):
                 written_before |= set(phase_writes)
-                phase_writes = {}
+                phase_writes, phase_stores = {}, {}
                 continue
             written_here = {st.access.tensor for st in it.body}
             for st in it.body:
@@ -527,19 +557,44 @@ class _Checker:
                     if t.kind != "in" and name not in written_before and name not in phase_writes:
                         self.err(ld.loc, f"stage '{it.name}' reads '{name}' before any stage writes it")
                     elif name in phase_writes and (a.remote or phase_writes[name][1]):
-                        who = phase_writes[name][0]
-                        self.err(ld.loc, f"race: stage '{it.name}' reads '{a}' which stage '{who}' writes in the same"
-                                         " phase on another rank; put a `barrier` between them")
+                        why = self.read_race(it, st, ld, phase_stores[name])
+                        if why:
+                            self.err(ld.loc, why)
             for st in it.body:
                 name = st.access.tensor
-                if name in phase_writes and phase_writes[name][0] != it.name:
-                    self.err(st.loc, f"write conflict: stages '{phase_writes[name][0]}' and '{it.name}' both write"
-                                     f" '{name}' with no barrier between them")
-                phase_writes[name] = (it.name, st.access.remote or phase_writes.get(name, ("", False))[1])
+                for other, ost in phase_stores.get(name, ()):
+                    why = self.conflict(other, ost, it, st) if other.name != it.name else None
+                    if why:
+                        self.err(st.loc, why)
+                        break
+                phase_stores.setdefault(name, []).append((it, st))
+                phase_writes[name] = (phase_writes.get(name, (it.name, False))[0],
+                                      st.access.remote or phase_writes.get(name, ("", False))[1])
         written = written_before | set(phase_writes)
         for t in self.tensors.values():
             if t.kind == "out" and t.name not in written:
                 self.err(t.loc, f"output '{t.name}' is never written")
+
+
+def _conflict(world: int, tensors: dict, s1: StageIR, st1: Store, s2: StageIR, st2: Store) -> str | None:
+    """Whether two stages of one phase store one element of one rank's copy (exactly, over every task on every
+    rank: ir/regions.py): the message, or None when their elements are disjoint."""
+    from tilec.ir import regions
+
+    me = Var(ME, "me", world, 1, s1.loc)
+    shape = tensors[st1.access.tensor].shape
+    a, b = st1.access, st2.access
+    try:
+        p = regions.common(regions.region(a, {v.name: v for v in s1.loops} | {ME: me}, world, shape),
+                           regions.region(b, {v.name: v for v in s2.loops} | {ME: me}, world, shape))
+    except regions.Undecidable as e:
+        return (f"cannot prove that stages '{s1.name}' and '{s2.name}' store disjoint elements of '{a.tensor}' ({e});"
+                " rewrite as one stage, or put a `barrier` between them")
+    if p is None:
+        return None
+    elem = f"{a.tensor}[{', '.join(map(str, p[1:]))}] on rank {p[0]}"
+    return (f"write conflict: stages '{s1.name}' and '{s2.name}' both write {elem} ({a} and {b}) with no barrier"
+            " between them")
 
 
 def _names(e: ast.Expr):
@@ -628,6 +683,7 @@ def check(prog: ast.Program, world: int, dims: dict[str, int] | None = None) -> 
         c.err(prog.loc, "program has no stages")
     if not c.errors:
         c.phases(items)
+        c.errors += tile_problems(items)  # the target's limits: Triton would refuse these tiles when it builds
     c.drop_cascades(prog.source)
     if c.errors:
         errors = [_in_words(d, c.tensors, prog.source) for d in c.errors]

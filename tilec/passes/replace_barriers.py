@@ -52,13 +52,20 @@ class ReplaceBarriers(Pass):
             raise ScheduleError(f"replace-barriers: granularity must be one of {', '.join(GRANULARITIES)}")
         prog = g.graph["program"]
         writer: dict[str, str] = {}
+        # writers of one phase of a tensor no stage reads need no flag: they store disjoint elements (sema and the
+        # verifier prove it), so no order between them matters; writers across a barrier need that barrier
+        read = {r.access.tensor for c in stages(g) for r in c.reads() if not isinstance(r, Pull)}
+        phase, p_ = {}, 0
+        for n in g.graph["order"]:
+            p_ += g.nodes[n]["kind"] == "barrier"
+            phase[n] = p_
         for s in stages(g):
             for st in s.body:
                 t = st.access.tensor
-                if t in writer and writer[t] != s.name:
+                if t in writer and writer[t] != s.name and (t in read or phase[sid(s.name)] != phase[sid(writer[t])]):
                     raise ScheduleError(f"replace-barriers: '{t}' is written by stages '{writer[t]}' and '{s.name}';"
                                         " per-tile flags cannot order the second write after the first one's readers")
-                writer[t] = s.name
+                writer.setdefault(t, s.name)
         made: dict[str, Flag] = {f.name: f for f in flags(g)}
         before = set(made)
         deps = []  # (consumer, read, producer, producer's store)
@@ -72,12 +79,11 @@ class ReplaceBarriers(Pass):
                 if t not in writer or writer[t] == c.name:
                     continue
                 p = g.nodes[sid(writer[t])]["payload"]
-                st = next(x for x in p.body if x.access.tensor == t)
-                deps.append((c, r, p, st))
-                reduced.setdefault(f"{t}.{p.name}", set()).update(
+                st, fname = _covering_store(p, c, r.access, prog)
+                deps.append((c, r, p, st, fname))
+                reduced.setdefault(fname, set()).update(
                     d for d, aff in enumerate(r.access.index) if set(aff.vars) & red)
-        for c, r, p, st in deps:
-            fname = f"{st.access.tensor}.{p.name}"
+        for c, r, p, st, fname in deps:
             if fname not in made:
                 made[fname] = self._flag(fname, p, st.access, prog.world, reduced.get(fname, set()))
                 g.add_node(f"f:{fname}", kind="flag", payload=made[fname])
@@ -105,7 +111,7 @@ class ReplaceBarriers(Pass):
             p = g.nodes[sid(f.producer)]["payload"]
             groups.setdefault(release_signature(f, p, world), []).append(f)
         for fs in groups.values():
-            if len(fs) < 2:
+            if len(fs) < 2 or len({f.tensor for f in fs}) < len(fs):  # one store per tensor: Flag.member(tensor)
                 continue
             p = g.nodes[sid(fs[0].producer)]["payload"]
             order = [st.access.tensor for st in p.body]
@@ -145,3 +151,31 @@ class ReplaceBarriers(Pass):
             count *= world
         return Flag(name, write.tensor, p.name, write, tuple(key), flag_size(dims), count, self.granularity, p.loc)
 
+
+def _covering_store(p, c, read, prog):
+    """The store of producer `p` whose elements hold every element consumer `c`'s `read` reaches, and the name
+    of its flag: `T.p` for the first store into T, `T.p.i` for its i-th (a task storing two halves of one buffer
+    has a flag per half, as each half's counters are solved from its own store). A read reaching the elements of
+    several stores is refused with its reason."""
+    t = read.tensor
+    mine = [(i, x) for i, x in enumerate(x for x in p.body if x.access.tensor == t)]
+    if len(mine) == 1:
+        return mine[0][1], f"{t}.{p.name}"
+    from tilec.ir import regions
+    from tilec.ir.types import reduction_vars
+
+    world, shape = prog.world, prog.tensor(t).shape
+    me = {ME: Var(ME, "me", world, 1, c.loc)}
+    scope = {v.name: v for v in c.loops} | me | {v.name: v for x in c.body for v in reduction_vars(x.value)}
+    try:
+        want = regions.region(read, scope, world, shape)
+        for i, x in mine:
+            have = regions.region(x.access, {v.name: v for v in p.loops} | me, world, shape, skip=p.skip_equal)
+            if regions.uncovered([have], want) is None:
+                return x, f"{t}.{p.name}" + (f".{i}" if i else "")
+    except regions.Undecidable as e:
+        raise ScheduleError(f"replace-barriers: cannot prove which store of stage '{p.name}' holds what stage"
+                            f" '{c.name}' reads of {read} ({e}); rewrite as one store per tensor") from None
+    raise ScheduleError(f"replace-barriers: stage '{c.name}' reads {read}, which reaches the elements of several"
+                        f" stores of stage '{p.name}' into '{t}'; one flag is solved from one store: rewrite the read"
+                        " as one per store")
