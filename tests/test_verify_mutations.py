@@ -1,6 +1,6 @@
-"""The verifier against every single mutation of every example's final graph, against programs with the bugs of
-issue 16 (reads nobody writes, cross-rank write conflicts), against brute force on generated copy programs, and
-without false rejections on every example and test program under every schedule that applies.
+"""The verifier against every single mutation of every example's final graph, against programs with the bugs a
+verifier must catch (reads nobody writes, cross-rank write conflicts), against brute force on generated copy
+programs, and without false rejections on every example and test program under every schedule that applies.
 
 A mutant is one systematic change that makes the graph wrong (or inconsistent with what codegen emits from it):
 drop a release or a wait, retarget a wait (flag, index, rank, tile), change a flag's count, size, key or store,
@@ -398,7 +398,7 @@ def test_dropping_every_barrier_consistently_is_decided_by_where_data_lives(exam
         assert "without a barrier or a wait on its flag" in rejected(g)
 
 
-# ---- programs with the bugs of issue 16 ---------------------------------------------------------------------
+# ---- programs with unwritten reads and cross-rank write conflicts -------------------------------------------
 
 HEAD = """program p(world W)
   dims M = 32, N = 16
@@ -448,7 +448,7 @@ HEAD = """program p(world W)
 """, "race: stage 'c' stores Y[m, n] over elements that stage 'b' reads"),
 ], ids=["peer-unwritten", "rows-beyond", "push-conflict", "overwrite-race"])
 @pytest.mark.parametrize("world", [2, 3])
-def test_programs_with_issue16_bugs_are_rejected(body, message, world):
+def test_programs_with_unwritten_reads_or_write_conflicts_are_rejected(body, message, world):
     src = HEAD + body
     if world == 3 and "M/W" in body:
         src = src.replace("M = 32", "M = 48")
