@@ -174,8 +174,9 @@ class CompiledProgram:
             for param, (size, *_rest) in self.module.FLAGS.items():
                 bufs[param] = heap.alloc((size,), torch.int32)
             bufs["ERR"] = heap.alloc((8,), torch.int32)
-            # [epoch of the last call kept on the device (graph replays, ops), programs finished (launch.graph_mode)]
-            bufs["EPOCH"] = heap.alloc((2,), torch.int32)
+            # [epoch of the last call kept on the device (graph replays, ops), programs finished (launch.graph_mode)],
+            # then per kernel [tasks claimed, programs done] (launch.claims: tilec.device.first_task)
+            bufs["EPOCH"] = heap.alloc((2 + 2 * len(self.module.KERNELS),), torch.int32)
             bufs["BARRIER"] = heap.alloc((2,), torch.int32)  # arrivals and entries of device barriers (device.barrier)
             if getattr(self.module, "TIMELINE_SLOTS", 0):
                 bufs["TIMELINE"] = heap.alloc((self.module.TIMELINE_SLOTS * 5,), torch.int64)

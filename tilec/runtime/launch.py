@@ -16,10 +16,22 @@ from tilec.errors import env_number
 from . import dma
 
 MAX_PROGRAMS_PER_SM = env_number("TILEC_PROGRAMS_PER_SM", 2, low=1, high=64, integer=True)
+# persistent loops claim their tasks from a counter (tilec.device.first_task) where programs may not all be
+# resident: under MPS. TILEC_CLAIM=0 / 1 forces the static stride / the claims everywhere (an A/B switch).
+_CLAIM = os.environ.get("TILEC_CLAIM", "")
 
 # a KERNELS entry: (kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups,
 # the buffer names the kernel takes first, in order)
 _EPOCH = -4  # where _args puts the epoch
+
+
+def mps_client() -> bool:
+    """Whether this process's CUDA work goes through an MPS server: a control daemon's pipe in
+    CUDA_MPS_PIPE_DIRECTORY (default /tmp/nvidia-mps). Its clients run side by side on one GPU, each on the share
+    of the SMs CUDA_MPS_ACTIVE_THREAD_PERCENTAGE gives it, which is what multi_processor_count then reports: the
+    persistent grids below are sized from that share (benchmarks/runs/mps_world.sh)."""
+    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps"
+    return os.path.exists(os.path.join(pipe, "control"))
 
 
 class LaunchContext:
@@ -48,12 +60,17 @@ class LaunchContext:
         # has finished, and waits for it on the device (griddepcontrol) before touching memory; what it saves
         # is the gap between kernels. TILEC_PDL=0 turns it off.
         self.pdl = False
+        # ranks side by side under MPS do not always get every SM their share reports (a persistent grid sized for
+        # it was seen with 60 of 66 programs resident beside a peer's): claims keep such grids from waiting on or
+        # idling behind programs still off the GPU
+        self.claim = _CLAIM == "1" or (_CLAIM != "0" and not heap.interpret and mps_client())
         if heap.interpret:
             self.capacity = 1  # the interpreter runs a launch's programs one after another
         else:
             import torch
 
             props = torch.cuda.get_device_properties(heap.device)
+            # the SMs this process may use: under MPS its share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), not the GPU's
             self.capacity = props.multi_processor_count
             self.pdl = (torch.version.hip is None and getattr(props, "major", 0) >= 9
                         and os.environ.get("TILEC_PDL", "1") != "0")
@@ -133,6 +150,14 @@ def serial(mod) -> bool:
     return not any(k[3] for k in mod.KERNELS)
 
 
+def claims(ctx, entry, nprog: int) -> bool:
+    """Whether kernel `entry` at NPROG programs claims its tasks (tilec.device.first_task): a persistent kernel
+    without program groups that has more tasks than programs (with fewer, every task has a program of its own, and a
+    fold's sharing arrivals count on that), where LaunchContext.claim asks for it."""
+    _k, total, persistent, _c, _b, _share, groups, _params = entry
+    return getattr(ctx, "claim", False) and persistent and not groups and total > nprog
+
+
 def kernel_args(ctx, buffers, epoch, entry, nprog) -> tuple:
     """The positional arguments of one kernel of the KERNELS table, up to NPROG; the epoch at _EPOCH."""
     params = tuple(buffers[p] for p in entry[7])
@@ -149,18 +174,18 @@ def warmup(ctx, mod, buffers) -> None:
         k, total, persistent, _concurrent, _barrier, share, groups, _params = entry
         nprog = ctx.grid(total, persistent, share, groups, k)
         args = kernel_args(ctx, buffers, 1, entry, nprog)
-        compiled = _compile(ctx, mod, k, args, pdl)
+        compiled = _compile(ctx, mod, k, args, pdl, claims(ctx, entry, nprog))
         if persistent or groups:
             ctx.fit(k, compiled, mod.NUM_WARPS)
             more = ctx.grid(total, persistent, share, groups, k)
             if more != nprog:  # more programs fit per SM; NPROG is compiled in (a constant loop step), so again
                 nprog, args = more, kernel_args(ctx, buffers, 1, entry, more)
-                compiled = _compile(ctx, mod, k, args, pdl)
+                compiled = _compile(ctx, mod, k, args, pdl, claims(ctx, entry, nprog))
         ctx.compiled[(k, nprog, aligned(args), ctx.graph)] = compiled
 
 
-def _compile(ctx, mod, k, args, pdl: bool):
-    compiled = k.warmup(*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, PDL=pdl, grid=(1,),
+def _compile(ctx, mod, k, args, pdl: bool, claim: bool):
+    compiled = k.warmup(*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, PDL=pdl, CLAIM=claim, grid=(1,),
                         num_warps=mod.NUM_WARPS, num_stages=mod.NUM_STAGES, launch_pdl=pdl)
     if hasattr(compiled, "result"):  # Triton's asynchronous compile mode hands back a future
         compiled = compiled.result()
@@ -185,7 +210,7 @@ def _plan(ctx, buffers, i, entry):
         # cuPointerGetAttribute per pointer per launch. The plan lives only while the call's tensors stay the same.
         args = [a.data_ptr() if hasattr(a, "data_ptr") else a for a in args]
         runner = compiled[(nprog, 1, 1)]
-    return i if concurrent else 0, barrier_before, runner, k, nprog, args
+    return i if concurrent else 0, barrier_before, runner, k, nprog, args, claims(ctx, entry, nprog)
 
 
 def adversary_delay(rank: int, world: int, epoch: int) -> None:
@@ -225,7 +250,7 @@ def launch(ctx, mod, buffers, epoch, entry_barrier=True, only=None) -> None:
 
 def _launch_kernels(ctx, mod, epoch, only) -> None:
     pdl = ctx.pdl and serial(mod)
-    for i, (stream, barrier_before, runner, k, nprog, args) in enumerate(ctx.plan):
+    for i, (stream, barrier_before, runner, k, nprog, args, claim) in enumerate(ctx.plan):
         if only is not None and i not in only:
             continue
         if barrier_before:
@@ -235,9 +260,10 @@ def _launch_kernels(ctx, mod, epoch, only) -> None:
         args[_EPOCH] = epoch
         with ctx.stream(stream):
             if runner is not None:  # straight to the compiled kernel: skips the JIT's per-call argument binding
-                runner(*args, ctx.upcast_dot, ctx.graph, pdl)
+                runner(*args, ctx.upcast_dot, ctx.graph, pdl, claim)
             else:
-                k[(nprog,)](*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, PDL=pdl, num_warps=mod.NUM_WARPS,
+                k[(nprog,)](*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, PDL=pdl, CLAIM=claim,
+                            num_warps=mod.NUM_WARPS,
                             num_stages=mod.NUM_STAGES, launch_pdl=pdl)
     ctx.join_streams()
 

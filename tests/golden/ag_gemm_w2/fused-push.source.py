@@ -84,17 +84,19 @@ def gemm_task(t, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
 def k0_gather_gemm(A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr,
-                   UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr):
+                   UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr, CLAIM: tl.constexpr = False):
     # stages: gather, gemm; 14 tasks; persistent
     pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
-    for task in range(pid, 14, NPROG):
+    claim = EPOCH_AT + 2  # CLAIM: this kernel's task counter (tilec.device.first_task)
+    task = td.first_task(pid, claim, CLAIM)
+    while task < 14:
         # copies to the peers spread among this rank's own gemm tiles (in place, no waits), then the peers' tiles
         if task < 8:
             # program-major: a program's tasks are one stretch of that mix (a program takes every NPROG-th task)
             at = task
             if task < NPROG * (8 // NPROG):
-                at = pid * (8 // NPROG) + task // NPROG
+                at = task % NPROG * (8 // NPROG) + task // NPROG
             copied = at * 2 // 8  # copies before this task
             if (at + 1) * 2 // 8 > copied:
                 gather_task(copied, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
@@ -104,6 +106,8 @@ def k0_gather_gemm(A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeo
         else:
             gemm_task((task - 2 + rank * 6) % 12, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns,
                       UPCAST_DOT)
+        task = td.next_task(task, claim, NPROG, CLAIM)
+    td.claims_done(claim, NPROG, CLAIM)
     td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 

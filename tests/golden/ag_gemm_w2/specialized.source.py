@@ -85,7 +85,7 @@ def gemm_task(t, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
 def k0_gather_gemm(A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr,
-                   UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr):
+                   UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr, CLAIM: tl.constexpr = False):
     # stages: gather, gemm; 20 tasks; persistent
     pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)

@@ -170,17 +170,22 @@ def combine_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
 def k0_split_local_exchange_combine(Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, O,
                                     ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr,
-                                    UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr):
+                                    UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr,
+                                    CLAIM: tl.constexpr = False):
     # stages: split, local, exchange, combine; 28 tasks; persistent
     pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
-    for task in range(pid, 28, NPROG):
+    claim = EPOCH_AT + 2  # CLAIM: this kernel's task counter (tilec.device.first_task)
+    task = td.first_task(pid, claim, CLAIM)
+    while task < 28:
         if task < 12:
             split_task(task, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, O, ERR,
                        heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
         else:
             combine_task(task - 12, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, O,
                          ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
+        task = td.next_task(task, claim, NPROG, CLAIM)
+    td.claims_done(claim, NPROG, CLAIM)
     td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 
