@@ -337,11 +337,33 @@ def shape_sets(family: str) -> dict[str, list[tuple[int, ...]]]:
 
 
 def machine_tag(world: int) -> str:
+    from tilec.perf.measure import gpu_sharing
+
     if not torch.cuda.is_available():
         return "cpu"
     name = torch.cuda.get_device_name().lower()
     gpu = "h200" if "h200" in name else "h100" if "h100" in name else name.split()[-1]
+    sharing = gpu_sharing(world)
+    if sharing:  # ranks on fewer GPUs than ranks: h200-1gpu-mps (side by side) or h200-1gpu-time-sliced
+        return f"{gpu}-{torch.cuda.device_count()}gpu-{sharing}"
     return f"{gpu}-{world}gpu" if world == 1 else f"{gpu}-x{world}"
+
+
+SHARING_LABEL = {"mps": "one GPU split by MPS, links through HBM",
+                 "time-sliced": "ranks time-slice one GPU (no MPS): not side by side"}
+
+
+def label_shared_rows(rows: list[dict], world: int, meta: dict) -> None:
+    """Where ranks share a GPU, say how in the run's meta and on every row (an MPS row is not an NVLink row)."""
+    from tilec.perf.measure import gpu_sharing, sharing_note
+
+    how = gpu_sharing(world)
+    meta["gpu_sharing"] = how or "one GPU per rank"
+    if not how:
+        return
+    meta["gpu_sharing_note"] = sharing_note(world)
+    for r in rows:
+        r["note"] = f"{r['note']}; {SHARING_LABEL[how]}" if r.get("note") else SHARING_LABEL[how]
 
 
 def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, dtype: str, iters: int,
@@ -415,6 +437,7 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
                      "kv_bytes": "2 * B * S * HKV * D * element size, per rank per call",
                      "rel_err": "max |O - O_ref| / max |O_ref|; O_ref: the whole op in f32 recomputed from every"
                                 " rank's inputs where the cache is small, else the first baseline's output"})
+    label_shared_rows(rows, world, meta)
     tag = f"{Path(path).stem}_{shapes.replace(',', '+')}_{dtype}"
     out = Path(out_dir or f"benchmarks/results/{machine_tag(world)}")
     js, png = save_results(rows, out, tag, meta)
