@@ -43,16 +43,18 @@ def add_parser(subparsers) -> None:
 
 def cmd_taxes(args) -> int:
     from tilec.cli.args import _dims, _world
-    from tilec.perf.measure import gpu_sharing, sharing_note
-    from tilec.perf.model import Machine
+    from tilec.perf.measure import gpu_sharing, mps_sms, sharing_note
+    from tilec.perf.model import Machine, mps_rank
     from tilec.perf.taxes import gpu_count, measured_tiles, taxes
 
     if args.plot:  # an unwritable path is refused before anything is computed
         from tilec.fileio import output_path
 
         output_path(args.plot)
-    machine = Machine.load(args.machine) if args.machine else Machine()
     world = _world(args)
+    machine = Machine.load(args.machine) if args.machine else Machine()
+    if not args.machine and gpu_sharing(world) == "mps":  # ranks side by side on one GPU: one rank's share of it
+        machine = mps_rank(machine, world, mps_sms())
     _check_trace_args(args)
     measure = args.measure and gpu_count() > 0
     dims, launch, tiles = _dims(args.dims), {"num_warps": args.num_warps, "num_stages": args.num_stages}, ""

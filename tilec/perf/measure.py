@@ -44,11 +44,16 @@ def gpu_sharing(world: int) -> str:
     return "mps" if mps_client() else "time-sliced"
 
 
+def mps_sms() -> int:
+    """The SMs this process's share gives it (what multi_processor_count reports under MPS)."""
+    return torch.cuda.get_device_properties(0).multi_processor_count
+
+
 def sharing_note(world: int) -> str:
     """The label of measured rows where ranks share a GPU ("" where each has its own)."""
     how = gpu_sharing(world)
     if how == "mps":
-        return MPS_NOTE.format(world=world, sms=torch.cuda.get_device_properties(0).multi_processor_count)
+        return MPS_NOTE.format(world=world, sms=mps_sms())
     if how == "time-sliced":
         return TIME_SLICED_NOTE.format(gpus=torch.cuda.device_count(), world=world)
     return ""
