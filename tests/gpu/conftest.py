@@ -14,15 +14,13 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "world(n): the test launches n ranks (for --world)")
 
 
-def test_world(item) -> int:
+def launched_world(item) -> int:
     callspec = getattr(item, "callspec", None)
     if callspec is not None and "world" in callspec.params:
         return int(callspec.params["world"])
     mark = item.get_closest_marker("world")
     return int(mark.args[0]) if mark else 1
 
-
-test_world.__test__ = False  # a helper, not a test
 
 
 def pytest_collection_modifyitems(config, items):
@@ -31,7 +29,7 @@ def pytest_collection_modifyitems(config, items):
         return
     keep, drop = [], []
     for item in items:
-        (keep if test_world(item) == want else drop).append(item)
+        (keep if launched_world(item) == want else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
