@@ -30,3 +30,30 @@ def test_auto_ranks_fused_pull_where_peers_are_on_the_same_gpu(monkeypatch):
     ranked = dict(auto.rank_schedules("examples/ag_gemm.tile", 2, DIMS, m, transports=("sm",)))
     assert "fused-pull" in ranked and ranked["bsp"] > ranked["fused-pull"]
     assert all(isinstance(r, TaxRow) for r in taxes("examples/ag_gemm.tile", 2, DIMS, m, schedules=("fused-pull",)))
+
+
+def test_measured_tiles_are_the_benchs_not_the_programs_defaults(monkeypatch):
+    """`tilec taxes --measure / --timeline` on a GPU: a GEMM program without -D tiles is timed with tilec bench's
+    tuned config for the shape (bsp's), else its first Hopper config; given tiles and warps are kept."""
+    import hashlib
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import torch
+
+    from tilec.perf import bench
+    from tilec.perf.measure import store_tuned
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: SimpleNamespace(multi_processor_count=66))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev=None: "NVIDIA H200")
+    shape = {"M": 8192, "N": 4608, "K": 36864}
+    dims, launch, text = bench.measured_tiles("examples/ag_gemm.tile", 2, shape, {"num_warps": None})
+    assert (dims["BM"], dims["BN"], dims["BK"], launch["num_warps"], launch["group_m"]) == (128, 256, 64, 8, 8)
+    assert "first config" in text
+    kept = bench.measured_tiles("examples/ag_gemm.tile", 2, {**shape, "BM": 64}, {"num_warps": 4})
+    assert kept == ({**shape, "BM": 64}, {"num_warps": 4}, "")
+    src = hashlib.sha256(Path("examples/ag_gemm.tile").read_bytes()).hexdigest()[:12]
+    store_tuned({f"{src}|bsp|8192x4608x36864|w2|bf16|NVIDIA H200": [128, 128, 64, 4, 4, 8]})
+    dims, launch, text = bench.measured_tiles("examples/ag_gemm.tile", 2, shape, {"num_warps": 8})
+    assert (dims["BN"], launch["num_warps"], launch["num_stages"]) == (128, 8, 4) and "tuned" in text

@@ -6,7 +6,8 @@ Run: sh benchmarks/runs/mps_world.sh --spawn 2 python3 benchmarks/runs/mps_claim
 import os
 import sys
 
-from tilec.perf.taxes import Skipped, compile_all, measure_times, measured_tiles
+from tilec.perf.bench import measured_tiles
+from tilec.perf.taxes import Skipped, compile_all, measure_times
 
 if __name__ == "__main__":
     world = int(sys.argv[1]) if len(sys.argv) > 1 else 2

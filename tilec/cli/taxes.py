@@ -43,9 +43,10 @@ def add_parser(subparsers) -> None:
 
 def cmd_taxes(args) -> int:
     from tilec.cli.args import _dims, _world
+    from tilec.perf.bench import measured_tiles
     from tilec.perf.measure import gpu_sharing, mps_sms, sharing_note
     from tilec.perf.model import Machine, mps_rank
-    from tilec.perf.taxes import gpu_count, measured_tiles, taxes
+    from tilec.perf.taxes import gpu_count, taxes
 
     if args.plot:  # an unwritable path is refused before anything is computed
         from tilec.fileio import output_path

@@ -81,6 +81,44 @@ class Row(TimedRow):
     rounds_us: list | None = None  # the median device time of each timing round (the row reports the faster)
 
 
+def measured_tiles(program: str, world: int, dims: dict[str, int], launch: dict) -> tuple[dict, dict, str]:
+    """(dims, launch, what was chosen) of the kernels `tilec taxes --measure / --timeline` times on a GPU: the tiles
+    and launch options given (-D BM=.., --num-warps ..) win; for a GEMM program (dims M, N, K) without them, the
+    config `tilec bench` tuned for this shape and world on this GPU (bsp's), else its first config for the shape
+    (Hopper tiles: 128x256x64, 8 warps), not the program's default tiles."""
+    from tilec.frontend.parser import parse_file
+
+    given = {k for k in ("BM", "BN", "BK") if k in dims}
+    try:
+        family = program_family(program)
+    except TilecError:
+        family = ""
+    if given or family != "gemm" or not torch.cuda.is_available():
+        return dims, launch, ""
+    ast = parse_file(program)
+    full = {d.name: d.default for d in ast.dims if d.default is not None} | dict(dims)
+    m, n, k = full["M"], full["N"], full["K"]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    src = hashlib.sha256(Path(program).read_bytes()).hexdigest()[:12]
+    device = torch.cuda.get_device_name(0)
+    tuned = load_tuned()
+    cfg, how = None, ""
+    for key, val in tuned.items():
+        parts = key.split("|")
+        if len(parts) == 6 and parts[0] == src and parts[1] == "bsp" and parts[2] == f"{m}x{n}x{k}" \
+                and parts[3] == f"w{world}" and parts[5] == device:
+            cfg, how = tuple(val), "tuned by tilec bench (bsp's)"
+            break
+    if cfg is None:
+        cfg, how = gemm_configs(m, n, sms)[0], "tilec bench's first config for this shape (not tuned here)"
+    bm, bn, bk, nw, ns, gm = cfg
+    chosen = {"num_warps": nw, "num_stages": ns, "group_m": gm}
+    launch = {**launch, **{k: v for k, v in chosen.items() if launch.get(k) is None}}  # --num-warps .. still win
+    text = (f"measured tiles BM={bm} BN={bn} BK={bk}, {launch['num_warps']} warps, {launch['num_stages']} stages, "
+            f"group_m {launch['group_m']}: {how}; -D BM=.. to override")
+    return dims | {"BM": bm, "BN": bn, "BK": bk}, launch, text
+
+
 def timed_row(program: str, dims: dict, world: int, dtype: str, name: str, kind: str, t: Timing, flops: float,
               **kw) -> Row:
     return Row(program, dims, world, dtype, name, kind, round(t.device_us, 3), round(t.p10_us, 3),

@@ -29,7 +29,6 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, fields, replace
-from pathlib import Path
 
 import numpy as np
 
@@ -591,50 +590,6 @@ def gpu_count() -> int:
 
 SHARED_GPU_NOTE = ("ranks share {gpus} GPU(s) (world {world}) without MPS: they time-slice it, so the measured times "
                    "say nothing about the barrier (BSP) tax of {world} GPUs")
-
-
-def measured_tiles(program: str, world: int, dims: dict[str, int], launch: dict) -> tuple[dict, dict, str]:
-    """(dims, launch, what was chosen) of the kernels `tilec taxes --measure / --timeline` times on a GPU: the tiles
-    and launch options given (-D BM=.., --num-warps ..) win; for a GEMM program (dims M, N, K) without them, the
-    config `tilec bench` tuned for this shape and world on this GPU (bsp's), else its first config for the shape
-    (Hopper tiles: 128x256x64, 8 warps), not the program's default tiles."""
-    import hashlib
-
-    import torch
-
-    from tilec.frontend.parser import parse_file
-    from tilec.perf.bench import gemm_configs, program_family
-    from tilec.perf.measure import load_tuned
-
-    given = {k for k in ("BM", "BN", "BK") if k in dims}
-    try:
-        family = program_family(program)
-    except TilecError:
-        family = ""
-    if given or family != "gemm" or not torch.cuda.is_available():
-        return dims, launch, ""
-    ast = parse_file(program)
-    full = {d.name: d.default for d in ast.dims if d.default is not None} | dict(dims)
-    m, n, k = full["M"], full["N"], full["K"]
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    src = hashlib.sha256(Path(program).read_bytes()).hexdigest()[:12]
-    device = torch.cuda.get_device_name(0)
-    tuned = load_tuned()
-    cfg, how = None, ""
-    for key, val in tuned.items():
-        parts = key.split("|")
-        if len(parts) == 6 and parts[0] == src and parts[1] == "bsp" and parts[2] == f"{m}x{n}x{k}" \
-                and parts[3] == f"w{world}" and parts[5] == device:
-            cfg, how = tuple(val), "tuned by tilec bench (bsp's)"
-            break
-    if cfg is None:
-        cfg, how = gemm_configs(m, n, sms)[0], "tilec bench's first config for this shape (not tuned here)"
-    bm, bn, bk, nw, ns, gm = cfg
-    chosen = {"num_warps": nw, "num_stages": ns, "group_m": gm}
-    launch = {**launch, **{k: v for k, v in chosen.items() if launch.get(k) is None}}  # --num-warps .. still win
-    text = (f"measured tiles BM={bm} BN={bn} BK={bk}, {launch['num_warps']} warps, {launch['num_stages']} stages, "
-            f"group_m {launch['group_m']}: {how}; -D BM=.. to override")
-    return dims | {"BM": bm, "BN": bn, "BK": bk}, launch, text
 
 
 def measure_times(progs: list, iters: int = 20, warmup: int = 3) -> dict[str, tuple[float, str]]:
