@@ -44,11 +44,13 @@ TIMELINE_SLOTS = 0  # a timeline build: one (stage, program, start, waited, end)
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
 def k0_gemm(F_Ag_gather, A, Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr,
-            UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr):
+            UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr, CLAIM: tl.constexpr = False):
     # stages: gemm; 12 tasks; persistent
     pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
-    for task in range(pid, 12, NPROG):
+    claim = EPOCH_AT + 2  # CLAIM: this kernel's task counter (tilec.device.first_task)
+    task = td.first_task(pid, claim, CLAIM)
+    while task < 12:
         t = (task + rank * 6) % 12
         # stage gemm (examples/ag_gemm.tile:17): C[m, n] = sum k in K by BK: Ag[m, k] @ B[k, n]
         # grouped order: 2 rows of m-tiles share the n-tiles in L2
@@ -84,6 +86,8 @@ def k0_gemm(F_Ag_gather, A, Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, 
             ag_ptrs += 32
             b_ptrs += 6144
         tl.store(C + m_r[:, None] * 192 + n_r[None, :], acc.to(tl.float16))
+        task = td.next_task(task, claim, NPROG, CLAIM)
+    td.claims_done(claim, NPROG, CLAIM)
     td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 
