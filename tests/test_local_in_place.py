@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -45,7 +46,7 @@ def test_the_copy_skips_local_rows_and_the_gemm_reads_them_in_place(schedule):
         assert "gather_task(copied, " in prog.source
         assert "t_all = (t // 2 + (t // 2 >= rank).to(tl.int32)) * 2 + t % 2" in prog.source  # r != rank
         # 2 copy tasks (the other rank's 2 row tiles, each all of K at once: coarsen-copies) and 8 GEMM tiles
-        assert "for task in range(pid, 10, NPROG)" in prog.source
+        assert "while task < 10:" in prog.source
 
 
 def test_world_one_has_no_copy_at_all():
@@ -178,7 +179,7 @@ def _simulate(source: str, kernel: str, world: int, nprog: int) -> dict[int, lis
     """Run the emitted persistent loop of `kernel` in plain Python with the task functions recording their task:
     {rank: [the (stage, task) list of each program]}."""
     body = source.split(f"def {kernel}(")[1].split("\n\n\n")[0]
-    loop = body[body.index("    for task in range("):]
+    loop = body[body.index("    claim = EPOCH_AT"):]  # the static stride: td.first_task / next_task below
     loop = loop.replace(".to(tl.int32)", "")  # a comparison is a bool, which adds as 0/1
     loop = "\n".join(ln for ln in loop.splitlines() if "td.leave(" not in ln)  # the kernel's exit, not a task
     lines = loop.splitlines()
@@ -188,7 +189,9 @@ def _simulate(source: str, kernel: str, world: int, nprog: int) -> dict[int, lis
         progs = []
         for pid in range(nprog):
             ran: list[tuple[str, int]] = []
-            env = {"pid": pid, "rank": rank, "NPROG": nprog, "ran": ran}
+            td = SimpleNamespace(first_task=lambda pid, claim, c: pid, next_task=lambda t, claim, n, c: t + n,
+                                 claims_done=lambda claim, n, c: None)
+            env = {"pid": pid, "rank": rank, "NPROG": nprog, "ran": ran, "td": td, "EPOCH_AT": 0, "CLAIM": False}
             env |= dict.fromkeys(("A", "Ag", "F_Ag_gather", "B", "C", "ERR", "heap_bases", "epoch", "timeout_ns",
                                   "UPCAST_DOT"))
             for name in ("gather_task", "gemm_task"):

@@ -21,7 +21,7 @@ AG = "examples/ag_gemm.tile"
 DIMS = dict(M=128, N=64, K=64, BM=64, BN=64, BK=32)
 # each compile option, a value other than its default, and its variable's spelling of that value
 OTHER = {"fold": (False, "0"), "pdl": (False, "off"), "wait_sleep_ns": (200, "200"), "programs_per_sm": (1, "1"),
-         "dma_streams": (2, "2"), "wait_timeout": (7.5, "7.5")}
+         "dma_streams": (2, "2"), "wait_timeout": (7.5, "7.5"), "claim": ("on", "1")}
 
 
 @pytest.fixture(autouse=True)
@@ -36,7 +36,7 @@ def _compile(**options):
     return tilec.compile(AG, world=2, schedule="fused-push", dims=DIMS, **options)
 
 
-def test_every_variable_has_one_entry_and_the_compile_options_are_six():
+def test_every_variable_has_one_entry_and_the_compile_options_are_these():
     assert set(settings.OPTION_VARS) == set(OTHER)
     assert all(name.startswith("TILEC_") for name in settings.SETTINGS)
     assert settings.options() == settings.Options()  # the table's defaults are the Options' defaults
@@ -51,7 +51,7 @@ def test_an_option_changes_the_cache_key_and_the_header():
         assert getattr(prog.options, opt) == v
         line = next(ln for ln in prog.source.splitlines() if ln.startswith("# settings: "))
         assert line == f"# {prog.options.line()}"
-        word = ("on" if v else "off") if isinstance(v, bool) else f"{v:g}"
+        word = v if isinstance(v, str) else ("on" if v else "off") if isinstance(v, bool) else f"{v:g}"
         assert f" {opt}={word}" in line
         keys.add(prog.cache_key)
     assert len(keys) == 1 + len(OTHER)  # every option is part of the key
@@ -113,12 +113,13 @@ def test_the_cli_flags_and_show_header(capsys, tmp_path):
     argv = [AG, "-w", "2", "-s", "fused-push", *(x for d, v in DIMS.items() for x in ("-D", f"{d}={v}"))]
     assert main(["compile", *argv, "--fold", "off", "--programs-per-sm", "1", "--wait-timeout", "3", "-o",
                  str(out)]) == 0
-    assert "# settings: fold=off pdl=on wait_sleep_ns=0 programs_per_sm=1 dma_streams=4 wait_timeout=3\n" in \
-        out.read_text()
+    want = "# settings: fold=off pdl=on wait_sleep_ns=0 programs_per_sm=1 dma_streams=4 wait_timeout=3 claim=auto\n"
+    assert want in out.read_text()
     capsys.readouterr()
     assert main(["show", *argv, "--pdl", "off", "--dma-streams", "2"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
-    assert first == "# settings: fold=on pdl=off wait_sleep_ns=0 programs_per_sm=2 dma_streams=2 wait_timeout=60"
+    assert first == ("# settings: fold=on pdl=off wait_sleep_ns=0 programs_per_sm=2 dma_streams=2 wait_timeout=60"
+                     " claim=auto")
     assert main(["compile", *argv, "--programs-per-sm", "0"]) == 2
     assert "programs_per_sm=0: expected an integer from 1 to 64" in capsys.readouterr().err
 

@@ -43,6 +43,7 @@ def compile(  # noqa: A001 - the public name the docs promise
     wait_sleep_ns: int | None = None,
     programs_per_sm: int | None = None,
     dma_streams: int | None = None,
+    claim: str | None = None,
 ) -> CompiledProgram:
     """Compile a .tile program (a path, or `source=` text) for `world` ranks with the given schedule.
 
@@ -60,7 +61,9 @@ def compile(  # noqa: A001 - the public name the docs promise
     wait_sleep_ns: nanoseconds a spinning flag wait sleeps between polls on a GPU (0).
     programs_per_sm: the most programs of a persistent kernel resident per SM (2; fewer where they do not fit).
     dma_streams: side streams the copy engines' chunks go out on (4).
-    Each of these six left None takes its TILEC_* environment variable's value, else the default in brackets
+    claim: persistent loops take their tasks from a counter, in task order: auto (under MPS, where a rank's
+    programs may not all be resident), on or off.
+    Each of these seven left None takes its TILEC_* environment variable's value, else the default in brackets
     (tilec/settings.py); the values used are recorded in the module's header (prog.options).
     attend_block: keys per step of a streamed attend (a power of two >= 16; each step loads that many rows of k
     and v, pipelined num_stages deep).
@@ -81,7 +84,7 @@ def compile(  # noqa: A001 - the public name the docs promise
     except ValueError as e:
         raise ArgumentError(str(e)) from None
     opts = settings.options(fold=fold, pdl=pdl, wait_sleep_ns=wait_sleep_ns, programs_per_sm=programs_per_sm,
-                            dma_streams=dma_streams, wait_timeout=wait_timeout)
+                            dma_streams=dma_streams, wait_timeout=wait_timeout, claim=claim)
     world, dims = check_arguments(world, dims)  # before the program is read: a bad argument is named first
     if schedule == "auto":  # the compiler sits below the cost model: the pick is the perf layer's
         raise ScheduleError("schedule 'auto' is chosen by the cost model: call tilec.perf.auto.compile_auto(...) "

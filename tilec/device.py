@@ -341,6 +341,38 @@ def enter(epoch, EPOCH_AT, GRAPH: tl.constexpr, PDL: tl.constexpr):
 
 
 @triton.jit
+def first_task(pid, claim, CLAIM: tl.constexpr):
+    # a persistent loop's first task: its program's own (task pid + j * NPROG), or with CLAIM the next one no
+    # program has taken yet. Claimed in task order by the programs that run, a program that is not resident (ranks
+    # side by side under MPS do not all get every SM they were sized for) holds no task back: the others take its
+    # share, and no wait can be on a task that only a program still off the GPU would run.
+    if CLAIM:
+        task = tl.atomic_add(claim, 1, sem="relaxed")
+    else:
+        task = pid
+    return task
+
+
+@triton.jit
+def next_task(task, claim, NPROG: tl.constexpr, CLAIM: tl.constexpr):
+    if CLAIM:
+        task = tl.atomic_add(claim, 1, sem="relaxed")
+    else:
+        task += NPROG
+    return task
+
+
+@triton.jit
+def claims_done(claim, NPROG: tl.constexpr, CLAIM: tl.constexpr):
+    # CLAIM: claim[1] counts the programs past their last claim; the last of them resets both for the next call
+    # (which starts after this kernel ends: stream order, or gdc_wait under PDL)
+    if CLAIM:
+        if tl.atomic_add(claim + 1, 1, sem="acq_rel") == NPROG - 1:
+            tl.store(claim, 0)
+            tl.store(claim + 1, 0)
+
+
+@triton.jit
 def leave(EPOCH_AT, epoch, NPROG: tl.constexpr, GRAPH: tl.constexpr):
     # the last thing every kernel does. GRAPH == 2 (a call that is one kernel, its epoch on the device): the last of
     # its NPROG programs to get here publishes the call's epoch for the next call, which reads it after this kernel

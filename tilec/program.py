@@ -177,15 +177,17 @@ class CompiledProgram:
             for param, (size, *_rest) in self.module.FLAGS.items():
                 bufs[param] = heap.alloc((size,), torch.int32)
             bufs["ERR"] = heap.alloc((8,), torch.int32)
-            # [epoch of the last call kept on the device (graph replays, ops), programs finished (launch.graph_mode)]
-            bufs["EPOCH"] = heap.alloc((2,), torch.int32)
+            # [epoch of the last call kept on the device (graph replays, ops), programs finished (launch.graph_mode)],
+            # then per kernel [tasks claimed, programs done] (launch.claims: tilec.device.first_task)
+            bufs["EPOCH"] = heap.alloc((2 + 2 * len(self.module.KERNELS),), torch.int32)
             bufs["BARRIER"] = heap.alloc((2,), torch.int32)  # arrivals and entries of device barriers (device.barrier)
             if getattr(self.module, "TIMELINE_SLOTS", 0):
                 bufs["TIMELINE"] = heap.alloc((self.module.TIMELINE_SLOTS * 5,), torch.int64)
             timeout_ns = int(self.wait_timeout * 1e9)  # wall-clock, per wait (tilec.device.wait)
             # epoch: calls so far; dev_epoch: what bufs["EPOCH"] holds (only captured calls advance it there)
             st = {"heap": heap, "bufs": bufs, "epoch": 0, "dev_epoch": 0, "ctx": LaunchContext(
-                heap, timeout_ns, self.options.pdl, self.options.programs_per_sm, self.options.dma_streams),
+                heap, timeout_ns, self.options.pdl, self.options.programs_per_sm, self.options.dma_streams,
+                self.options.claim),
                   "warm": False, "releases": releases, "span": (start, heap.mark())}
             self._state[key] = st
         return st

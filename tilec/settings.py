@@ -56,6 +56,12 @@ def _choice(*values: str) -> Callable:
     return parse
 
 
+def _auto_switch(raw) -> str:
+    if isinstance(raw, str) and raw.strip().lower() == "auto":
+        return "auto"
+    return "on" if _switch(raw) else "off"
+
+
 def _text(raw):
     if not isinstance(raw, str) or not raw.strip():
         raise ValueError
@@ -84,6 +90,9 @@ SETTINGS = {s.name: s for s in (
             "programs_per_sm"),
     Setting("TILEC_DMA_STREAMS", 4, *_number(1, 64, True),
             "side streams the copy engines' chunks of a transport=dma stage go out on", "dma_streams"),
+    Setting("TILEC_CLAIM", "auto", _auto_switch, "auto, on (1) or off (0)",
+            "persistent loops claim their tasks from a counter instead of a fixed stride (auto: under MPS, where a"
+            " rank's programs may not all be resident)", "claim"),
     Setting("TILEC_WAIT_TIMEOUT", 60.0, *_number(0, 1e9, False, low_open=True),
             "seconds of wall-clock time one flag wait may take before the call raises WaitTimeout", "wait_timeout"),
     Setting("TILEC_STOP_GRACE", 3.0, *_number(0.01, 3600, False),
@@ -148,10 +157,13 @@ class Options:
     programs_per_sm: int = 2
     dma_streams: int = 4
     wait_timeout: float = 60.0
+    claim: str = "auto"
 
     def line(self) -> str:
         """The module header's record of them (one line)."""
         def text(v):
+            if isinstance(v, str):
+                return v
             return ("on" if v else "off") if isinstance(v, bool) else f"{v:g}"
         return "settings: " + " ".join(f"{f.name}={text(getattr(self, f.name))}" for f in fields(self))
 
@@ -175,6 +187,11 @@ def option(opt: str, v):
         return value(name)
     s = SETTINGS[name]
     switch = isinstance(s.default, bool)
+    if isinstance(s.default, str):  # a choice: the option takes the same words as the variable
+        try:
+            return s.parse(v)
+        except ValueError:
+            raise ArgumentError(f"{opt}={v!r}: expected {s.expect}") from None
     try:  # an option takes a bool or a number as such, not its text (that is the environment's form)
         if isinstance(v, str) or isinstance(v, bool) != switch:
             raise ValueError

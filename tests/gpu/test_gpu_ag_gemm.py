@@ -31,6 +31,7 @@ def test_ag_gemm_all_schedules(world):
     assert not bad, bad
 
 
+@pytest.mark.world(2)
 @pytest.mark.parametrize("schedule", ["fused-pull", "specialized"])
 def test_many_calls_reuse_one_compiled_kernel(schedule):
     res = spawn("tests.gpu.gpu_workers:many_calls", 2, backend="iris", heap_bytes=1 << 26, timeout=600,
@@ -40,6 +41,7 @@ def test_many_calls_reuse_one_compiled_kernel(schedule):
         assert set(compiled.values()) == {1}, compiled  # the epoch (1, 2, .., 16, ..) is not specialized on
 
 
+@pytest.mark.world(2)
 @pytest.mark.parametrize("schedule", ["fused-pull", "fused-push"])
 def test_ag_gemm_captured_as_cuda_graph(schedule):
     """Captured calls on 2 ranks: fused-pull reads the peers' A inside the kernel (its replays end with the exit

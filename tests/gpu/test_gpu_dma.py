@@ -34,6 +34,7 @@ def test_dma_ag_gemm_matches_torch(world):
     assert not bad, bad
 
 
+@pytest.mark.world(2)
 @pytest.mark.parametrize("schedule", ["flags", "fused-push"])
 def test_dma_captured_as_cuda_graph(schedule):
     res = spawn("tests.gpu.dma_workers:captured", 2, backend="iris", heap_bytes=1 << 26, timeout=600,
@@ -41,6 +42,7 @@ def test_dma_captured_as_cuda_graph(schedule):
     assert all(len(errs) == 5 and max(errs) < TOL["bf16"] for errs in res), res
 
 
+@pytest.mark.world(2)
 def test_dma_call_runs_no_copy_kernel():
     names = spawn("tests.gpu.dma_workers:kernels_of_a_call", 2, backend="iris", heap_bytes=1 << 26, timeout=600)
     for rank_names in names:

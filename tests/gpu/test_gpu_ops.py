@@ -22,6 +22,7 @@ def test_ops_inside_cuda_graphs(world):
         assert "call the op once with them before capturing" in r["refused"]["new shape"], r["refused"]
 
 
+@pytest.mark.world(2)
 def test_a_timed_out_op_call_is_raised_not_lost():
     """Two ranks sharing the GPU; the second skips one call. The first rank's call returns at once (asynchronous),
     and the timeout of its device barrier is raised by the op's next call or by check_errors(), within seconds."""

@@ -32,11 +32,12 @@ class FakeKernel:
 
     def __init__(self, name, regs, shared):
         self.__name__, self.regs, self.shared, self.compiles, self.jit_launches = name, regs, shared, [], []
-        self.pdl = []
+        self.pdl, self.claim = [], []
 
-    def warmup(self, *args, UPCAST_DOT, GRAPH, PDL, grid, num_warps, num_stages, launch_pdl):  # noqa: N803
+    def warmup(self, *args, UPCAST_DOT, GRAPH, PDL, CLAIM, grid, num_warps, num_stages, launch_pdl):  # noqa: N803
         assert PDL == launch_pdl  # a kernel that may start early must wait for its predecessor on the device
         self.pdl.append(PDL)
+        self.claim.append(CLAIM)
         self.compiles.append(args[-1])  # NPROG: the last positional argument
         return FakeCompiled(args[-1], self.regs, self.shared)
 
@@ -87,11 +88,11 @@ def test_persistent_grid_follows_occupancy(monkeypatch, regs, shared, per_sm):
     args = launch.kernel_args(ctx, bufs, 1, mod.KERNELS[0], want)
     compiled = ctx.compiled[(k, want, launch.aligned(args), False)]
     assert [g for g, _ in compiled.launches] == [(want, 1, 1)] * 2  # straight to the compiled kernel
-    # (.., epoch, timeout_ns, EPOCH_AT, NPROG, UPCAST_DOT, GRAPH, PDL); tensors go to Triton's launcher as their
-    # addresses; PDL off: the fake device reports no compute capability
-    assert [(a[-7], a[-6], a[-4], a[-2], a[-1]) for _, a in compiled.launches] == [
-        (1, 10, want, False, False), (2, 10, want, False, False)]
-    assert compiled.launches[0][1][-5] == bufs["EPOCH"].data_ptr() and not k.jit_launches
+    # (.., epoch, timeout_ns, EPOCH_AT, NPROG, UPCAST_DOT, GRAPH, PDL, CLAIM); tensors go to Triton's launcher as
+    # their addresses; PDL off: the fake device reports no compute capability; no claims off MPS
+    assert [(a[-8], a[-7], a[-5], a[-3], a[-2], a[-1]) for _, a in compiled.launches] == [
+        (1, 10, want, False, False, False), (2, 10, want, False, False, False)]
+    assert compiled.launches[0][1][-6] == bufs["EPOCH"].data_ptr() and not k.jit_launches
     assert all(isinstance(x, int) for _, a in compiled.launches for x in a)
     assert compiled.launches[0][1][0] == args[0].data_ptr()
 
@@ -121,7 +122,28 @@ def test_programmatic_dependent_launch(monkeypatch, example, schedule, major, en
     monkeypatch.setattr(ctx, "stream", lambda i: contextlib.nullcontext())  # no CUDA streams here
     monkeypatch.setattr(ctx, "join_streams", lambda: None)
     launch.launch(ctx, mod, bufs, epoch=1)
-    for entry, (_stream, _barrier, _runner, k, nprog, _args) in zip(mod.KERNELS, ctx.plan, strict=True):
-        args = launch.kernel_args(ctx, bufs, 1, entry, nprog)  # PDL: the launch's last argument
+    for entry, (_stream, _barrier, _runner, k, nprog, _args, _claim) in zip(mod.KERNELS, ctx.plan, strict=True):
+        args = launch.kernel_args(ctx, bufs, 1, entry, nprog)  # PDL: the launch's last argument but one (CLAIM)
         launches = ctx.compiled[(k, nprog, launch.aligned(args), False)].launches
-        assert launches[-1][1][-1] == pdl
+        assert launches[-1][1][-2] == pdl
+
+
+@pytest.mark.parametrize(("schedule", "dims", "claims"), [
+    ("fused-push", dict(M=1024, N=1024, K=64, BM=32, BN=32, BK=32), [True]),  # 1024+ tasks on 132 programs
+    ("bsp", dict(M=1024, N=1024, K=64, BM=32, BN=32, BK=32), [False, False]),  # a program per task: the hardware
+    # hands out the programs as SMs free up, which is a claim already
+    ("fused-push", dict(M=64, N=64, K=64, BM=32, BN=32, BK=32), [False]),  # every task a program of its own
+])
+def test_persistent_loops_claim_their_tasks_where_asked(monkeypatch, schedule, dims, claims):
+    """LaunchContext.claim (under MPS): a persistent kernel with more tasks than programs is compiled and launched
+    with CLAIM (tilec.device.first_task); one-program-per-task kernels and grids that hold every task keep the
+    stride (a fold's sharing arrivals count on every task having a program)."""
+    mod, fakes, ctx, bufs = _setup(monkeypatch, 255, 150 * 1024, schedule=schedule, example="examples/ag_gemm.tile",
+                                   dims=dims, world=2)
+    ctx.claim = True
+    launch.warmup(ctx, mod, bufs)
+    assert [f.claim[-1] for f in fakes] == claims
+    monkeypatch.setattr(ctx, "stream", lambda i: contextlib.nullcontext())
+    monkeypatch.setattr(ctx, "join_streams", lambda: None)
+    launch.launch(ctx, mod, bufs, epoch=1)
+    assert [p[-1] for p in ctx.plan] == claims  # launched as compiled

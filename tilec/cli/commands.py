@@ -60,12 +60,15 @@ def _settings(p: argparse.ArgumentParser) -> None:
     g.add_argument("--programs-per-sm", type=int, metavar="N", help="most programs of a persistent kernel per SM (2)")
     g.add_argument("--dma-streams", type=int, metavar="N", help="side streams of the copy engines' chunks (4)")
     g.add_argument("--wait-timeout", type=float, metavar="SECONDS", help="one flag wait's limit (60)")
+    g.add_argument("--claim", choices=("auto", "on", "off"),
+                   help="persistent loops take tasks from a counter (auto: under MPS)")
 
 
 def _setting_values(args) -> dict:
     switch = {"on": True, "off": False, None: None}
     return {"fold": switch[getattr(args, "fold", None)], "pdl": switch[getattr(args, "pdl", None)],
-            **{k: getattr(args, k, None) for k in ("wait_sleep_ns", "programs_per_sm", "dma_streams", "wait_timeout")}}
+            **{k: getattr(args, k, None) for k in ("wait_sleep_ns", "programs_per_sm", "dma_streams", "wait_timeout",
+                                                   "claim")}}
 
 
 def _compile(args, schedule: str | None = None):

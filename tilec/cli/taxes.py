@@ -29,8 +29,9 @@ def add_parser(subparsers) -> None:
                    " Perfetto trace (opens in ui.perfetto.dev and chrome://tracing)")
     p.add_argument("--trace-png", metavar="PNG", help="with --timeline: draw the same trace (one row per program;"
                    " needs matplotlib)")
-    p.add_argument("--num-warps", type=int, default=4, help="warps per program of the measured kernels (default 4)")
-    p.add_argument("--num-stages", type=int, default=3, help="software-pipeline stages (default 3)")
+    p.add_argument("--num-warps", type=int, default=None, help="warps per program of the measured kernels (default:"
+                   " with --measure / --timeline on a GPU, the tuned config's, else 4)")
+    p.add_argument("--num-stages", type=int, default=None, help="software-pipeline stages (default: likewise, else 3)")
     p.add_argument("--transport", default="sm", type=transport_arg, metavar="MODE",
                    help="who moves the tiles of copy stages: sm, dma, auto (both: SCHEDULE and SCHEDULE+dma rows, as"
                    " --schedule auto weighs them) or STAGE=MODE,... (default sm)")
@@ -42,19 +43,27 @@ def add_parser(subparsers) -> None:
 
 def cmd_taxes(args) -> int:
     from tilec.cli.args import _dims, _world
-    from tilec.perf.model import Machine
-    from tilec.perf.taxes import SHARED_GPU_NOTE, gpu_count, taxes
+    from tilec.perf.bench import measured_tiles
+    from tilec.perf.measure import gpu_sharing, mps_sms, sharing_note
+    from tilec.perf.model import Machine, mps_rank
+    from tilec.perf.taxes import gpu_count, taxes
 
     if args.plot:  # an unwritable path is refused before anything is computed
         from tilec.fileio import output_path
 
         output_path(args.plot)
-    machine = Machine.load(args.machine) if args.machine else Machine()
     world = _world(args)
+    machine = Machine.load(args.machine) if args.machine else Machine()
+    if not args.machine and gpu_sharing(world) == "mps":  # ranks side by side on one GPU: one rank's share of it
+        machine = mps_rank(machine, world, mps_sms())
     _check_trace_args(args)
     measure = args.measure and gpu_count() > 0
-    launch = {"num_warps": args.num_warps, "num_stages": args.num_stages}
-    rows = taxes(args.program, world, _dims(args.dims), machine, granularity=args.granularity, measure=measure,
+    dims, launch, tiles = _dims(args.dims), {"num_warps": args.num_warps, "num_stages": args.num_stages}, ""
+    if measure or (args.timeline and gpu_count() > 0):  # time the tiles a GPU run would use, not the defaults
+        dims, launch, tiles = measured_tiles(args.program, world, dims, launch)
+    launch = {k: v for k, v in launch.items() if v is not None}
+    args.resolved = (dims, launch)
+    rows = taxes(args.program, world, dims, machine, granularity=args.granularity, measure=measure,
                  launch={**launch, "transport": "sm" if args.transport == "auto" else args.transport})
     if args.transport == "auto":  # both transports, as `--schedule auto` weighs them: SCHEDULE+dma rows beside
         from dataclasses import replace
@@ -62,15 +71,17 @@ def cmd_taxes(args) -> int:
         from tilec.perf.auto import DMA, variant
         from tilec.perf.taxes import TaxRow
 
-        dma = taxes(args.program, world, _dims(args.dims), machine, granularity=args.granularity, measure=measure,
+        dma = taxes(args.program, world, dims, machine, granularity=args.granularity, measure=measure,
                     launch={**launch, "transport": DMA})
         rows += [replace(r, schedule=variant(r.schedule, DMA)) for r in dma if isinstance(r, TaxRow)]
-    shared = measure and world > gpu_count()
-    print(render(args.program, rows, machine, shared))
+    sharing = gpu_sharing(world) if measure else ""
+    print(render(args.program, rows, machine, sharing == "time-sliced"))
+    if tiles:
+        print(tiles)
     if args.measure and not measure:
         print("measured: needs a CUDA GPU (none is visible here); the predicted columns need none")
-    if shared:
-        print("note: " + SHARED_GPU_NOTE.format(gpus=gpu_count(), world=world) + "; the BSP tax column is n/a")
+    if sharing:
+        print("note: " + sharing_note(world) + ("; the BSP tax column is n/a" if sharing == "time-sliced" else ""))
     if args.timeline:
         tracing = bool(args.trace or args.trace_png)
         timelines, builds, records = measure_timelines(args, world, records=True) if tracing else \
@@ -93,9 +104,9 @@ def measure_timelines(args, world: int, records: bool = False):
     from tilec.run_vs_reference import heap_bytes_for
     from tilec.runtime import default_backend, spawn
 
-    launch = {"num_warps": args.num_warps, "num_stages": args.num_stages, "timeline": True,
-              "transport": getattr(args, "transport", "sm")}
-    builds = [p for p in compile_all(args.program, world, _dims(args.dims), granularity=args.granularity,
+    dims, launch = getattr(args, "resolved", (_dims(args.dims), {}))
+    launch = {**launch, "timeline": True, "transport": getattr(args, "transport", "sm")}
+    builds = [p for p in compile_all(args.program, world, dims, granularity=args.granularity,
                                      launch=launch) if not isinstance(p, Skipped)]
     if not builds:
         return ({}, (), ()) if records else {}

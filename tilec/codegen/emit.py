@@ -252,7 +252,8 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
         name, first = at[j]
         out += [w[len(base):] for w in wrap(f"{base}{ln}{name}(", [tidy(first), *args], ")", base + ln)]
     sig = wrap(f"def {k.name}(", [*args[:-2], "timeout_ns", "EPOCH_AT", "NPROG: tl.constexpr",
-                                  "UPCAST_DOT: tl.constexpr", "GRAPH: tl.constexpr", "PDL: tl.constexpr"], "):", "")
+                                  "UPCAST_DOT: tl.constexpr", "GRAPH: tl.constexpr", "PDL: tl.constexpr",
+                                  "CLAIM: tl.constexpr = False"], "):", "")
     fns = tuple(TaskFn(name, tuple(wrap(f"def {name}(", ["t", *args[:-1], "UPCAST_DOT: tl.constexpr"], "):", "")),
                        tuple(_with_args(body, args))) for name, _p, body in tasks)
     return KernelModel(k.name, k.stages, tuple(params), tuple(sig), tuple(out), total, k.persistent, k.concurrent,
@@ -290,7 +291,7 @@ def _overlapped(g: nx.DiGraph, p: Overlap, start_local: bool, world: int) -> tup
              "    # program-major: a program's tasks are one stretch of that mix (a program takes every NPROG-th task)",
              "    at = task",
              f"    if task < NPROG * ({p.head} // NPROG):",
-             f"        at = pid * ({p.head} // NPROG) + task // NPROG",
+             f"        at = task % NPROG * ({p.head} // NPROG) + task // NPROG",  # task % NPROG: its pid, statically
              f"    copied = at * {p.copies} // {p.head}  # copies before this task",
              f"    if (at + 1) * {p.copies} // {p.head} > copied:"]
     calls = [(len(lines), f"{cp.name}_task", _rotated("copied", p.copies, start_local, world))]

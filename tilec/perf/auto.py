@@ -36,11 +36,21 @@ PREDICTED = "predicted_v2"  # the model's times of every variant (v1, "predicted
 DMA = "dma"
 
 
-def machine() -> Machine:
+def machine(world: int | None = None) -> Machine:
     """The machine `auto` ranks for: the file TILEC_MACHINE names (`tilec calibrate -o FILE`), else the H200
-    defaults (docs/GPU.md)."""
+    defaults (docs/GPU.md); for `world` ranks side by side on one GPU under MPS, one rank's share of it
+    (model.mps_rank: its SMs, links through HBM)."""
     path = settings.value("TILEC_MACHINE")
-    return Machine.load(path) if path else Machine()
+    if path:
+        return Machine.load(path)
+    if world is not None and world > 1:
+        from tilec.perf.measure import gpu_sharing, mps_sms
+
+        if gpu_sharing(world) == "mps":
+            from tilec.perf.model import mps_rank
+
+            return mps_rank(Machine(), world, mps_sms())
+    return Machine()
 
 
 def _predicted_field(m: Machine) -> str:
@@ -103,7 +113,7 @@ def candidates(program, source: str, world: int, dims: dict[str, int], bound_dim
     compiles every variant from it); device: a GPU name or CPU_KEY (default: this process's GPU, else CPU_KEY)."""
     k = key(source, world, {d: bound_dims[d] for d in bound_dims}, device)
     entry = _load().get(k, {})
-    m = machine()
+    m = machine(world)
     # predictions depend on the tile sizes and flag granularity asked for, which the key (the program's shape) leaves
     # out so that measured times of a shape are found whatever tiles the tuner picked: keep each request's apart
     asked = [f"{d}={v}" for d, v in sorted(dims.items()) if d not in bound_dims]
@@ -160,7 +170,8 @@ def rank_schedules(program, world: int, dims: dict[str, int] | None = None, mach
         ranked += [(variant(r.schedule, t), r.predicted_us) for r in rows
                    if isinstance(r, TaxRow) and (t == "sm" or r.copy_engine_stages)]
     ranked.sort(key=lambda x: x[1])
-    if len(ranked) > 1 and any(s == "fused-pull" for s, _ in ranked) and \
+    hbm_link = machine is not None and machine.link == "hbm"  # re-reads of a peer on the same GPU hit its HBM and L2
+    if len(ranked) > 1 and not hbm_link and any(s == "fused-pull" for s, _ in ranked) and \
             reread_bytes(program, world, dims, kw.get("granularity", "auto")) >= REREAD_BYTES:
         ranked = [x for x in ranked if x[0] != "fused-pull"]
     return ranked

@@ -81,6 +81,44 @@ class Row(TimedRow):
     rounds_us: list | None = None  # the median device time of each timing round (the row reports the faster)
 
 
+def measured_tiles(program: str, world: int, dims: dict[str, int], launch: dict) -> tuple[dict, dict, str]:
+    """(dims, launch, what was chosen) of the kernels `tilec taxes --measure / --timeline` times on a GPU: the tiles
+    and launch options given (-D BM=.., --num-warps ..) win; for a GEMM program (dims M, N, K) without them, the
+    config `tilec bench` tuned for this shape and world on this GPU (bsp's), else its first config for the shape
+    (Hopper tiles: 128x256x64, 8 warps), not the program's default tiles."""
+    from tilec.frontend.parser import parse_file
+
+    given = {k for k in ("BM", "BN", "BK") if k in dims}
+    try:
+        family = program_family(program)
+    except TilecError:
+        family = ""
+    if given or family != "gemm" or not torch.cuda.is_available():
+        return dims, launch, ""
+    ast = parse_file(program)
+    full = {d.name: d.default for d in ast.dims if d.default is not None} | dict(dims)
+    m, n, k = full["M"], full["N"], full["K"]
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    src = hashlib.sha256(Path(program).read_bytes()).hexdigest()[:12]
+    device = torch.cuda.get_device_name(0)
+    tuned = load_tuned()
+    cfg, how = None, ""
+    for key, val in tuned.items():
+        parts = key.split("|")
+        if len(parts) == 6 and parts[0] == src and parts[1] == "bsp" and parts[2] == f"{m}x{n}x{k}" \
+                and parts[3] == f"w{world}" and parts[5] == device:
+            cfg, how = tuple(val), "tuned by tilec bench (bsp's)"
+            break
+    if cfg is None:
+        cfg, how = gemm_configs(m, n, sms)[0], "tilec bench's first config for this shape (not tuned here)"
+    bm, bn, bk, nw, ns, gm = cfg
+    chosen = {"num_warps": nw, "num_stages": ns, "group_m": gm}
+    launch = {**launch, **{k: v for k, v in chosen.items() if launch.get(k) is None}}  # --num-warps .. still win
+    text = (f"measured tiles BM={bm} BN={bn} BK={bk}, {launch['num_warps']} warps, {launch['num_stages']} stages, "
+            f"group_m {launch['group_m']}: {how}; -D BM=.. to override")
+    return dims | {"BM": bm, "BN": bn, "BK": bk}, launch, text
+
+
 def timed_row(program: str, dims: dict, world: int, dtype: str, name: str, kind: str, t: Timing, flops: float,
               **kw) -> Row:
     return Row(program, dims, world, dtype, name, kind, round(t.device_us, 3), round(t.p10_us, 3),
@@ -337,11 +375,33 @@ def shape_sets(family: str) -> dict[str, list[tuple[int, ...]]]:
 
 
 def machine_tag(world: int) -> str:
+    from tilec.perf.measure import gpu_sharing
+
     if not torch.cuda.is_available():
         return "cpu"
     name = torch.cuda.get_device_name().lower()
     gpu = "h200" if "h200" in name else "h100" if "h100" in name else name.split()[-1]
+    sharing = gpu_sharing(world)
+    if sharing:  # ranks on fewer GPUs than ranks: h200-1gpu-mps (side by side) or h200-1gpu-time-sliced
+        return f"{gpu}-{torch.cuda.device_count()}gpu-{sharing}"
     return f"{gpu}-{world}gpu" if world == 1 else f"{gpu}-x{world}"
+
+
+SHARING_LABEL = {"mps": "one GPU split by MPS, links through HBM",
+                 "time-sliced": "ranks time-slice one GPU (no MPS): not side by side"}
+
+
+def label_shared_rows(rows: list[dict], world: int, meta: dict) -> None:
+    """Where ranks share a GPU, say how in the run's meta and on every row (an MPS row is not an NVLink row)."""
+    from tilec.perf.measure import gpu_sharing, sharing_note
+
+    how = gpu_sharing(world)
+    meta["gpu_sharing"] = how or "one GPU per rank"
+    if not how:
+        return
+    meta["gpu_sharing_note"] = sharing_note(world)
+    for r in rows:
+        r["note"] = f"{r['note']}; {SHARING_LABEL[how]}" if r.get("note") else SHARING_LABEL[how]
 
 
 def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, dtype: str, iters: int,
@@ -415,6 +475,7 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
                      "kv_bytes": "2 * B * S * HKV * D * element size, per rank per call",
                      "rel_err": "max |O - O_ref| / max |O_ref|; O_ref: the whole op in f32 recomputed from every"
                                 " rank's inputs where the cache is small, else the first baseline's output"})
+    label_shared_rows(rows, world, meta)
     tag = f"{Path(path).stem}_{shapes.replace(',', '+')}_{dtype}"
     out = Path(out_dir or f"benchmarks/results/{machine_tag(world)}")
     js, png = save_results(rows, out, tag, meta)

@@ -27,6 +27,38 @@ def device_key(heap) -> str:
     return CPU_KEY if heap.interpret else torch.cuda.get_device_name(heap.device)
 
 
+MPS_NOTE = ("one GPU split by MPS, links through HBM: {world} ranks run side by side, each on {sms} SMs; the times"
+            " measure barriers, launches, flag waits and overlap, not NVLink")
+TIME_SLICED_NOTE = ("ranks share {gpus} GPU(s) (world {world}) without MPS: they time-slice it, so the measured times"
+                    " say nothing about the barrier (BSP) tax of {world} GPUs")
+
+
+def gpu_sharing(world: int) -> str:
+    """How `world` ranks of this host share its GPUs: "" (a GPU per rank), "mps" (side by side, each on its share of
+    the SMs: benchmarks/runs/mps_world.sh) or "time-sliced" (one rank's kernels at a time)."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if not gpus or world <= gpus:
+        return ""
+    from tilec.runtime.launch import mps_client
+
+    return "mps" if mps_client() else "time-sliced"
+
+
+def mps_sms() -> int:
+    """The SMs this process's share gives it (what multi_processor_count reports under MPS)."""
+    return torch.cuda.get_device_properties(0).multi_processor_count
+
+
+def sharing_note(world: int) -> str:
+    """The label of measured rows where ranks share a GPU ("" where each has its own)."""
+    how = gpu_sharing(world)
+    if how == "mps":
+        return MPS_NOTE.format(world=world, sms=mps_sms())
+    if how == "time-sliced":
+        return TIME_SLICED_NOTE.format(gpus=torch.cuda.device_count(), world=world)
+    return ""
+
+
 def gpu_name() -> str:
     return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
 

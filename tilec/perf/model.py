@@ -70,6 +70,7 @@ class Machine:
     ce_latency_us: float = 5.6  # per issued copy: the driver's cudaMemcpyAsync call + the engine's start
     sms: int = 132
     l2_MB: float = 50.0
+    link: str = "nvlink"  # what a peer's memory is reached through: "hbm" for ranks side by side on one GPU (MPS)
 
     def save(self, path: str | os.PathLike) -> None:
         from tilec.fileio import write_atomic
@@ -92,6 +93,18 @@ class Machine:
 
 
 H200 = Machine()
+
+
+def mps_rank(m: Machine, world: int, sms: int) -> Machine:
+    """What one of `world` ranks side by side on one GPU under MPS has (benchmarks/runs/mps_world.sh): its `sms` of
+    the GPU's SMs, so that share of the GEMM and f32 rates; the GPU's HBM, shared by the ranks; and a link to a peer
+    that is the same HBM (a peer's heap is memory of this GPU). At world 2 on one H200 this gives a rank 375 TFLOP/s:
+    two torch.matmul of 8192x4608x36864 side by side ran 7.4-7.7 ms each (benchmarks/results/h200-1gpu-mps)."""
+    f = sms / m.sms
+    hbm = m.hbm_GBps / world
+    return replace(m, name=f"{m.name}: one of {world} ranks on one GPU under MPS ({sms} SMs, links through HBM)",
+                   gemm_tflops=m.gemm_tflops * f, f32_tflops=m.f32_tflops * f, hbm_GBps=hbm, link_GBps=hbm,
+                   link_latency_us=1.0, ce_link_GBps=min(m.ce_GBps, hbm), sms=sms, link="hbm")
 
 
 @dataclass(frozen=True)

@@ -588,8 +588,8 @@ def gpu_count() -> int:
         return 0
 
 
-SHARED_GPU_NOTE = ("ranks share {gpus} GPU(s) (world {world}): they time-slice it, so the measured times say "
-                   "nothing about the barrier (BSP) tax of {world} GPUs")
+SHARED_GPU_NOTE = ("ranks share {gpus} GPU(s) (world {world}) without MPS: they time-slice it, so the measured times "
+                   "say nothing about the barrier (BSP) tax of {world} GPUs")
 
 
 def measure_times(progs: list, iters: int = 20, warmup: int = 3) -> dict[str, tuple[float, str]]:
@@ -599,11 +599,12 @@ def measure_times(progs: list, iters: int = 20, warmup: int = 3) -> dict[str, tu
         raise TilecError("measuring needs a CUDA GPU (none is visible); the predicted columns need none")
     if not progs:
         return {}
+    from tilec.perf.measure import sharing_note
     from tilec.run_vs_reference import heap_bytes_for
     from tilec.runtime import spawn
 
     world = progs[0].world
-    note = SHARED_GPU_NOTE.format(gpus=gpus, world=world) if world > gpus else ""
+    note = sharing_note(world)
     per_rank = spawn("tilec.perf.taxes:_measure_rank", world, backend="iris",
                      heap_bytes=sum(heap_bytes_for(p) for p in progs), timeout=1800, args=(progs, iters, warmup))
     return {p.schedule: (max(r[p.schedule] for r in per_rank), note) for p in progs}

@@ -8,6 +8,7 @@ reads those tables, so the launch path is one piece of code, not a copy per modu
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 
 from tilec import settings
@@ -22,14 +23,23 @@ MAX_PROGRAMS_PER_SM = settings.value("TILEC_PROGRAMS_PER_SM")
 _EPOCH = -4  # where _args puts the epoch
 
 
+def mps_client() -> bool:
+    """Whether this process's CUDA work goes through an MPS server: a control daemon's pipe in
+    CUDA_MPS_PIPE_DIRECTORY (default /tmp/nvidia-mps). Its clients run side by side on one GPU, each on the share
+    of the SMs CUDA_MPS_ACTIVE_THREAD_PERCENTAGE gives it, which is what multi_processor_count then reports: the
+    persistent grids below are sized from that share (benchmarks/runs/mps_world.sh)."""
+    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps"
+    return os.path.exists(os.path.join(pipe, "control"))
+
+
 class LaunchContext:
     """What the launch path needs from the runtime: rank, barrier, heap bases, grid sizes and streams, and what it
     keeps between calls (compiled kernels, occupancy, the last call's launch plan). pdl, programs_per_sm,
     dma_streams: the program's options (settings.Options; None: the environment's defaults)."""
 
     def __init__(self, heap, timeout_ns: int, pdl: bool | None = None, programs_per_sm: int | None = None,
-                 dma_streams: int | None = None):
-        opts = settings.options(pdl=pdl, programs_per_sm=programs_per_sm, dma_streams=dma_streams)
+                 dma_streams: int | None = None, claim: str | None = None):
+        opts = settings.options(pdl=pdl, programs_per_sm=programs_per_sm, dma_streams=dma_streams, claim=claim)
         self.programs_per_sm, self.dma_streams = opts.programs_per_sm, opts.dma_streams
         self.heap = heap
         self.rank = heap.rank
@@ -52,12 +62,17 @@ class LaunchContext:
         # has finished, and waits for it on the device (griddepcontrol) before touching memory; what it saves
         # is the gap between kernels. tilec.compile(pdl=False) turns it off.
         self.pdl = False
+        # ranks side by side under MPS do not always get every SM their share reports (a persistent grid sized for
+        # it was seen with 60 of 66 programs resident beside a peer's): claims keep such grids from waiting on or
+        # idling behind programs still off the GPU (claim="on" / "off" forces them everywhere / nowhere: an A/B switch)
+        self.claim = opts.claim == "on" or (opts.claim == "auto" and not heap.interpret and mps_client())
         if heap.interpret:
             self.capacity = 1  # the interpreter runs a launch's programs one after another
         else:
             import torch
 
             props = torch.cuda.get_device_properties(heap.device)
+            # the SMs this process may use: under MPS its share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), not the GPU's
             self.capacity = props.multi_processor_count
             self.pdl = torch.version.hip is None and getattr(props, "major", 0) >= 9 and opts.pdl
 
@@ -136,6 +151,14 @@ def serial(mod) -> bool:
     return not any(k[3] for k in mod.KERNELS)
 
 
+def claims(ctx, entry, nprog: int) -> bool:
+    """Whether kernel `entry` at NPROG programs claims its tasks (tilec.device.first_task): a persistent kernel
+    without program groups that has more tasks than programs (with fewer, every task has a program of its own, and a
+    fold's sharing arrivals count on that), where LaunchContext.claim asks for it."""
+    _k, total, persistent, _c, _b, _share, groups, _params = entry
+    return getattr(ctx, "claim", False) and persistent and not groups and total > nprog
+
+
 def kernel_args(ctx, buffers, epoch, entry, nprog) -> tuple:
     """The positional arguments of one kernel of the KERNELS table, up to NPROG; the epoch at _EPOCH."""
     params = tuple(buffers[p] for p in entry[7])
@@ -152,18 +175,18 @@ def warmup(ctx, mod, buffers) -> None:
         k, total, persistent, _concurrent, _barrier, share, groups, _params = entry
         nprog = ctx.grid(total, persistent, share, groups, k)
         args = kernel_args(ctx, buffers, 1, entry, nprog)
-        compiled = _compile(ctx, mod, k, args, pdl)
+        compiled = _compile(ctx, mod, k, args, pdl, claims(ctx, entry, nprog))
         if persistent or groups:
             ctx.fit(k, compiled, mod.NUM_WARPS)
             more = ctx.grid(total, persistent, share, groups, k)
             if more != nprog:  # more programs fit per SM; NPROG is compiled in (a constant loop step), so again
                 nprog, args = more, kernel_args(ctx, buffers, 1, entry, more)
-                compiled = _compile(ctx, mod, k, args, pdl)
+                compiled = _compile(ctx, mod, k, args, pdl, claims(ctx, entry, nprog))
         ctx.compiled[(k, nprog, aligned(args), ctx.graph)] = compiled
 
 
-def _compile(ctx, mod, k, args, pdl: bool):
-    compiled = k.warmup(*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, PDL=pdl, grid=(1,),
+def _compile(ctx, mod, k, args, pdl: bool, claim: bool):
+    compiled = k.warmup(*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, PDL=pdl, CLAIM=claim, grid=(1,),
                         num_warps=mod.NUM_WARPS, num_stages=mod.NUM_STAGES, launch_pdl=pdl)
     if hasattr(compiled, "result"):  # Triton's asynchronous compile mode hands back a future
         compiled = compiled.result()
@@ -188,7 +211,7 @@ def _plan(ctx, buffers, i, entry):
         # cuPointerGetAttribute per pointer per launch. The plan lives only while the call's tensors stay the same.
         args = [a.data_ptr() if hasattr(a, "data_ptr") else a for a in args]
         runner = compiled[(nprog, 1, 1)]
-    return i if concurrent else 0, barrier_before, runner, k, nprog, args
+    return i if concurrent else 0, barrier_before, runner, k, nprog, args, claims(ctx, entry, nprog)
 
 
 def adversary_delay(rank: int, world: int, epoch: int) -> None:
@@ -228,7 +251,7 @@ def launch(ctx, mod, buffers, epoch, entry_barrier=True, only=None) -> None:
 
 def _launch_kernels(ctx, mod, epoch, only) -> None:
     pdl = ctx.pdl and serial(mod)
-    for i, (stream, barrier_before, runner, k, nprog, args) in enumerate(ctx.plan):
+    for i, (stream, barrier_before, runner, k, nprog, args, claim) in enumerate(ctx.plan):
         if only is not None and i not in only:
             continue
         if barrier_before:
@@ -238,9 +261,10 @@ def _launch_kernels(ctx, mod, epoch, only) -> None:
         args[_EPOCH] = epoch
         with ctx.stream(stream):
             if runner is not None:  # straight to the compiled kernel: skips the JIT's per-call argument binding
-                runner(*args, ctx.upcast_dot, ctx.graph, pdl)
+                runner(*args, ctx.upcast_dot, ctx.graph, pdl, claim)
             else:
-                k[(nprog,)](*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, PDL=pdl, num_warps=mod.NUM_WARPS,
+                k[(nprog,)](*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, PDL=pdl, CLAIM=claim,
+                            num_warps=mod.NUM_WARPS,
                             num_stages=mod.NUM_STAGES, launch_pdl=pdl)
     ctx.join_streams()
 

@@ -3,7 +3,7 @@
 # passes: lower, persist(merge=False, specialize=False, comm_share=0.25)
 # dims: M=256 N=192 K=128   tiles: BM=64 BN=64 BK=32
 # launch: num_warps=4 num_stages=3 group_m=8
-# settings: fold=on pdl=on wait_sleep_ns=0 programs_per_sm=2 dma_streams=4 wait_timeout=60
+# settings: fold=on pdl=on wait_sleep_ns=0 programs_per_sm=2 dma_streams=4 wait_timeout=60 claim=auto
 # The kernels are persistent loops over tile tasks; flags are epoch counters on the symmetric heap, so repeated calls
 # need no zeroing. tilec.compile(...)(...) runs it: tilec.runtime.launch reads the tables at the end of this file.
 import triton
@@ -29,11 +29,13 @@ TIMELINE_SLOTS = 0  # a timeline build: one (stage, program, start, waited, end)
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
 def k0_gather(A, Ag, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr, UPCAST_DOT: tl.constexpr,
-              GRAPH: tl.constexpr, PDL: tl.constexpr):
+              GRAPH: tl.constexpr, PDL: tl.constexpr, CLAIM: tl.constexpr = False):
     # stages: gather; 16 tasks
     pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
-    for task in range(pid, 16, NPROG):
+    claim = EPOCH_AT + 2  # CLAIM: this kernel's task counter (tilec.device.first_task)
+    task = td.first_task(pid, claim, CLAIM)
+    while task < 16:
         t = task
         # stage gather (examples/ag_gemm.tile:14): Ag[r*M/W + m, k] = A@r[m, k]
         k = t % 4 * 32
@@ -45,16 +47,20 @@ def k0_gather(A, Ag, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: 
         peer_r = td.peer_offset(heap_bases, rank, r, 2)
         a_tile = tl.load(A + peer_r + m_r[:, None] * 128 + k_r[None, :])
         tl.store(Ag + (128 * r + m_r)[:, None] * 128 + k_r[None, :], a_tile.to(tl.float16))
+        task = td.next_task(task, claim, NPROG, CLAIM)
+    td.claims_done(claim, NPROG, CLAIM)
     td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
 def k1_gemm(Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr, UPCAST_DOT: tl.constexpr,
-            GRAPH: tl.constexpr, PDL: tl.constexpr):
+            GRAPH: tl.constexpr, PDL: tl.constexpr, CLAIM: tl.constexpr = False):
     # stages: gemm; 12 tasks
     pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
-    for task in range(pid, 12, NPROG):
+    claim = EPOCH_AT + 4  # CLAIM: this kernel's task counter (tilec.device.first_task)
+    task = td.first_task(pid, claim, CLAIM)
+    while task < 12:
         t = task
         # stage gemm (examples/ag_gemm.tile:17): C[m, n] = sum k in K by BK: Ag[m, k] @ B[k, n]
         # grouped order: 8 rows of m-tiles share the n-tiles in L2
@@ -77,6 +83,8 @@ def k1_gemm(Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG:
             ag_ptrs += 32
             b_ptrs += 6144
         tl.store(C + m_r[:, None] * 192 + n_r[None, :], acc.to(tl.float16))
+        task = td.next_task(task, claim, NPROG, CLAIM)
+    td.claims_done(claim, NPROG, CLAIM)
     td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 

@@ -3,7 +3,7 @@
 # passes: lower, fuse-comm(mode=pull), replace-barriers(granularity=auto), persist(merge=True, specialize=False, comm_share=0.25)
 # dims: M=256 N=192 K=128   tiles: BM=64 BN=64 BK=32
 # launch: num_warps=4 num_stages=3 group_m=8
-# settings: fold=on pdl=on wait_sleep_ns=0 programs_per_sm=2 dma_streams=4 wait_timeout=60
+# settings: fold=on pdl=on wait_sleep_ns=0 programs_per_sm=2 dma_streams=4 wait_timeout=60 claim=auto
 # The kernels are persistent loops over tile tasks; flags are epoch counters on the symmetric heap, so repeated calls
 # need no zeroing. tilec.compile(...)(...) runs it: tilec.runtime.launch reads the tables at the end of this file.
 import triton
@@ -28,11 +28,13 @@ TIMELINE_SLOTS = 0  # a timeline build: one (stage, program, start, waited, end)
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
 def k0_gemm(B, A, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr, UPCAST_DOT: tl.constexpr,
-            GRAPH: tl.constexpr, PDL: tl.constexpr):
+            GRAPH: tl.constexpr, PDL: tl.constexpr, CLAIM: tl.constexpr = False):
     # stages: gemm; 12 tasks; persistent
     pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
-    for task in range(pid, 12, NPROG):
+    claim = EPOCH_AT + 2  # CLAIM: this kernel's task counter (tilec.device.first_task)
+    task = td.first_task(pid, claim, CLAIM)
+    while task < 12:
         t = task
         # stage gemm (examples/ag_gemm.tile:17): C[m, n] = sum k in K by BK: Ag[m, k] @ B[k, n]
         # grouped order: 8 rows of m-tiles share the n-tiles in L2
@@ -60,6 +62,8 @@ def k0_gemm(B, A, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: 
             acc = td.dot(a_tile, b_tile, acc, UPCAST_DOT, False)
             b_ptrs += 6144
         tl.store(C + m_r[:, None] * 192 + n_r[None, :], acc.to(tl.float16))
+        task = td.next_task(task, claim, NPROG, CLAIM)
+    td.claims_done(claim, NPROG, CLAIM)
     td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 

@@ -3,7 +3,7 @@
 # passes: lower, fuse-comm(mode=push), replace-barriers(granularity=auto), local-in-place(whole=True), coarsen-copies, persist(merge=True, specialize=False, comm_share=0.25), fold-last
 # dims: M=256 N=192 K=128   tiles: BM=64 BN=64 BK=32
 # launch: num_warps=4 num_stages=3 group_m=8
-# settings: fold=on pdl=on wait_sleep_ns=0 programs_per_sm=2 dma_streams=4 wait_timeout=60
+# settings: fold=on pdl=on wait_sleep_ns=0 programs_per_sm=2 dma_streams=4 wait_timeout=60 claim=auto
 # The kernels are persistent loops over tile tasks; flags are epoch counters on the symmetric heap, so repeated calls
 # need no zeroing. tilec.compile(...)(...) runs it: tilec.runtime.launch reads the tables at the end of this file.
 import triton
@@ -85,17 +85,19 @@ def gemm_task(t, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
 def k0_gather_gemm(A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr,
-                   UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr):
+                   UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr, CLAIM: tl.constexpr = False):
     # stages: gather, gemm; 14 tasks; persistent
     pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
-    for task in range(pid, 14, NPROG):
+    claim = EPOCH_AT + 2  # CLAIM: this kernel's task counter (tilec.device.first_task)
+    task = td.first_task(pid, claim, CLAIM)
+    while task < 14:
         # copies to the peers spread among this rank's own gemm tiles (in place, no waits), then the peers' tiles
         if task < 8:
             # program-major: a program's tasks are one stretch of that mix (a program takes every NPROG-th task)
             at = task
             if task < NPROG * (8 // NPROG):
-                at = pid * (8 // NPROG) + task // NPROG
+                at = task % NPROG * (8 // NPROG) + task // NPROG
             copied = at * 2 // 8  # copies before this task
             if (at + 1) * 2 // 8 > copied:
                 gather_task(copied, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
@@ -105,6 +107,8 @@ def k0_gather_gemm(A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeo
         else:
             gemm_task((task - 2 + rank * 6) % 12, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns,
                       UPCAST_DOT)
+        task = td.next_task(task, claim, NPROG, CLAIM)
+    td.claims_done(claim, NPROG, CLAIM)
     td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 

@@ -3,7 +3,7 @@
 # passes: lower, fuse-comm(mode=push), replace-barriers(granularity=auto), local-in-place(whole=True), coarsen-copies, persist(merge=True, specialize=False, comm_share=0.25), fold-last
 # dims: B=2 HKV=2 G=4 D=64 S=256   tiles: BS=128
 # launch: num_warps=4 num_stages=3 group_m=8
-# settings: fold=on pdl=on wait_sleep_ns=0 programs_per_sm=2 dma_streams=4 wait_timeout=60
+# settings: fold=on pdl=on wait_sleep_ns=0 programs_per_sm=2 dma_streams=4 wait_timeout=60 claim=auto
 # The kernels are persistent loops over tile tasks; flags are epoch counters on the symmetric heap, so repeated calls
 # need no zeroing. tilec.compile(...)(...) runs it: tilec.runtime.launch reads the tables at the end of this file.
 import triton
@@ -169,17 +169,22 @@ def combine_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
 def k0_split_local_exchange_combine(Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, O,
                                     ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr,
-                                    UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr):
+                                    UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr,
+                                    CLAIM: tl.constexpr = False):
     # stages: split, local, exchange, combine; 24 tasks; persistent
     pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
-    for task in range(pid, 24, NPROG):
+    claim = EPOCH_AT + 2  # CLAIM: this kernel's task counter (tilec.device.first_task)
+    task = td.first_task(pid, claim, CLAIM)
+    while task < 24:
         if task < 8:
             split_task(task, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, O, ERR,
                        heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
         else:
             combine_task(task - 8, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, O, ERR,
                          heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
+        task = td.next_task(task, claim, NPROG, CLAIM)
+    td.claims_done(claim, NPROG, CLAIM)
     td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 

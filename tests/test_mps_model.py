@@ -1,0 +1,59 @@
+"""The cost model of one rank among W side by side on one GPU under MPS (tilec.perf.model.mps_rank), and `auto`'s
+use of it: a rank computes at its SMs' share of the GPU, a peer's memory is that GPU's HBM, and fused-pull's re-reads
+of a peer (ruled out over NVLink) are then HBM and L2 reads that the model may rank."""
+
+from __future__ import annotations
+
+from tilec.perf import auto
+from tilec.perf.model import Machine, mps_rank
+from tilec.perf.taxes import TaxRow, taxes
+
+DIMS = dict(M=8192, N=4608, K=36864, BM=128, BN=256, BK=64)  # AG+GEMM, a paper shape, Hopper tiles
+
+
+def test_a_rank_under_mps_has_its_share_of_the_gpu():
+    m = mps_rank(Machine(), 2, 66)
+    assert (m.gemm_tflops, m.sms, m.link, m.link_GBps) == (375.0, 66, "hbm", 2100.0)
+    full, half = ({r.schedule: r for r in taxes("examples/ag_gemm.tile", 2, DIMS, mach, schedules=("bsp",))}
+                  for mach in (Machine(), m))
+    assert half["bsp"].compute_us == 2 * full["bsp"].compute_us  # the same tiles on half the SMs
+
+
+def test_auto_ranks_fused_pull_where_peers_are_on_the_same_gpu(monkeypatch):
+    over_nvlink = [s for s, _ in auto.rank_schedules("examples/ag_gemm.tile", 2, DIMS, Machine(), transports=("sm",))]
+    assert "fused-pull" not in over_nvlink  # its 5.4 GB of re-reads per call over NVLink
+    monkeypatch.delenv("TILEC_MACHINE", raising=False)
+    monkeypatch.setattr("tilec.perf.measure.gpu_sharing", lambda world: "mps")
+    monkeypatch.setattr("tilec.perf.measure.mps_sms", lambda: 66)
+    m = auto.machine(2)
+    assert m == mps_rank(Machine(), 2, 66)
+    ranked = dict(auto.rank_schedules("examples/ag_gemm.tile", 2, DIMS, m, transports=("sm",)))
+    assert "fused-pull" in ranked and ranked["bsp"] > ranked["fused-pull"]
+    assert all(isinstance(r, TaxRow) for r in taxes("examples/ag_gemm.tile", 2, DIMS, m, schedules=("fused-pull",)))
+
+
+def test_measured_tiles_are_the_benchs_not_the_programs_defaults(monkeypatch):
+    """`tilec taxes --measure / --timeline` on a GPU: a GEMM program without -D tiles is timed with tilec bench's
+    tuned config for the shape (bsp's), else its first Hopper config; given tiles and warps are kept."""
+    import hashlib
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import torch
+
+    from tilec.perf import bench
+    from tilec.perf.measure import store_tuned
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: SimpleNamespace(multi_processor_count=66))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev=None: "NVIDIA H200")
+    shape = {"M": 8192, "N": 4608, "K": 36864}
+    dims, launch, text = bench.measured_tiles("examples/ag_gemm.tile", 2, shape, {"num_warps": None})
+    assert (dims["BM"], dims["BN"], dims["BK"], launch["num_warps"], launch["group_m"]) == (128, 256, 64, 8, 8)
+    assert "first config" in text
+    kept = bench.measured_tiles("examples/ag_gemm.tile", 2, {**shape, "BM": 64}, {"num_warps": 4})
+    assert kept == ({**shape, "BM": 64}, {"num_warps": 4}, "")
+    src = hashlib.sha256(Path("examples/ag_gemm.tile").read_bytes()).hexdigest()[:12]
+    store_tuned({f"{src}|bsp|8192x4608x36864|w2|bf16|NVIDIA H200": [128, 128, 64, 4, 4, 8]})
+    dims, launch, text = bench.measured_tiles("examples/ag_gemm.tile", 2, shape, {"num_warps": 8})
+    assert (dims["BN"], launch["num_warps"], launch["num_stages"]) == (128, 8, 4) and "tuned" in text
