@@ -330,7 +330,7 @@ class CompiledProgram:
         rank when the ranks' placements differ (a symmetric argument at another offset would be read and written
         at the wrong addresses by its peers, silently)."""
         place = st["placement"]
-        digest = hashlib.blake2b(repr((self.program.name, self.dims, place)).encode(), digest_size=8).digest()
+        digest = hashlib.blake2b(repr(tuple(off for _n, off in place)).encode(), digest_size=8).digest()
         tags = heap.barrier(int.from_bytes(digest, "little") >> 1)
         if all(t == tags[heap.rank] for t in tags if t is not None):
             return
@@ -340,7 +340,8 @@ class CompiledProgram:
                                 f"offsets than rank {differ[0]}'s; every rank must allocate them in the same order")
         # every rank is in a call and saw the same digests: they exchange the offsets one by one (the failing path)
         if len(set(heap.barrier(len(place)))) > 1:
-            raise ArgumentError(f"{self.program.name}: the ranks call different programs at once")
+            raise ArgumentError(f"{self.program.name}: the ranks call programs of different symmetric arguments at "
+                                "once")
         for name, off in place:
             offs = heap.barrier(off)
             if len(set(offs)) == 1:
@@ -357,7 +358,6 @@ class CompiledProgram:
             raise ArgumentError(f"{self.program.name}: its internal buffers and flags (allocated at its first call on "
                                 f"this heap) lie at byte offset {where}, and peers address them at their own; "
                                 "allocate the same tensors in the same order on every rank before the first call")
-        raise ArgumentError(f"{self.program.name}: the ranks call different programs (or shapes) at once")
 
     def ready(self, heap=None) -> bool:
         """Whether a call has set this program up on the heap (its buffers allocated and zeroed, its kernels
