@@ -41,6 +41,8 @@ from tests.gen_programs import (
     valid_combos,
 )
 from tilec.errors import ScheduleError
+from tilec.ir.graph import dma_stages
+from tilec.ir.types import ME
 from tilec.perf.auto import compile_variant
 from tilec.runtime import spawn
 
@@ -80,21 +82,30 @@ def _all_to_all_pull(prog) -> bool:
     return any("rank" in p for p in re.findall(r"pull\(([^)]*) via ", prog.show()))
 
 
-def find_program(c: Combo, first_seed: int, tries: int = TRIES):
-    """(program, compiled) for combo `c`: the first of `tries` generated programs (seeds from first_seed, focused
-    ones where a schedule transforms gathers) that `c`'s options compile, or None. A fused-pull row at world 2+
-    takes an all-to-all pull where one of them has it. Anything but a ScheduleError is a failure."""
+def _pushes_on_copy_engines(prog) -> bool:
+    """A copy engine stage stores into peers (a push: the senders set the peers' counters)."""
+    return any(st.access.rank != ME for s in dma_stages(prog.graph) for st in s.body)
+
+
+def find_program(c: Combo, first_seed: int, tries: int = TRIES, push: bool = False):
+    """(program, compiled) for combo `c`: the first of `tries` generated programs (seeds from first_seed; mostly
+    focused ones, a gather or a push of an input first, where a schedule transforms gathers or a transport moves
+    copies) that `c`'s options compile, or None. Preferred where one of them has it: at world 2+, an all-to-all
+    pull in a fused-pull row, and in a dma row with `push`, a copy-engine stage that pushes. Anything but a
+    ScheduleError is a failure."""
     found = None
-    gathers = c.schedule not in ("bsp", "flags") or c.transport == "dma"
+    cycle = (True, "push", True, False) if c.schedule not in ("bsp", "flags") or c.transport == "dma" else \
+        (False, True, False, "push")
     for k in range(tries):
-        g = generate(first_seed + k, c.world, focus=(k % 4 != 3) if gathers else k % 2 == 1, dtype=c.dtype)
+        g = generate(first_seed + k, c.world, focus=cycle[k % 4], dtype=c.dtype)
         try:
             prog = compile_combo(g, c)
         except ScheduleError:
             continue
         except Exception as e:  # a generated program is valid: only a schedule may refuse it
             raise AssertionError(f"{g.name} under {c.label}: compile raised {type(e).__name__}: {e}\n{g.text}") from e
-        if not (c.schedule == "fused-pull" and c.world > 1) or _all_to_all_pull(prog):
+        if c.world == 1 or (c.schedule != "fused-pull" or _all_to_all_pull(prog)) and \
+                (c.transport != "dma" or not push or _pushes_on_copy_engines(prog)):
             return g, prog
         found = found or (g, prog)
     return found
@@ -103,7 +114,7 @@ def find_program(c: Combo, first_seed: int, tries: int = TRIES):
 @cache
 def default_plan() -> tuple[tuple, frozenset]:
     """The default run's rows ((combo, (program, compiled)), ...) and what they leave uncovered (nothing)."""
-    rows, left = covering(lambda c, i: find_program(c, 30_000 + 1000 * i))
+    rows, left = covering(lambda c, i: find_program(c, 30_000 + 1000 * i, push=i % 2 == 0))
     return tuple(rows), frozenset(left)
 
 
