@@ -1,10 +1,13 @@
-"""Generated programs (tests/gen_programs.py) under every schedule that accepts them, worlds 1-4, against torch.
+"""Generated programs (tests/gen_programs.py) under option combinations, worlds 1-4, against torch.
 
-Each world compiles its programs with every schedule (a ScheduleError with its reason is fine: that schedule does
-not apply; any other error fails), then runs every compiled pair in one spawn, two calls with different inputs, and
-compares every output element the program writes with the generator's torch model. The default run is short;
-`pytest -m gen_long tests/test_generated_programs.py` runs many more programs (TILEC_GEN_LONG per world, seeds from
-TILEC_GEN_SEED).
+Every run draws the options together: schedule, transport, granularity, start_local, group_m, world and dtype
+(gen_programs.OPTIONS). The default run is a covering array of them (gen_programs.covering): every pair of option
+values, and every triple of schedule x transport x granularity and transport x granularity x world, is run at least
+once, each row with a generated program it compiles (the first of a few seeds; a ScheduleError means that schedule
+does not apply to that program, and the next seed is drawn), one spawn per world, two calls with different inputs
+under the CPU adversary, every output element the program writes compared with the generator's torch model.
+`pytest -m gen_long tests/test_generated_programs.py` runs the full product of the options (a program each) and,
+as before, many programs under every schedule (TILEC_GEN_LONG per world, seeds from TILEC_GEN_SEED).
 """
 
 from __future__ import annotations
@@ -12,23 +15,43 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
+from functools import cache
 
 import pytest
 import torch
 
+import tilec
 from tests import _workers
 from tests._util import SCHEDULES, make_calls
-from tests.gen_programs import Frame, GenProgram, Idx, Invalid, Load, Node, Stage, Tensor, generate
+from tests.gen_programs import (
+    DMA_SCHEDULES,
+    OPTIONS,
+    Combo,
+    Frame,
+    GenProgram,
+    Idx,
+    Invalid,
+    Load,
+    Node,
+    Stage,
+    Tensor,
+    covering,
+    generate,
+    interactions,
+    valid_combos,
+)
 from tilec.errors import ScheduleError
+from tilec.ir.graph import dma_stages
+from tilec.ir.types import ME
 from tilec.perf.auto import compile_variant
 from tilec.runtime import spawn
 
 pytestmark = pytest.mark.usefixtures("no_shm_leftovers")
 
 WORLDS = (1, 2, 3, 4)
-SHORT = 3  # programs per world in the default run
-FOCUSED = 4  # and programs that start with an all-to-all gather (generate(focus=True))
 CALLS = 2
+TRIES = 40  # seeds drawn for a combo before it counts as one no generated program takes
+ADVERSARY = "0.05"  # seconds a rank's kernels (and every rank's copy engines) start late: waits really wait
 
 # programs that found compiler bugs, run with the default run of their world: (seed, focus, world, schedule, what the
 # fixed compiler says or None (it runs and matches torch), what was wrong). test_regressions_still_show_their_bug
@@ -49,6 +72,85 @@ def _compile(g, variant):
     return compile_variant(f"tests/generated/{g.name}.tile", g.world, variant, source=g.text)
 
 
+def compile_combo(g: GenProgram, c: Combo):
+    return tilec.compile(f"tests/generated/{g.name}.tile", c.world, c.schedule, source=g.text, transport=c.transport,
+                         granularity=c.granularity, start_local=c.start_local, group_m=c.group_m)
+
+
+def _all_to_all_pull(prog) -> bool:
+    """fused-pull fused a copy whose source index has `rank` into its consumer (the class it once got wrong)."""
+    return any("rank" in p for p in re.findall(r"pull\(([^)]*) via ", prog.show()))
+
+
+def _pushes_on_copy_engines(prog) -> bool:
+    """A copy engine stage stores into peers (a push: the senders set the peers' counters)."""
+    return any(st.access.rank != ME for s in dma_stages(prog.graph) for st in s.body)
+
+
+def find_program(c: Combo, first_seed: int, tries: int = TRIES, push: bool = False):
+    """(program, compiled) for combo `c`: the first of `tries` generated programs (seeds from first_seed; mostly
+    focused ones, a gather or a push of an input first, where a schedule transforms gathers or a transport moves
+    copies) that `c`'s options compile, or None. Preferred where one of them has it: at world 2+, an all-to-all
+    pull in a fused-pull row, and in a dma row with `push`, a copy-engine stage that pushes. Anything but a
+    ScheduleError is a failure."""
+    found = None
+    cycle = (True, "push", True, False) if c.schedule not in ("bsp", "flags") or c.transport == "dma" else \
+        (False, True, False, "push")
+    for k in range(tries):
+        g = generate(first_seed + k, c.world, focus=cycle[k % 4], dtype=c.dtype)
+        try:
+            prog = compile_combo(g, c)
+        except ScheduleError:
+            continue
+        except Exception as e:  # a generated program is valid: only a schedule may refuse it
+            raise AssertionError(f"{g.name} under {c.label}: compile raised {type(e).__name__}: {e}\n{g.text}") from e
+        if c.world == 1 or (c.schedule != "fused-pull" or _all_to_all_pull(prog)) and \
+                (c.transport != "dma" or not push or _pushes_on_copy_engines(prog)):
+            return g, prog
+        found = found or (g, prog)
+    return found
+
+
+@cache
+def default_plan() -> tuple[tuple, frozenset]:
+    """The default run's rows ((combo, (program, compiled)), ...) and what they leave uncovered (nothing)."""
+    rows, left = covering(lambda c, i: find_program(c, 30_000 + 1000 * i, push=i % 2 == 0))
+    return tuple(rows), frozenset(left)
+
+
+def run_cases(world: int, cases) -> tuple[list[str], Counter]:
+    """Run every (label, program, compiled) of `cases` at `world` in one spawn, two calls each, under the adversary;
+    returns (failures, {(label, outcome): n})."""
+    failures: list[str] = []
+    stats: Counter = Counter()
+    batch, meta = [], {}
+    for i, (label, g, prog) in enumerate(cases):
+        calls = make_calls(prog, CALLS, seed=g.seed * 10 + i + 100 * world)
+        meta[(g.name, label)] = (g, calls)
+        batch.append(((g.name, label), prog, calls, g.plain))
+    if not batch:
+        return failures, stats
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TILEC_CPU_ADVERSARY", ADVERSARY)  # rank processes inherit it
+    try:
+        results = spawn(_workers.run_cases, world, heap_bytes=1 << 24, timeout=900, args=(batch,))
+    finally:
+        mp.undo()
+    for (name, label), (g, calls) in meta.items():
+        bad = []
+        for c, ins in enumerate(calls):
+            for r, want in enumerate(g.expect(ins)):
+                got = results[r][(name, label)][c]
+                for out, (value, mask) in want.items():
+                    err = _rel_err(got[out].float()[mask], value[mask])
+                    if not err <= g.tol:
+                        bad.append(f"rank {r} call {c + 1} {out}: relative error {err:.3g} > {g.tol:g}")
+        stats[label, "ran" if not bad else "WRONG"] += 1
+        if bad:
+            failures.append(f"{name} under {label}: " + "; ".join(bad[:4]) + f"\n{g.text}")
+    return failures, stats
+
+
 def _rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     if torch.isnan(got).any():
         return float("inf")
@@ -58,57 +160,90 @@ def _rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 def run_world(world: int, specs) -> tuple[list[str], Counter]:
-    """Compile, run and check every program of `specs` ((seed, focus) pairs) at `world`; returns (failures,
-    {(schedule, outcome): n})."""
+    """Compile every program of `specs` ((seed, focus) pairs) at `world` under every schedule of VARIANTS (default
+    options) and run what compiles; returns (failures, {(schedule, outcome): n})."""
     failures: list[str] = []
     stats: Counter = Counter()
-    batch, meta = [], {}
+    cases = []
     for seed, focus in specs:
         g = generate(seed, world, focus=focus)
-        for i, s in enumerate(VARIANTS):
+        for s in VARIANTS:
             where = f"{g.name} schedule {s}"
             try:
-                prog = _compile(g, s)
+                cases.append((s, g, _compile(g, s)))
             except ScheduleError as e:
                 stats[s, "does not apply"] += 1
                 if s == "bsp" or not str(e).strip():
                     failures.append(f"{where}: {e}\n{g.text}")
-                continue
             except Exception as e:  # a generated program is valid: only a schedule may refuse it
                 failures.append(f"{where}: compile raised {type(e).__name__}: {e}\n{g.text}")
                 stats[s, "error"] += 1
-                continue
-            calls = make_calls(prog, CALLS, seed=seed * 10 + i + 100 * world + 50_000 * focus)
-            meta[(g.name, s)] = (g, calls)
-            batch.append(((g.name, s), prog, calls, g.plain))
-    if not batch:
-        return failures, stats
-    results = spawn(_workers.run_cases, world, heap_bytes=1 << 24, timeout=900, args=(batch,))
-    for (name, s), (g, calls) in meta.items():
-        bad = []
-        for c, ins in enumerate(calls):
-            for r, want in enumerate(g.expect(ins)):
-                got = results[r][(name, s)][c]
-                for out, (value, mask) in want.items():
-                    err = _rel_err(got[out].float()[mask], value[mask])
-                    if not err <= g.tol:
-                        bad.append(f"rank {r} call {c + 1} {out}: relative error {err:.3g} > {g.tol:g}")
-        stats[s, "ran" if not bad else "WRONG"] += 1
-        if bad:
-            failures.append(f"{name} schedule {s}: " + "; ".join(bad[:4]) + f"\n{g.text}")
-    return failures, stats
+    more, ran = run_cases(world, cases)
+    return failures + more, stats + ran
 
 
-def _check(world: int, specs) -> None:
-    failures, stats = run_world(world, specs)
+def _check(failures: list[str], stats: Counter) -> None:
     assert not failures, f"{len(failures)} failure(s) ({dict(stats)}):\n\n" + "\n\n".join(failures)
 
 
 @pytest.mark.parametrize("world", WORLDS, ids=lambda w: f"w{w}")
-def test_generated_programs_match_torch(world):
-    specs = [*((s, False) for s in range(SHORT)), *((s, True) for s in range(FOCUSED)),
-             *((s, f) for s, f, w, *_ in REGRESSIONS if w == world)]
-    _check(world, list(dict.fromkeys(specs)))
+def test_option_combinations_match_torch(world):
+    """The covering array's rows of this world, and the regression programs of this world, in one spawn."""
+    rows, _left = default_plan()
+    cases = [(c.label, g, prog) for c, (g, prog) in rows if c.world == world]
+    for seed, focus, w, schedule, says, _what in REGRESSIONS:
+        if w == world and says is None:
+            g = generate(seed, world, focus=focus)
+            cases.append((schedule, g, _compile(g, schedule)))
+    assert cases
+    _check(*run_cases(world, cases))
+
+
+def test_the_default_run_covers_every_pair_of_options():
+    """Every pair of option values (and the triples gen_programs.TRIPLES names) that a valid combo holds is held by
+    a row of the default run, each row with a program its options compile."""
+    rows, left = default_plan()
+    assert not left, f"no generated program runs under: {sorted(left)[:8]}"
+    held = set().union(*(interactions(c) for c, _p in rows))
+    for name, values in OPTIONS.items():
+        for other, others in OPTIONS.items():
+            if name < other:
+                for a in values:
+                    for b in others:
+                        pair = tuple(sorted(((name, a), (other, b)), key=lambda x: list(OPTIONS).index(x[0])))
+                        possible = any(getattr(c, name) == a and getattr(c, other) == b for c in valid_combos())
+                        assert not possible or pair in held, pair
+    assert len(rows) <= 48  # the default run stays a few dozen programs
+
+
+def test_dma_is_refused_where_a_schedule_leaves_no_copy_stage_on_flags():
+    """The combos the covering array leaves out: transport=dma under bsp and fused-pull, on programs they take
+    with transport=sm, is a ScheduleError saying why."""
+    for schedule in OPTIONS["schedule"]:
+        if schedule not in DMA_SCHEDULES:
+            sm = Combo(schedule, "sm", "auto", False, 8, 2, "f32")
+            g, _prog = find_program(sm, 100)
+            with pytest.raises(ScheduleError, match="transport=dma(: no copy stage| needs flags)"):
+                compile_combo(g, Combo(**{**sm.__dict__, "transport": "dma"}))
+
+
+@pytest.mark.slow
+@pytest.mark.gen_long
+@pytest.mark.parametrize("schedule", OPTIONS["schedule"])
+@pytest.mark.parametrize("world", WORLDS, ids=lambda w: f"w{w}")
+def test_every_option_combination_matches_torch(world, schedule):
+    """The full product of the options (gen_programs.valid_combos) of this world and schedule, a program each."""
+    first = int(os.environ.get("TILEC_GEN_SEED", "1000"))
+    cases, none = [], []
+    for i, c in enumerate(x for x in valid_combos() if x.world == world and x.schedule == schedule):
+        found = find_program(c, first + 1000 * i)
+        if found is None:
+            none.append(c.label)
+            continue
+        cases.append((c.label, *found))
+    failures, stats = run_cases(world, cases)
+    stats["no program"] = len(none)
+    _check(failures, stats)
 
 
 @pytest.mark.slow
@@ -116,7 +251,7 @@ def test_generated_programs_match_torch(world):
 @pytest.mark.parametrize("world", WORLDS, ids=lambda w: f"w{w}")
 def test_many_generated_programs_match_torch(world):
     first, n = int(os.environ.get("TILEC_GEN_SEED", "1000")), int(os.environ.get("TILEC_GEN_LONG", "40"))
-    _check(world, [(s, s % 4 == 0) for s in range(first, first + n)])  # a quarter focused
+    _check(*run_world(world, [(s, s % 4 == 0) for s in range(first, first + n)]))  # a quarter focused
 
 
 # -- the generator itself (no spawn) ---------------------------------------------------------------------------------
@@ -250,14 +385,9 @@ def test_regressions_still_show_their_bug(seed, focus, world, schedule, says, wh
 
 
 def test_default_run_has_all_to_all_pulls_at_every_world():
-    """The fused-pull miscompile of a copy whose source index has `rank` (wrong on every rank but 0) is what the
-    focused programs of the default run are for: at worlds 2-4 some of them fuse such a copy into its consumer."""
+    """The fused-pull miscompile of a copy whose source index has `rank` (wrong on every rank but 0): at worlds 2-4
+    the default run's fused-pull rows fuse such a copy into its consumer."""
+    rows, _left = default_plan()
     for world in WORLDS[1:]:
-        fused = []
-        for seed in range(FOCUSED):
-            try:
-                shown = _compile(generate(seed, world, focus=True), "fused-pull").show()
-            except ScheduleError:
-                continue
-            fused += [p for p in re.findall(r"pull\(([^)]*) via ", shown) if "rank" in p]
-        assert fused, f"no focused program of world {world} pulls a copy whose source index has `rank`"
+        pulls = [prog for c, (_g, prog) in rows if c.world == world and c.schedule == "fused-pull"]
+        assert any(_all_to_all_pull(p) for p in pulls), f"no fused-pull row of world {world} pulls an all-to-all"

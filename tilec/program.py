@@ -299,6 +299,7 @@ class CompiledProgram:
         key = _args_key(tensors)
         if key is None or st.get("checked") != key:  # the same tensors as last call need no second look, nor a
             self.check_args(heap, tensors, st)       # new launch plan
+            st["placement"] = self._placement(heap, tensors, st)
             st["checked"] = key
             ctx.plan = None
         bufs = {**st["bufs"], **tensors}
@@ -310,16 +311,59 @@ class CompiledProgram:
                 if device_epoch:  # compiled now: a later call may be the one a graph capture records
                     launch.device_barrier(ctx, bufs["BARRIER"], bufs["ERR"], warm=True)
                 if device_barrier and entry_barrier:  # a peer's first arrival must not land before this rank
-                    heap.barrier()  # zeroed its counters (just allocated): one host barrier, on the first call only
+                    self._enter(heap, st)  # zeroed its counters (just allocated): one host barrier, on the first call
                 st["warm"] = True
+            entered = entry_barrier and not device_barrier
+            if entered:  # the entry barrier, which also checks every rank's placement (before the epoch moves on)
+                self._enter(heap, st)
             st["epoch"] += 1
             if ctx.graph is True:  # (a one-kernel call advances it itself: launch.graph_mode)
                 bufs["EPOCH"][:1].add_(1)
             ctx.device_barrier = (bufs["BARRIER"], bufs["ERR"]) if device_barrier else None
-            launch.launch(ctx, mod, bufs, st["epoch"], entry_barrier, only)
+            launch.launch(ctx, mod, bufs, st["epoch"], entry_barrier, only, entered=entered)
         finally:
             ctx.graph, ctx.device_barrier = False, None
         return self._finish(heap, st, tensors) if sync else None
+
+    def _placement(self, heap, tensors: dict, st: dict) -> tuple[tuple[str, int], ...]:
+        """Where this rank's symmetric arguments and this program's internal buffers lie in its heap (byte offsets):
+        a peer reads and writes them at this rank's offsets (heap bases differ, offsets must not)."""
+        out = [(n, heap.offset_of(tensors[n])) for n, (_k, _d, _s, sym) in self.signature().items() if sym]
+        return (*out, ("", st["span"][0]))  # "": the internal buffers and flags, allocated at the first call
+
+    def _enter(self, heap, st: dict) -> None:
+        """The entry barrier of a call, carrying a digest of this rank's placement: raises ArgumentError on every
+        rank when the ranks' placements differ (a symmetric argument at another offset would be read and written
+        at the wrong addresses by its peers, silently)."""
+        place = st["placement"]
+        digest = hashlib.blake2b(repr(tuple(off for _n, off in place)).encode(), digest_size=8).digest()
+        tags = heap.barrier(int.from_bytes(digest, "little") >> 1)
+        if all(t == tags[heap.rank] for t in tags if t is not None):
+            return
+        if any(t is None for t in tags):  # a rank stands in a plain barrier, not in a call: no second round
+            differ = [r for r, t in enumerate(tags) if t is not None and t != tags[heap.rank]]
+            raise ArgumentError(f"{self.program.name}: rank {heap.rank}'s symmetric arguments lie at other heap "
+                                f"offsets than rank {differ[0]}'s; every rank must allocate them in the same order")
+        # every rank is in a call and saw the same digests: they exchange the offsets one by one (the failing path)
+        if len(set(heap.barrier(len(place)))) > 1:
+            raise ArgumentError(f"{self.program.name}: the ranks call programs of different symmetric arguments at "
+                                "once")
+        for name, off in place:
+            offs = heap.barrier(off)
+            if len(set(offs)) == 1:
+                continue
+            at = {}
+            for r, o in enumerate(offs):
+                at.setdefault(o, []).append(r)
+            where = "; ".join(f"{o} on rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs[:8]))}"
+                              + (", ..." if len(rs) > 8 else "") for o, rs in sorted(at.items(), key=lambda x: x[1]))
+            if name:
+                raise ArgumentError(f"argument '{name}': declared symmetric, so peers address it at the heap offset it "
+                                    f"has on their own rank, but it lies at byte offset {where}; allocate the "
+                                    "symmetric tensors in the same order and sizes on every rank")
+            raise ArgumentError(f"{self.program.name}: its internal buffers and flags (allocated at its first call on "
+                                f"this heap) lie at byte offset {where}, and peers address them at their own; "
+                                "allocate the same tensors in the same order on every rank before the first call")
 
     def ready(self, heap=None) -> bool:
         """Whether a call has set this program up on the heap (its buffers allocated and zeroed, its kernels

@@ -18,8 +18,9 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 
+from tilec.errors import ScheduleError
 from tilec.ir import regions
-from tilec.ir.graph import dma_stages, flags, tensor
+from tilec.ir.graph import Flag, dma_stages, flags, tensor
 from tilec.ir.queries import flag_dims
 from tilec.ir.tiling import strides
 from tilec.ir.types import ME, Var
@@ -35,8 +36,7 @@ def dma_table(g: nx.DiGraph) -> dict[int, list[tuple]]:
         chunks: dict[tuple, list] = {}
         for s in dma_stages(g):
             for st in s.body:
-                f = next((x for x in flags(g) if x.producer == s.name and x.write == st.access), None)
-                for key, box in _boxes(g, s, st, f, q):
+                for key, box in _boxes(g, s, st, store_flag(g, s.name, st.access), q):
                     chunks.setdefault(key, []).append(box)
         rows = []
         for (param, counter, owner), boxes in chunks.items():
@@ -47,7 +47,33 @@ def dma_table(g: nx.DiGraph) -> dict[int, list[tuple]]:
         rows.sort(key=lambda r: ((peer(r[3][0], q) - q) % world if r[3] else 0, r[0] or "", r[1]))
         if rows:
             out[q] = rows
+    _one_chunk_per_counter(out)
     return out
+
+
+def _one_chunk_per_counter(table: dict[int, list[tuple]]) -> None:
+    """A chunk sets its counter to the call's epoch (it cannot add to it), so two chunks setting one counter would
+    let its readers go once the first landed: refused here, whatever pass made such a plan (transport.one_sender
+    gives each sending rank counters of its own)."""
+    setter: dict[tuple, int] = {}
+    for q, rows in table.items():
+        for param, counter, owner, _copies in rows:
+            if param is None:
+                continue
+            first = setter.setdefault((param, counter, owner), q)
+            if first != q:
+                raise ScheduleError(f"transport=dma: ranks {first} and {q} would both set counter {counter} of"
+                                    f" {param} on rank {owner}; a copy engine sets a counter, it cannot count"
+                                    " senders (use transport=sm for this stage)")
+
+
+def store_flag(g: nx.DiGraph, stage: str, write) -> Flag | None:
+    """The flag that readies the tiles of one store of a dma stage, as that store defines its counters: a flag
+    shared by several stores (`Ag+Bg.gather`) counts each store's tiles, so they join the chunk of its counter."""
+    for f in flags(g):
+        if f.producer == stage and write in (f.write, *(a for a, _k in f.also)):
+            return f.member(write.tensor)
+    return None
 
 
 def peer(copy: tuple, q: int) -> int:

@@ -7,6 +7,14 @@ counter, setting each chunk's counter right after the chunk's copies (runtime/dm
 codegen/dma.py's DMA_COPIES). A chunk sets its counter once per call, so the stage's flags count 1 per call.
 Consumers wait per tile exactly as on SM-moved tiles.
 
+A copy engine sets a counter to the call's epoch; it cannot add to it. So a counter must be set by one chunk of
+one rank: where a pushing stage's flag counts the tiles that several ranks push into one peer with one counter
+(granularity=tensor: one counter per peer for every sender), each sending rank gets counters of its own (`rank`
+joins the flag's key) and readers wait for every sender's; a flag that cannot be split so is a ScheduleError.
+
+  Before:  flag Ag.gather [-] (tensor), +2 per call: both ranks' pushes into rank p's one counter
+  After:   flag Ag.gather [rank], +1 per call: rank q's pushes into rank p set counter q of rank p
+
 mode: dma (every qualifying copy stage; a ScheduleError when none qualifies), auto (sm everywhere, the graph
 unchanged: the pass sits below the cost model, and the choice per shape is tilec.perf.auto's, which compiles the
 variant it ranks first with transport=dma or sm), or per stage, `STAGE=MODE,...` (e.g. `gather=dma`: a named
@@ -24,8 +32,10 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.errors import ScheduleError
-from tilec.ir.graph import DMA, FLAGS, SM, Stage, flags, stages, sync
-from tilec.ir.types import Load
+from tilec.ir.graph import DMA, FLAGS, SM, Flag, Stage, flags, sid, stages, sync
+from tilec.ir.tiling import flag_size, invert
+from tilec.ir.types import ME, Load, Var
+from tilec.ir.wait_plan import release_signature
 
 from .base import Pass
 
@@ -115,5 +125,34 @@ class Transport(Pass):
             if d["kind"] == "stage" and p.name in picked:
                 d["payload"] = replace(p, transport=DMA)
             elif d["kind"] == "flag" and p.producer in picked:
-                d["payload"] = replace(p, count=1)  # one counter write per chunk (a chunk is one counter)
+                # one counter write per chunk (a chunk is one counter), one chunk per counter
+                d["payload"] = replace(one_sender(g, p), count=1)
         return g
+
+
+def one_sender(g: nx.DiGraph, f: Flag) -> Flag:
+    """Flag `f` of a copy-engine stage with every counter set by one rank's chunk: a push flag whose key leaves
+    out the sending rank (`rank`) gets it in its key, so each sender sets counters of its own; a ScheduleError
+    where the written index does not name the sender."""
+    world = g.graph["program"].world
+    if world == 1 or f.write.rank == ME:  # pulls: the rank that copies owns the counters, one chunk each
+        return f
+    p = g.nodes[sid(f.producer)]["payload"]
+    members = [(f.write, f.key), *f.also]
+    if all(ME in key for _w, key in members):
+        return f
+    loops = {v.name: v for v in p.loops} | {ME: Var(ME, "me", world, 1, p.loc)}
+    split = []
+    for write, key in members:
+        if ME not in {v for a in write.index for v in a.vars}:
+            raise ScheduleError(f"transport=dma: stage '{p.name}' pushes {write} from every rank into one counter of"
+                                f" flag {f.name}, and its index does not say which rank sent a tile; a copy engine"
+                                " sets a counter, it cannot count senders (use transport=sm for this stage)")
+        split.append((write, key if ME in key else (*key, ME)))
+    dims = invert(split[0][0], loops, set(split[0][1]), world, f"transport=dma for stage '{p.name}'")
+    out = replace(f, key=split[0][1], size=flag_size(dims), also=tuple(split[1:]))
+    sigs = {release_signature(out.member(w.tensor), p, world) for w, _k in split}
+    if len(sigs) > 1:
+        raise ScheduleError(f"transport=dma: stage '{p.name}' shares flag {f.name} between its stores, and with a"
+                            " counter per sending rank they would count different tiles (use transport=sm for it)")
+    return out

@@ -121,9 +121,9 @@ class ShmHeap(Heap):
         self._check_open()
         return self._bases
 
-    def barrier(self) -> None:
+    def barrier(self, tag: int | None = None) -> list[int | None]:
         self._check_open()
-        self.host_barrier()
+        return self.host_barrier(tag)
 
     def peer_view(self, t: torch.Tensor, rank: int) -> torch.Tensor:
         off = self.offset_of(t)

@@ -148,14 +148,17 @@ class Heap(abc.ABC):
         """int64 [world] tensor on `device`: each rank's heap base address as seen by this process."""
 
     @abc.abstractmethod
-    def barrier(self) -> None:
-        """Cross-rank barrier (every rank must call it); also waits for this rank's queued device work."""
+    def barrier(self, tag: int | None = None) -> list[int | None]:
+        """Cross-rank barrier (every rank must call it); also waits for this rank's queued device work. `tag`: an
+        int (63 bits) this rank shows the others at the barrier; returns every rank's, rank by rank (None where a
+        rank gave none). A program call's entry barrier carries the placement of its symmetric arguments."""
 
-    def host_barrier(self) -> None:
-        """A torch.distributed barrier over `self.group` (None: the default group) that gives up after
-        `self.timeout` seconds, and within seconds when a peer's process dies or stays stopped (PeerLost naming
-        it), instead of hanging (dist.barrier waits for the group's timeout, and forever on a stopped peer). The
-        first one also tells every rank its peers' pids."""
+    def host_barrier(self, tag: int | None = None) -> list[int | None]:
+        """A barrier over `self.group` (None: the default group) that gives up after `self.timeout` seconds, and
+        within seconds when a peer's process dies or stays stopped (PeerLost naming it), instead of hanging
+        (dist.barrier waits for the group's timeout, and forever on a stopped peer). Every barrier is the same
+        collective, an all-gather of (has a tag, tag), so tagged and untagged barriers of different ranks meet.
+        The first one also tells every rank its peers' pids."""
         import os
 
         import torch.distributed as dist
@@ -166,18 +169,22 @@ class Heap(abc.ABC):
         if not (dist.is_available() and dist.is_initialized()):
             if self.world > 1:
                 raise HeapError(f"{type(self).__name__}.barrier needs a torch.distributed process group when world > 1")
-            return
+            return [tag]
         if self.world == 1:
             dist.barrier(group=group)
-        elif peers is None:
-            dev = "cpu" if dist.get_backend(group) == "gloo" else self.device  # NCCL moves CUDA tensors only
-            pids = [torch.zeros(1, dtype=torch.int64, device=dev) for _ in range(self.world)]
-            work = dist.all_gather(pids, torch.tensor([os.getpid()], dtype=torch.int64, device=dev), group=group,
-                                   async_op=True)
-            wait_work(work, self.rank, "heap set-up barrier", timeout, None)
-            self._peers = {r: int(p.item()) for r, p in enumerate(pids) if r != self.rank}
-        else:
-            wait_work(dist.barrier(group=group, async_op=True), self.rank, "barrier", timeout, peers)
+            return [tag]
+        dev = "cpu" if dist.get_backend(group) == "gloo" else self.device  # NCCL moves CUDA tensors only
+        mine = [0, 0] if tag is None else [1, int(tag)]
+        if peers is None:
+            mine = [os.getpid(), *mine]
+        rows = [torch.zeros(len(mine), dtype=torch.int64, device=dev) for _ in range(self.world)]
+        work = dist.all_gather(rows, torch.tensor(mine, dtype=torch.int64, device=dev), group=group, async_op=True)
+        wait_work(work, self.rank, "heap set-up barrier" if peers is None else "barrier", timeout, peers)
+        got = [r.tolist() for r in rows]
+        if peers is None:
+            self._peers = {r: row[0] for r, row in enumerate(got) if r != self.rank}
+            got = [row[1:] for row in got]
+        return [row[1] if row[0] else None for row in got]
 
     def close(self) -> None:
         """Release the heap. Tensors allocated from it must not be used afterwards."""

@@ -85,10 +85,10 @@ class IrisHeap(Heap):
         self._check_open()
         return self._bases
 
-    def barrier(self) -> None:
+    def barrier(self, tag: int | None = None) -> list[int | None]:
         self._check_open()
         torch.cuda.synchronize(self.device)  # this rank's queued work is done (kernels' waits are bounded)
-        self.host_barrier()  # Iris's own barrier (dist.barrier) would wait forever on a stopped or lost peer
+        return self.host_barrier(tag)  # Iris's own barrier (dist.barrier) would wait forever on a stopped or lost peer
 
     def close(self) -> None:
         if self.closed:

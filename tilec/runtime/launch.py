@@ -230,11 +230,12 @@ def graph_mode(mod) -> bool | int:
     return 2 if len(mod.KERNELS) == 1 and not getattr(mod, "DMA_COPIES", None) else True
 
 
-def launch(ctx, mod, buffers, epoch, entry_barrier=True, only=None) -> None:
+def launch(ctx, mod, buffers, epoch, entry_barrier=True, only=None, entered=False) -> None:
     """One call of the module's program on this rank: a barrier so every rank's inputs are ready, then the kernels
     (and a closing barrier where peers touch this rank's inputs/outputs). entry_barrier=False skips both: the
-    caller orders calls itself. only: the numbers of the kernels to launch (the rest are skipped)."""
-    if entry_barrier:
+    caller orders calls itself. only: the numbers of the kernels to launch (the rest are skipped). entered: the
+    caller has passed the entry barrier itself (CompiledProgram's, which carries the arguments' placement)."""
+    if entry_barrier and not entered:
         ctx.barrier()
     if ctx.plan is None:  # the launches of a call with these tensors; calls differ only in the epoch
         ctx.plan = [_plan(ctx, buffers, i, entry) for i, entry in enumerate(mod.KERNELS)]
