@@ -19,14 +19,18 @@ from tilec.errors import TilecError
 from tilec.ir.graph import Kernel, Pull, flags, folds, stage, stages, tensor, waits
 from tilec.ir.types import ME, Access, Sum, Var, walk
 
+from . import kir
 from .compute import Compute
 from .copies import Copies
 from .dma import table_lines
 from .flags import TASK_ARGS_MARK, Flags, flag_scopes, silent_flags
+from .lift import lines_to_body
 from .model import FlagModel, KernelModel, ModuleModel, TaskFn, TensorModel
 from .order import Overlap, overlap_plan, own_rows_first
+from .rewrites import simplify
 from .tasks import Tasks
-from .text import FIXED_NAMES, Names, ident, tidy, wrap
+from .text import FIXED_NAMES, Names, ident
+from .triton_printer import Printer
 
 __all__ = ["build_model", "flag_scopes", "ModuleModel"]
 
@@ -241,34 +245,29 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
     if plan is not None:
         lines, calls = _overlapped(g, plan, start_local, world)
     args = [param_name(p) for p in params] + list(TASK_ARGS)
-    lines = [tidy(ln) for ln in lines]
-    base = "    " if shares else "        "  # where the template puts these lines
     at = {c[0]: c[1:] for c in calls}
-    out: list[str] = []
-    for j, ln in enumerate(lines):  # calls of the stages' task functions, wrapped at 120 columns
-        if j not in at:
-            out.append(ln)
-            continue
-        name, first = at[j]
-        out += [w[len(base):] for w in wrap(f"{base}{ln}{name}(", [tidy(first), *args], ")", base + ln)]
-    sig = wrap(f"def {k.name}(", [*args[:-2], "timeout_ns", "EPOCH_AT", "NPROG: tl.constexpr",
-                                  "UPCAST_DOT: tl.constexpr", "GRAPH: tl.constexpr", "PDL: tl.constexpr"], "):", "")
-    fns = tuple(TaskFn(name, tuple(wrap(f"def {name}(", ["t", *args[:-1], "UPCAST_DOT: tl.constexpr"], "):", "")),
-                       tuple(_with_args(body, args))) for name, _p, body in tasks)
-    return KernelModel(k.name, k.stages, tuple(params), tuple(sig), tuple(out), total, k.persistent, k.concurrent,
-                       k.barrier_before, share, len(shares), fns)
+    loop = [ln if j not in at else f"{ln}{at[j][0]}({', '.join([at[j][1], *args])})" for j, ln in enumerate(lines)]
+    head = [f"# stages: {', '.join(k.stages)}; {total} tasks{'; persistent' if k.persistent else ''}",
+            "pid = tl.program_id(0)", "epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)"]
+    if not shares:
+        loop = [f"for task in range(pid, {total}, NPROG):", *("    " + ln for ln in loop)]
+    entry = kir.Fn(k.name, tuple(kir.Param(p) for p in args[:-2]) + (
+        kir.Param("timeout_ns"), kir.Param("EPOCH_AT"), kir.Param("NPROG", True), kir.Param("UPCAST_DOT", True),
+        kir.Param("GRAPH", True), kir.Param("PDL", True)),
+        lines_to_body([*head, *loop, "td.leave(EPOCH_AT, epoch, NPROG, GRAPH)"]))
+    fns = tuple(kir.Fn(name, (kir.Param("t"), *(kir.Param(a) for a in args[:-1]), kir.Param("UPCAST_DOT", True)),
+                       lines_to_body(_with_args(body, args), 4)) for name, _p, body in tasks)
+    kern = simplify(kir.Kernel(entry, fns))
+    pr = Printer(wrap_calls=frozenset(name for name, _p, _b in tasks))
+    tfs = tuple(TaskFn(f.name, tuple(pr.signature(f)), tuple(pr.body(f.body, "    "))) for f in kern.tasks)
+    return KernelModel(k.name, k.stages, tuple(params), tuple(pr.signature(kern.entry)),
+                       tuple(pr.body(kern.entry.body, "    ")), total, k.persistent, k.concurrent,
+                       k.barrier_before, share, len(shares), tfs)
 
 
 def _with_args(body: list[str], args: list[str]) -> list[str]:
     """A folded consumer's call inside its producer's task (flags.arrive) takes the kernel's arguments."""
-    out = []
-    for ln in body:
-        if TASK_ARGS_MARK not in ln:
-            out.append(ln)
-            continue
-        head, first = ln[: ln.index("(") + 1], ln[ln.index("(") + 1: ln.index(f", {TASK_ARGS_MARK}")]
-        out += wrap(head, [first, *args], ")", head[: len(head) - len(head.lstrip())])
-    return out
+    return [ln.replace(TASK_ARGS_MARK, ", ".join(args)) for ln in body]
 
 
 def _rotated(t: str, n: int, on: bool, world: int) -> str:
@@ -299,7 +298,7 @@ def _overlapped(g: nx.DiGraph, p: Overlap, start_local: bool, world: int) -> tup
     lines += ["        ", "else:"]
     calls.append((len(lines), f"{c.name}_task", own_first.format(f"task - {p.copies}")))
     lines.append("    ")
-    return [tidy(ln) for ln in lines], calls
+    return lines, calls
 
 
 def _task_body(em: _Emitter, st, group_m: int, mark, world: int) -> list[str]:

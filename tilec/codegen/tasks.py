@@ -8,8 +8,6 @@ from tilec.ir.dtypes import TL_DTYPE
 from tilec.ir.graph import flags, folds, tensor
 from tilec.ir.types import Const, Idx, Op
 
-from .text import tidy
-
 COMMENT_WIDTH = 116  # a stage's comment is cut to this many columns (the statement may be longer)
 
 
@@ -101,7 +99,7 @@ class Tasks:
                      "    _tl_waited = td.clock(UPCAST_DOT)", *self.prologue, *body,
                      f"    td.mark({tp} + ({slot} + {task_var}) * 5, {number}, _tl_start, _tl_waited, UPCAST_DOT)",
                      *arrivals]
-        return [tidy(line) for line in lines]
+        return lines
 
     def decode(self, task_var: str, group_m: int) -> list[str]:
         loops = list(self.st.loops)
