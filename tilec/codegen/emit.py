@@ -11,6 +11,7 @@ kernels (the persistent loop, merged stages, program groups) and the module mode
 
 from __future__ import annotations
 
+import json
 import re
 
 import networkx as nx
@@ -30,7 +31,7 @@ from .order import Overlap, overlap_plan, own_rows_first
 from .rewrites import simplify
 from .tasks import Tasks
 from .text import FIXED_NAMES, Names, ident
-from .triton_printer import Printer
+from .triton_printer import Printer, wrap
 
 __all__ = ["build_model", "flag_scopes", "ModuleModel"]
 
@@ -142,7 +143,7 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
                           flag_no[f.name]) for f in flags(g) if f.name not in silent)
     header = (
         f"program: {prog.name}   world: {prog.world}   schedule: {schedule}",
-        "passes: " + ", ".join(g.graph.get("passes", ())),
+        *wrap("passes: ", list(g.graph.get("passes", ())), "", "", 118),
         "dims: " + " ".join(f"{k}={v}" for k, v in prog.dims) + "   tiles: " + " ".join(f"{k}={v}" for k, v in
                                                                                        prog.tiles),
         "launch: " + f"num_warps={options.get('num_warps', 4)} num_stages={options.get('num_stages', 3)}"
@@ -195,8 +196,11 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
             lines.append(f"{bounds[i]} = {i} + (NPROG - {len(shares)}) * {cum[i]} // {cum[-1]}"
                          f"  # the first program of stage {s}")
     plan = overlap_plan(g, k, group_m, lambda st: _tasks(st, world)) if overlap and not folded else None
+    keep: dict[str, frozenset[str]] = {}  # per task function: the names a reader looks for (rewrites.simplify)
     for sname in k.stages:
         st = stage(g, sname)
+        vs = {v.name for v in st.loops} | {x.var.name for s in st.body for x in walk(s.value) if isinstance(x, Sum)}
+        keep[f"{sname}_task"] = frozenset(vs | {f"{v}_r" for v in vs})
         n = _tasks(st, world)
         em = _Emitter(g, st, flag_no, scopes, attend_block, taken)
         # every task its own running program when the grid is this large (persistent grids are sized to what is
@@ -257,12 +261,14 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
         lines_to_body([*head, *loop, "td.leave(EPOCH_AT, epoch, NPROG, GRAPH)"]))
     fns = tuple(kir.Fn(name, (kir.Param("t"), *(kir.Param(a) for a in args[:-1]), kir.Param("UPCAST_DOT", True)),
                        lines_to_body(_with_args(body, args), 4)) for name, _p, body in tasks)
-    kern = simplify(kir.Kernel(entry, fns))
-    pr = Printer(wrap_calls=frozenset(name for name, _p, _b in tasks))
+    kern = simplify(kir.Kernel(entry, fns), {**keep, k.name: frozenset().union(*keep.values())})
+    pr = Printer()
     tfs = tuple(TaskFn(f.name, tuple(pr.signature(f)), tuple(pr.body(f.body, "    "))) for f in kern.tasks)
+    row = wrap(f"    ({k.name}, {total}, {k.persistent}, {k.concurrent}, {k.barrier_before}, {share}, {len(shares)}, [",
+               [json.dumps(p) for p in params], "]),", "    ")
     return KernelModel(k.name, k.stages, tuple(params), tuple(pr.signature(kern.entry)),
                        tuple(pr.body(kern.entry.body, "    ")), total, k.persistent, k.concurrent,
-                       k.barrier_before, share, len(shares), tfs)
+                       k.barrier_before, share, len(shares), tfs, tuple(row))
 
 
 def _with_args(body: list[str], args: list[str]) -> list[str]:

@@ -87,11 +87,311 @@ def fold_constants(body: tuple[K.Stmt, ...]) -> tuple[K.Stmt, ...]:
     return K.map_exprs(body, _fold_one)
 
 
+# -- names that hold a constant or a copy -------------------------------------------------------------------
+def assignments(fn: K.Fn) -> dict[str, int]:
+    """How many times each name of a function is bound (a parameter once, each Assign, AugAssign, loop)."""
+    n: dict[str, int] = {p.name: 1 for p in fn.params}
+    for s in K.walk(fn.body):
+        for t in K.targets(s):
+            n[t] = n.get(t, 0) + 1
+    return n
+
+
+def propagate(fn: K.Fn) -> K.Fn:
+    """`x = 3` or `x = y`, where x is bound only there and y is bound once and not by a loop, goes: every read of
+    x reads the constant or y (`k = 0` ... `k + tl.arange(0, 32)` is `0 + tl.arange(0, 32)`, which fold then
+    shortens)."""
+    count = assignments(fn)
+    loops = {s.var for s in K.walk(fn.body) if isinstance(s, K.For)}
+    sub: dict[str, K.Expr] = {}
+    for s in K.walk(fn.body):
+        if isinstance(s, K.Assign) and isinstance(s.target, K.Name) and count[s.target.id] == 1:
+            v = s.value
+            if K.int_value(v) is not None or (isinstance(v, K.Name) and count.get(v.id) == 1 and v.id not in loops):
+                sub[s.target.id] = v
+    if not sub:
+        return fn
+
+    def resolve(e: K.Expr) -> K.Expr:
+        while isinstance(e, K.Name) and e.id in sub:
+            e = sub[e.id]
+        return e
+
+    def drop(s: K.Stmt) -> tuple[K.Stmt, ...]:
+        if isinstance(s, K.Assign) and isinstance(s.target, K.Name) and s.target.id in sub:
+            return ()
+        return (s,)
+
+    body = K.map_exprs(K.map_stmts(fn.body, drop), resolve)
+    return replace(fn, body=body)
+
+
+def merge_reassign(body: tuple[K.Stmt, ...]) -> tuple[K.Stmt, ...]:
+    """`x = a` directly followed by `x = f(x)`, f reading x once, is `x = f(a)` (`idx_2 = 0` then
+    `idx_2 = idx_2 + tl.arange(0, 32)`)."""
+
+    def block(stmts: tuple[K.Stmt, ...]) -> tuple[K.Stmt, ...]:
+        out: list[K.Stmt] = []
+        for s in stmts:
+            if isinstance(s, K.For):
+                s = replace(s, body=block(s.body))
+            elif isinstance(s, K.If):
+                s = replace(s, body=block(s.body), orelse=block(s.orelse))
+            prev = out[-1] if out else None
+            if isinstance(s, K.Assign) and isinstance(s.target, K.Name) and isinstance(prev, K.Assign) and \
+                    prev.target == s.target and not prev.comment and \
+                    sum(1 for n in K.names_in(s.value) if n == s.target.id) == 1:
+                x = s.target.id
+                out[-1] = replace(s, value=K.map_expr(s.value, lambda e, x=x, a=prev.value: a if e == K.Name(x) else e))
+                continue
+            out.append(s)
+        return tuple(out)
+
+    return block(body)
+
+
+# -- loops of one trip ------------------------------------------------------------------------------------
+def _linear(e: K.Expr) -> dict[K.Expr | None, int]:
+    """e as a sum of integer multiples of its non-linear parts (key None: the constant)."""
+    v = K.int_value(e)
+    if v is not None:
+        return {None: v}
+    if isinstance(e, K.Bin) and e.op in ("+", "-"):
+        out = dict(_linear(e.left))
+        for k, c in _linear(e.right).items():
+            out[k] = out.get(k, 0) + (c if e.op == "+" else -c)
+        return out
+    if isinstance(e, K.Bin) and e.op == "*":
+        for a, b in ((e.left, e.right), (e.right, e.left)):
+            c = K.int_value(a)
+            if c is not None:
+                return {k: c * x for k, x in _linear(b).items()}
+    return {e: 1}
+
+
+def trips(s: K.For) -> int | None:
+    """How many times a loop runs, where its bounds differ by a constant."""
+    d = _linear(s.stop)
+    for k, c in _linear(s.start).items():
+        d[k] = d.get(k, 0) - c
+    if any(c for k, c in d.items() if k is not None):
+        return None
+    step = 1 if s.step is None else K.int_value(s.step)
+    if not step or step < 0:
+        return None
+    return max(0, -(-d.get(None, 0) // step))
+
+
+def unroll_one_trip(body: tuple[K.Stmt, ...]) -> tuple[K.Stmt, ...]:
+    """`for x in range(a, a + 1): body` is `x = a` then body (a wait over one counter, one block of keys)."""
+
+    def one(s: K.Stmt) -> tuple[K.Stmt, ...]:
+        if isinstance(s, K.For) and trips(s) == 1:
+            return (K.Assign(K.Name(s.var), s.start, s.comment), *s.body)
+        return (s,)
+
+    return K.map_stmts(body, one)
+
+
+# -- values nobody reads ----------------------------------------------------------------------------------
+def pure(e: K.Expr) -> bool:
+    """Whether evaluating e has no effect but its value (arithmetic and PURE_CALLS, `.to(...)`; no load)."""
+    for c in K.calls_in(e):
+        if isinstance(c.fn, K.Attr):
+            if c.fn.attr != "to":
+                return False
+        elif c.fn not in PURE_CALLS:
+            return False
+    return True
+
+
+def drop_dead(body: tuple[K.Stmt, ...], live_out: frozenset[str] = frozenset()) -> tuple[K.Stmt, ...]:
+    """Statements whose values nobody reads (no later statement, no later trip of an enclosing loop) and that have
+    no effect go (`k_r = k + tl.arange(0, 32)` in a loop that walks pointers instead)."""
+    return _live(body, set(live_out))[0]
+
+
+def _uses(e: K.Expr) -> set[str]:
+    return set(K.names_in(e))
+
+
+def _live(body: tuple[K.Stmt, ...], live: set[str]) -> tuple[tuple[K.Stmt, ...], set[str]]:
+    """(body without its dead statements, the names live before it), given those live after it."""
+    out: list[K.Stmt] = []
+    live = set(live)
+    for s in reversed(body):
+        if isinstance(s, K.Assign | K.AugAssign):
+            names = set(K.targets(s))
+            if not names & live and pure(s.value):
+                continue
+            if isinstance(s, K.Assign):
+                live -= names
+            live |= _uses(s.value) | (names if isinstance(s, K.AugAssign) else set())
+        elif isinstance(s, K.Do):
+            live |= _uses(s.expr)
+        elif isinstance(s, K.If):
+            b, lb = _live(s.body, live)
+            o, lo = _live(s.orelse, live)
+            s = replace(s, body=b, orelse=o)
+            live = lb | lo | _uses(s.cond)
+        elif isinstance(s, K.For):
+            carried: set[str] = set()
+            while True:  # what a trip reads of the trips before it
+                b, lb = _live(s.body, live | carried)
+                if lb - {s.var} <= carried:
+                    break
+                carried |= lb - {s.var}
+            s = replace(s, body=b)
+            live = live | carried | set().union(*(_uses(e) for e in K.exprs(s)))
+            live.discard(s.var)
+            live |= carried - {s.var}
+        out.append(s)
+    return tuple(reversed(out)), live
+
+
+# -- common values and values read once -------------------------------------------------------------------
+INLINE_CALLS = frozenset({"tl.arange", "tl.minimum", "tl.maximum"})  # cheap enough to write where they are read
+INLINE_SIZE = 12  # a value of at most this many nodes is written where it is read once
+
+
+def _size(e: K.Expr) -> int:
+    return 1 + sum(_size(c) for c in K.children(e))
+
+
+def _stable(e: K.Expr, count: dict[str, int]) -> bool:
+    """Whether every name e reads is bound once (so e has one value wherever it is read)."""
+    return all(count.get(n, 0) <= 1 for n in K.names_in(e))
+
+
+def share_common(fn: K.Fn, keep: frozenset[str] = frozenset()) -> K.Fn:
+    """Two names bound once, in the function's top level, to the same value that has no effect: one name serves
+    both, bound where the first was (`_a1_r`, `_a2_r`, `_a3_r`, each `tl.arange(0, 64)` with its hints, are
+    `_a0_r`); the name kept is a name of `keep` (a loop variable's range: `k_r`) where one of them is."""
+    count = assignments(fn)
+    groups: dict[K.Expr, list[str]] = {}
+    for s in fn.body:
+        if isinstance(s, K.Assign) and isinstance(s.target, K.Name) and count[s.target.id] == 1 and \
+                pure(s.value) and _stable(s.value, count) and not isinstance(s.value, K.Name):
+            groups.setdefault(s.value, []).append(s.target.id)
+    same: dict[str, str] = {}
+    for names in groups.values():
+        if len(names) > 1:
+            name = next((n for n in names if n in keep), names[0])
+            same |= {n: name for n in names}
+    if not same:
+        return fn
+    body: list[K.Stmt] = []
+    bound: set[str] = set()
+    for s in fn.body:
+        if isinstance(s, K.Assign) and isinstance(s.target, K.Name) and s.target.id in same:
+            name = same[s.target.id]
+            if name in bound:
+                continue
+            bound.add(name)
+            s = replace(s, target=K.Name(name), comment=s.comment if s.target.id == name else "")
+        body.append(s)
+    return replace(fn, body=K.map_exprs(tuple(body), lambda e: K.Name(same[e.id]) if isinstance(e, K.Name) and
+                                        e.id in same else e))
+
+
+def _cheap(e: K.Expr) -> bool:
+    return _size(e) <= INLINE_SIZE and all(isinstance(c.fn, str) and c.fn in INLINE_CALLS for c in K.calls_in(e))
+
+
+def inline_once(fn: K.Fn, keep: frozenset[str] = frozenset()) -> K.Fn:
+    """A name bound once to a small value without loads or effects and read once, by a later statement of the same
+    block (or an `if` inside it, not a loop), is written where it is read (`mul_val = rank * 128` then
+    `sub_val = lens_val - mul_val` is `sub_val = lens_val - rank * 128`)."""
+    count = assignments(fn)
+    reads: dict[str, int] = {}
+    for n in K.reads(fn.body):
+        reads[n] = reads.get(n, 0) + 1
+
+    def candidate(s: K.Stmt) -> bool:
+        return isinstance(s, K.Assign) and isinstance(s.target, K.Name) and not s.comment and \
+            s.target.id not in keep and count[s.target.id] == 1 and reads.get(s.target.id) == 1 and \
+            _cheap(s.value) and _stable(s.value, count)
+
+    def reached(x: str, stmts: tuple[K.Stmt, ...]) -> bool | None:
+        """True: the read of x is in these statements outside any loop; False: inside a loop; None: not here."""
+        for s in stmts:
+            if any(x in K.names_in(e) for e in K.exprs(s)):
+                return True
+            if isinstance(s, K.For) and x in set(K.reads(s.body)):
+                return False
+            if isinstance(s, K.If):
+                for b in (s.body, s.orelse):
+                    r = reached(x, b)
+                    if r is not None:
+                        return r
+        return None
+
+    def block(stmts: tuple[K.Stmt, ...]) -> tuple[K.Stmt, ...]:
+        stmts = tuple(replace(s, body=block(s.body)) if isinstance(s, K.For) else
+                      replace(s, body=block(s.body), orelse=block(s.orelse)) if isinstance(s, K.If) else s
+                      for s in stmts)
+        out = list(stmts)
+        i = 0
+        while i < len(out):
+            s = out[i]
+            if candidate(s) and reached(s.target.id, tuple(out[i + 1:])):
+                x, v = s.target.id, s.value
+                rest = K.map_exprs(tuple(out[i + 1:]), lambda e, x=x, v=v: v if e == K.Name(x) else e)
+                out = out[:i] + list(rest)
+                continue
+            i += 1
+        return tuple(out)
+
+    return replace(fn, body=block(fn.body))
+
+
 # -- the order of the rewrites ----------------------------------------------------------------------------
-def simplify_fn(fn: K.Fn) -> K.Fn:
-    return replace(fn, body=fold_constants(fn.body))
+def simplify_fn(fn: K.Fn, keep: frozenset[str] = frozenset()) -> K.Fn:
+    """Fold, propagate, merge, unroll, drop, share and inline until nothing changes. keep: names a reader looks for
+    (the stage's loop variables and their ranges), never written into their one reader."""
+    while True:
+        new = replace(fn, body=fold_constants(fn.body))
+        new = propagate(new)
+        new = replace(new, body=fold_constants(unroll_one_trip(merge_reassign(new.body))))
+        new = replace(new, body=drop_dead(new.body))
+        new = inline_once(share_common(new, keep), keep)
+        if new == fn:
+            return fn
+        fn = new
 
 
-def simplify(k: K.Kernel) -> K.Kernel:
-    """A kernel's functions, each simplified (simplify_fn)."""
-    return K.Kernel(simplify_fn(k.entry), tuple(simplify_fn(f) for f in k.tasks))
+def drop_unused_params(k: K.Kernel) -> K.Kernel:
+    """A task function's parameters that its body never reads go, and its calls' arguments with them (the entry's
+    parameters are the launch's: they stay)."""
+    tasks = list(k.tasks)
+    entry = k.entry
+    while True:
+        names = {f.name: i for i, f in enumerate(tasks)}
+        cut: dict[str, set[int]] = {}
+        for f in tasks:
+            used = set(K.reads(f.body))
+            gone = {i for i, p in enumerate(f.params) if p.name not in used}
+            if gone:
+                cut[f.name] = gone
+        if not cut:
+            return K.Kernel(entry, tuple(tasks))
+
+        def trim(e: K.Expr, cut: dict[str, set[int]] = cut) -> K.Expr:
+            if isinstance(e, K.Call) and isinstance(e.fn, str) and e.fn in cut:
+                return replace(e, args=tuple(a for i, a in enumerate(e.args) if i not in cut[e.fn]))
+            return e
+
+        for name, gone in cut.items():
+            f = tasks[names[name]]
+            tasks[names[name]] = replace(f, params=tuple(p for i, p in enumerate(f.params) if i not in gone))
+        tasks = [replace(f, body=K.map_exprs(f.body, trim)) for f in tasks]
+        entry = replace(entry, body=K.map_exprs(entry.body, trim))
+
+
+def simplify(k: K.Kernel, keep: dict[str, frozenset[str]] | None = None) -> K.Kernel:
+    """A kernel's functions, each simplified (simplify_fn, keep: per function name), then its task functions'
+    unused parameters gone."""
+    keep = keep or {}
+    k = K.Kernel(simplify_fn(k.entry, keep.get(k.entry.name, frozenset())),
+                 tuple(simplify_fn(f, keep.get(f.name, frozenset())) for f in k.tasks))
+    return drop_unused_params(k)

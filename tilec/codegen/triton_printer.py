@@ -108,8 +108,9 @@ class Printer:
         return out
 
     def stmt(self, s: K.Stmt, ind: str) -> list[str]:
-        if isinstance(s, K.Comment):
-            return [f"{ind}# {s.text}"]
+        if isinstance(s, K.Comment):  # cut where it would pass the width
+            line = f"{ind}# {s.text}"
+            return [line if len(line) <= WIDTH else line[: WIDTH - 3] + "..."]
         if isinstance(s, K.For):
             rng = [expr(s.start), expr(s.stop)] + ([expr(s.step)] if s.step is not None else [])
             return [f"{ind}for {s.var} in range({', '.join(rng)}):{_tail(s.comment)}",
@@ -135,6 +136,8 @@ class Printer:
 
     def _line(self, ind: str, head: str, value: K.Expr, comment: str) -> list[str]:
         one = f"{ind}{head}{expr(value)}{_tail(comment)}"
+        if len(one) > WIDTH and self.wrap_calls is None and isinstance(value, K.Bin) and value.op in ("+", "-"):
+            return _wrapped_sum(f"{ind}{head}(", value, f"){_tail(comment)}")  # broken inside parentheses
         if len(one) <= WIDTH or not isinstance(value, K.Call) or not self._wraps(value):
             return [one]
         return self._wrapped(f"{ind}{head}", value, f"){_tail(comment)}", ind)
@@ -161,8 +164,13 @@ class Printer:
                 cur = pad
             inner = a.value if isinstance(a, K.Kw) else a
             kw = f"{a.name}=" if isinstance(a, K.Kw) else ""
-            if len(cur) + len(text) + len(end.rstrip()) > WIDTH and isinstance(inner, K.Call) and inner.args:
-                sub = self._wrapped(cur + kw, inner, ")" + end.rstrip(), pad)
+            sub = None
+            if len(cur) + len(text) + len(end.rstrip()) > WIDTH:
+                if isinstance(inner, K.Call) and inner.args:
+                    sub = self._wrapped(cur + kw, inner, ")" + end.rstrip(), pad)
+                elif isinstance(inner, K.Bin) and inner.op in ("+", "-", "&", "|"):
+                    sub = _wrapped_sum(cur + kw, inner, end.rstrip())
+            if sub is not None:
                 out += sub[:-1]
                 cur = sub[-1] + (" " if end.endswith(" ") else "")
             else:
@@ -173,6 +181,29 @@ class Printer:
     def signature(self, fn: K.Fn) -> list[str]:
         params = [f"{p.name}: tl.constexpr" if p.constexpr else p.name for p in fn.params]
         return wrap(f"def {fn.name}(", params, "):", "")
+
+
+def _wrapped_sum(head: str, e: K.Bin, tail: str) -> list[str]:
+    """A sum (or a chain of `&`) inside parentheses broken before its terms at WIDTH, continued under the first."""
+    p = _PREC[e.op]
+    terms: list[tuple[str, K.Expr]] = []
+    while isinstance(e, K.Bin) and _PREC[e.op] == p:
+        terms.append((e.op, e.right))
+        e = e.left
+    terms.append(("", e))
+    terms.reverse()
+    pieces = [expr(terms[0][1], p)] + [f"{op} {expr(t, p + 1)}" for op, t in terms[1:]]
+    pad = " " * len(head)
+    out, cur = [], head + pieces[0]
+    for i, p in enumerate(pieces[1:], 1):
+        end = tail if i == len(pieces) - 1 else ""
+        if len(cur) + 1 + len(p) + len(end) > WIDTH:
+            out.append(cur)
+            cur = pad + p
+        else:
+            cur += " " + p
+    out.append(cur + tail)
+    return out
 
 
 def _tail(comment: str) -> str:

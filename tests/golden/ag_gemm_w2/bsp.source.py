@@ -23,7 +23,6 @@ TENSORS = {
     "C": ("out", "f16", (256, 192), False),
 }
 FLAGS = {}  # flag parameter: (counters, releases per counter per call, producer stage, key, number)
-TIMELINE_SLOTS = 0  # a timeline build: one (stage, program, start, waited, end) record per task
 
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
@@ -57,11 +56,10 @@ def k1_gemm(Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG:
         t = task
         # stage gemm (examples/ag_gemm.tile:17): C[m, n] = sum k in K by BK: Ag[m, k] @ B[k, n]
         # grouped order: 8 rows of m-tiles share the n-tiles in L2
-        g_size = 24
-        g_first = t // g_size * 8
+        g_first = t // 24 * 8
         g_rows = tl.minimum(4 - g_first, 8)
-        m = (g_first + t % g_size % g_rows) * 64
-        n = t % g_size // g_rows * 64
+        m = (g_first + t % 24 % g_rows) * 64
+        n = t % 24 // g_rows * 64
         m_r = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
         n_r = tl.max_contiguous(tl.multiple_of(n + tl.arange(0, 64), 64), 64)
         acc = tl.zeros((64, 64), dtype=tl.float32)
@@ -69,7 +67,6 @@ def k1_gemm(Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG:
         ag_ptrs = Ag + m_r[:, None] * 128 + k_r[None, :]
         b_ptrs = B + k_r[:, None] * 192 + n_r[None, :]
         for k in range(0, 128, 32):
-            k_r = k + tl.arange(0, 32)
             ag_tile = tl.load(ag_ptrs)
             b_tile = tl.load(b_ptrs)
             acc = td.dot(ag_tile, b_tile, acc, UPCAST_DOT, False)
