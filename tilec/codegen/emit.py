@@ -28,7 +28,7 @@ from .flags import TASK_ARGS_MARK, Flags, flag_scopes, silent_flags
 from .lift import lines_to_body
 from .model import FlagModel, KernelModel, ModuleModel, TaskFn, TensorModel
 from .order import Overlap, overlap_plan, own_rows_first
-from .rewrites import simplify
+from .rewrites import range_names, rename, simplify
 from .tasks import Tasks
 from .text import FIXED_NAMES, Names, ident
 from .triton_printer import Printer, wrap
@@ -262,6 +262,7 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
     fns = tuple(kir.Fn(name, (kir.Param("t"), *(kir.Param(a) for a in args[:-1]), kir.Param("UPCAST_DOT", True)),
                        lines_to_body(_with_args(body, args), 4)) for name, _p, body in tasks)
     kern = simplify(kir.Kernel(entry, fns), {**keep, k.name: frozenset().union(*keep.values())})
+    kern = rename(kern, range_names({v for ks in keep.values() for v in ks if not v.endswith("_r")}))
     pr = Printer()
     tfs = tuple(TaskFn(f.name, tuple(pr.signature(f)), tuple(pr.body(f.body, "    "))) for f in kern.tasks)
     row = wrap(f"    ({k.name}, {total}, {k.persistent}, {k.concurrent}, {k.barrier_before}, {share}, {len(shares)}, [",

@@ -150,6 +150,33 @@ def merge_reassign(body: tuple[K.Stmt, ...]) -> tuple[K.Stmt, ...]:
     return block(body)
 
 
+def forward_copy(body: tuple[K.Stmt, ...], count: dict[str, int]) -> tuple[K.Stmt, ...]:
+    """`x = y` (y bound once) whose reads all come before x's next binding in the same block, that binding
+    included, goes: those reads read y (`idx = m; idx_rk = idx // 128; idx = idx - 128 * idx_rk` is
+    `idx_rk = m // 128; idx = m - 128 * idx_rk`)."""
+
+    def block(stmts: tuple[K.Stmt, ...]) -> tuple[K.Stmt, ...]:
+        out = [replace(s, body=block(s.body)) if isinstance(s, K.For) else
+               replace(s, body=block(s.body), orelse=block(s.orelse)) if isinstance(s, K.If) else s for s in stmts]
+        i = 0
+        while i < len(out):
+            s = out[i]
+            if isinstance(s, K.Assign) and isinstance(s.target, K.Name) and isinstance(s.value, K.Name) and \
+                    count.get(s.value.id) == 1 and count.get(s.target.id, 0) > 1:
+                x, y = s.target.id, s.value
+                j = next((j for j in range(i + 1, len(out)) if x in K.targets(out[j])), None)
+                nested = any(x in K.targets(t) for o in out[i + 1: j] for b in K.blocks(o) for t in K.walk(b))
+                if j is not None and isinstance(out[j], K.Assign) and not nested:
+                    swap = (lambda e, x=x, y=y: y if e == K.Name(x) else e)
+                    mid = K.map_exprs(tuple(out[i + 1: j]), swap)
+                    out = out[:i] + list(mid) + [replace(out[j], value=K.map_expr(out[j].value, swap))] + out[j + 1:]
+                    continue
+            i += 1
+        return tuple(out)
+
+    return block(body)
+
+
 # -- loops of one trip ------------------------------------------------------------------------------------
 def _linear(e: K.Expr) -> dict[K.Expr | None, int]:
     """e as a sum of integer multiples of its non-linear parts (key None: the constant)."""
@@ -352,6 +379,7 @@ def simplify_fn(fn: K.Fn, keep: frozenset[str] = frozenset()) -> K.Fn:
     while True:
         new = replace(fn, body=fold_constants(fn.body))
         new = propagate(new)
+        new = replace(new, body=forward_copy(new.body, assignments(new)))
         new = replace(new, body=fold_constants(unroll_one_trip(merge_reassign(new.body))))
         new = replace(new, body=drop_dead(new.body))
         new = inline_once(share_common(new, keep), keep)
@@ -388,6 +416,30 @@ def drop_unused_params(k: K.Kernel) -> K.Kernel:
         entry = replace(entry, body=K.map_exprs(entry.body, trim))
 
 
+def rename(k: K.Kernel, names: dict[str, str]) -> K.Kernel:
+    """Names as a reader expects them (`m_r` -> `rm`), in each function where the new name is not taken."""
+
+    def one(fn: K.Fn) -> K.Fn:
+        taken = {p.name for p in fn.params} | set(K.reads(fn.body)) | {t for s in K.walk(fn.body) for t in K.targets(s)}
+        m = {a: b for a, b in names.items() if a in taken and b not in taken}
+        if not m:
+            return fn
+        sub = (lambda e: K.Name(m[e.id]) if isinstance(e, K.Name) and e.id in m else e)
+
+        def stmt(s: K.Stmt) -> tuple[K.Stmt, ...]:
+            if isinstance(s, K.Assign):
+                return (replace(s, target=K.map_expr(s.target, sub)),)
+            if isinstance(s, K.AugAssign):
+                return (replace(s, target=sub(s.target)),)
+            if isinstance(s, K.For) and s.var in m:
+                return (replace(s, var=m[s.var]),)
+            return (s,)
+
+        return replace(fn, body=K.map_exprs(K.map_stmts(fn.body, stmt), sub))
+
+    return K.Kernel(one(k.entry), tuple(one(f) for f in k.tasks))
+
+
 def simplify(k: K.Kernel, keep: dict[str, frozenset[str]] | None = None) -> K.Kernel:
     """A kernel's functions, each simplified (simplify_fn, keep: per function name), then its task functions'
     unused parameters gone."""
@@ -395,3 +447,9 @@ def simplify(k: K.Kernel, keep: dict[str, frozenset[str]] | None = None) -> K.Ke
     k = K.Kernel(simplify_fn(k.entry, keep.get(k.entry.name, frozenset())),
                  tuple(simplify_fn(f, keep.get(f.name, frozenset())) for f in k.tasks))
     return drop_unused_params(k)
+
+
+def range_names(loop_vars: set[str]) -> dict[str, str]:
+    """A tile loop variable's index vector as the Iris examples name it: `rm` for m's `m_r` (`:` slices, named
+    `_aN` by the frontend, keep theirs)."""
+    return {f"{v}_r": f"r{v}" for v in loop_vars if not v.startswith("_")}

@@ -16,8 +16,7 @@ SCHEDULE = "fused-pull"
 NUM_WARPS = 4
 NUM_STAGES = 3
 EXIT_BARRIER = True  # peers touch this rank's inputs/outputs until a call ends: a barrier then
-# name: (kind, dtype, shape, symmetric)
-TENSORS = {
+TENSORS = {  # name: (kind, dtype, shape, symmetric)
     "A": ("in", "f16", (128, 128), True),
     "B": ("in", "f16", (128, 192), False),
     "C": ("out", "f16", (256, 192), False),
@@ -39,25 +38,23 @@ def k0_gemm(B, A, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: 
         g_rows = tl.minimum(4 - g_first, 8)
         m = (g_first + t % 24 % g_rows) * 64
         n = t % 24 // g_rows * 64
-        m_r = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
-        n_r = tl.max_contiguous(tl.multiple_of(n + tl.arange(0, 64), 64), 64)
-        idx = m
-        idx_rk = idx // 128
-        idx = idx - 128 * idx_rk + tl.arange(0, 64)
+        rm = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
+        rn = tl.max_contiguous(tl.multiple_of(n + tl.arange(0, 64), 64), 64)
+        idx_rk = m // 128
+        idx = m - 128 * idx_rk + tl.arange(0, 64)
         peer_idx_rk = td.peer_offset(heap_bases, rank, idx_rk, 2)
         acc = tl.zeros((64, 64), dtype=tl.float32)
-        k_r = tl.arange(0, 32)  # k = 0
-        b_ptrs = B + k_r[:, None] * 192 + n_r[None, :]
+        rk = tl.arange(0, 32)  # k = 0
+        b_ptrs = B + rk[:, None] * 192 + rn[None, :]
         for k in range(0, 128, 32):
             a_tile = tl.load(A + peer_idx_rk + idx[:, None] * 128 + (k + tl.arange(0, 32))[None, :])
             b_tile = tl.load(b_ptrs)
             acc = td.dot(a_tile, b_tile, acc, UPCAST_DOT, False)
             b_ptrs += 6144
-        tl.store(C + m_r[:, None] * 192 + n_r[None, :], acc.to(tl.float16))
+        tl.store(C + rm[:, None] * 192 + rn[None, :], acc.to(tl.float16))
     td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 
-# kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups, buffer arguments
-KERNELS = [
+KERNELS = [  # kernel, tasks, persistent, concurrent, barrier before, share of the programs, groups, buffers
     (k0_gemm, 12, True, False, False, 1.0, 0, ["B", "A", "C"]),
 ]

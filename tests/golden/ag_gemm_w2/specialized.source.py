@@ -16,15 +16,13 @@ SCHEDULE = "specialized"
 NUM_WARPS = 4
 NUM_STAGES = 3
 EXIT_BARRIER = True  # peers touch this rank's inputs/outputs until a call ends: a barrier then
-# name: (kind, dtype, shape, symmetric)
-TENSORS = {
+TENSORS = {  # name: (kind, dtype, shape, symmetric)
     "A": ("in", "f16", (128, 128), True),
     "Ag": ("buf", "f16", (256, 128), True),
     "B": ("in", "f16", (128, 192), False),
     "C": ("out", "f16", (256, 192), False),
 }
-# flag parameter: (counters, releases per counter per call, producer stage, key, number)
-FLAGS = {
+FLAGS = {  # flag parameter: (counters, releases per counter per call, producer stage, key, number)
     "F_Ag_gather": (4, 4, "gather", "m, r", 1),
 }
 
@@ -34,14 +32,13 @@ def gather_task(t, A, Ag, F_Ag_gather, heap_bases, rank):
     # stage gather (examples/ag_gemm.tile:14): Ag[r*M/W + m, k] = A@r[m, k]
     t_all = (t // 8 + (t // 8 >= rank).to(tl.int32)) * 8 + t % 8  # skips r == rank: the rows it holds
     k = t_all % 4 * 32
-    t_all_0 = t_all // 4
-    m = t_all_0 % 2 * 64
-    r = t_all_0 // 2
-    m_r = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
-    k_r = tl.max_contiguous(tl.multiple_of(k + tl.arange(0, 32), 32), 32)
+    m = t_all // 4 % 2 * 64
+    r = t_all // 8
+    rm = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
+    rk = tl.max_contiguous(tl.multiple_of(k + tl.arange(0, 32), 32), 32)
     peer_r = td.peer_offset(heap_bases, rank, r, 2)
-    a_tile = tl.load(A + peer_r + m_r[:, None] * 128 + k_r[None, :])
-    tl.store(Ag + (128 * r + m_r)[:, None] * 128 + k_r[None, :], a_tile.to(tl.float16))
+    a_tile = tl.load(A + peer_r + rm[:, None] * 128 + rk[None, :])
+    tl.store(Ag + (128 * r + rm)[:, None] * 128 + rk[None, :], a_tile.to(tl.float16))
     td.release(F_Ag_gather + r * 2 + m // 64, rank, rank, heap_bases, "gpu")
 
 
@@ -53,27 +50,26 @@ def gemm_task(t, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout
     g_rows = tl.minimum(4 - g_first, 2)
     m = (g_first + t % 6 % g_rows) * 64
     n = t % 6 // g_rows * 64
-    m_r = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
-    n_r = tl.max_contiguous(tl.multiple_of(n + tl.arange(0, 64), 64), 64)
+    rm = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
+    rn = tl.max_contiguous(tl.multiple_of(n + tl.arange(0, 64), 64), 64)
     if m // 128 != rank:  # a peer's rows: wait until they have arrived
         # wait until stage gather has written the tiles of Ag[m, k] this call
         for ctr in range(m // 64, (m + 63) // 64 + 1):
             td.wait(F_Ag_gather + ctr, epoch * 4, rank, rank, heap_bases, ERR, timeout_ns, 1, ctr, "gpu", UPCAST_DOT)
-    idx = m
-    idx_rk = idx // 128
-    idx = idx - 128 * idx_rk + tl.arange(0, 64)
-    k_r = tl.arange(0, 32)
+    idx_rk = m // 128
+    rk = tl.arange(0, 32)
     acc = tl.zeros((64, 64), dtype=tl.float32)
     own = idx_rk == rank  # this rank's own rows: read in place
-    ag_ptrs = tl.where(own, A + idx[:, None] * 128 + k_r[None, :], Ag + m_r[:, None] * 128 + k_r[None, :])
-    b_ptrs = B + k_r[:, None] * 192 + n_r[None, :]
+    ag_ptrs = tl.where(own, A + (m - 128 * idx_rk + tl.arange(0, 64))[:, None] * 128 + rk[None, :],
+                       Ag + rm[:, None] * 128 + rk[None, :])
+    b_ptrs = B + rk[:, None] * 192 + rn[None, :]
     for k in range(0, 128, 32):
         ag_tile = tl.load(ag_ptrs)
         b_tile = tl.load(b_ptrs)
         acc = td.dot(ag_tile, b_tile, acc, UPCAST_DOT, False)
         ag_ptrs += 32
         b_ptrs += 6144
-    tl.store(C + m_r[:, None] * 192 + n_r[None, :], acc.to(tl.float16))
+    tl.store(C + rm[:, None] * 192 + rn[None, :], acc.to(tl.float16))
 
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
@@ -94,7 +90,6 @@ def k0_gather_gemm(A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeo
     td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 
-# kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups, buffer arguments
-KERNELS = [
+KERNELS = [  # kernel, tasks, persistent, concurrent, barrier before, share of the programs, groups, buffers
     (k0_gather_gemm, 20, True, False, False, 1.0, 2, ["A", "Ag", "F_Ag_gather", "B", "C"]),
 ]

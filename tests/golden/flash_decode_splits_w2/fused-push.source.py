@@ -16,8 +16,7 @@ SCHEDULE = "fused-push"
 NUM_WARPS = 4
 NUM_STAGES = 3
 EXIT_BARRIER = False  # peers touch this rank's inputs/outputs until a call ends: a barrier then
-# name: (kind, dtype, shape, symmetric)
-TENSORS = {
+TENSORS = {  # name: (kind, dtype, shape, symmetric)
     "K": ("in", "f16", (2, 2, 288, 64), False),
     "Lg": ("buf", "f32", (2, 2, 8), True),
     "Ll": ("buf", "f32", (2, 8), True),
@@ -30,8 +29,7 @@ TENSORS = {
     "V": ("in", "f16", (2, 2, 288, 64), False),
     "lens": ("in", "i32", (2,), False),
 }
-# flag parameter: (counters, releases per counter per call, producer stage, key, number)
-FLAGS = {
+FLAGS = {  # flag parameter: (counters, releases per counter per call, producer stage, key, number)
     "F_Og_Lg_exchange": (32, 1, "exchange", "rank, b, h, _a1", 1),
     "F_Os_Ls_split_local": (4, 3, "split", "b, g, q, _a3", 3),
 }
@@ -42,12 +40,11 @@ def split_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_
                epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
     # stage split (examples/flash_decode_splits.tile:27-28): Os[j, b, g*G + q, :], Ls[j, b, g*G + q] = attend(Q[b, g*...
     j = t % 3
-    t_0 = t // 3
-    g = t_0 % 2
-    b = t_0 // 2
-    q_r = tl.max_contiguous(tl.multiple_of(tl.arange(0, 4), 4), 4)
+    g = t // 3 % 2
+    b = t // 6
+    rq = tl.max_contiguous(tl.multiple_of(tl.arange(0, 4), 4), 4)
     _a0_r = tl.max_contiguous(tl.multiple_of(tl.arange(0, 64), 64), 64)
-    q_tile = tl.load(Q + b * 512 + (4 * g + q_r)[None, :, None] * 64 + _a0_r[None, None, :])
+    q_tile = tl.load(Q + b * 512 + (4 * g + rq)[None, :, None] * 64 + _a0_r[None, None, :])
     lens_val = tl.load(lens + b + tl.zeros((1,), dtype=tl.int32))
     n_keys = tl.minimum(tl.minimum(lens_val - rank * 280, 280) - j * 96, 96)
     q_pad, row_max, den, acc = td.attend_init(tl.reshape(q_tile, (4, 64)))
@@ -60,9 +57,9 @@ def split_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_
         row_max, den, acc = td.attend_step(q_pad, k_tile, v_tile, n_keys - kb, row_max, den, acc, 0.125, UPCAST_DOT,
                                            True)
     o, lse = td.attend_finish(row_max, den, acc, 4)
-    tl.store(Os + j * 1024 + b * 512 + (4 * g + q_r)[None, None, :, None] * 64 + _a0_r[None, None, None, :],
+    tl.store(Os + j * 1024 + b * 512 + (4 * g + rq)[None, None, :, None] * 64 + _a0_r[None, None, None, :],
              tl.reshape(o, (1, 1, 4, 64)).to(tl.float32))
-    tl.store(Ls + j * 16 + b * 8 + (4 * g + q_r)[None, None, :], tl.reshape(lse, (1, 1, 4)).to(tl.float32))
+    tl.store(Ls + j * 16 + b * 8 + (4 * g + rq)[None, None, :], tl.reshape(lse, (1, 1, 4)).to(tl.float32))
     # the last 3 of the 3 split tasks of this group share local's tasks that read them
     # when all 28 tasks have a program (else the last runs them all); the others first wait for the group
     left = td.arrive_left(F_Os_Ls_split_local + b * 2 + g, epoch * 3)  # arrivals still to come
@@ -101,9 +98,8 @@ def local_task(t, Os, Ls, Ol, Ll, Og, Lg, F_Og_Lg_exchange, heap_bases, rank):
 def exchange_task(t, Ol, Ll, Og, Lg, F_Og_Lg_exchange, heap_bases, rank):
     # stage exchange (examples/flash_decode_splits.tile:33-34): Og[r, b, h, :] = Ol@r[b, h, :]; Lg[r, b, h] = Ll@r[b, h]
     h = t % 8
-    t_0 = t // 8
-    b = t_0 % 2
-    r = t_0 // 2
+    b = t // 8 % 2
+    r = t // 16
     _a0_r = tl.max_contiguous(tl.multiple_of(tl.arange(0, 64), 64), 64)
     peer_r = td.peer_offset(heap_bases, rank, r, 4)
     ol_tile = tl.load(Ol + b * 512 + h * 64 + _a0_r[None, None, :])
@@ -148,8 +144,7 @@ def k0_split_local_exchange_combine(Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, 
     td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 
-# kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups, buffer arguments
-KERNELS = [
+KERNELS = [  # kernel, tasks, persistent, concurrent, barrier before, share of the programs, groups, buffers
     (k0_split_local_exchange_combine, 28, True, False, False, 1.0, 0, ["Q", "lens", "K", "V", "Os", "Ls",
                                                                        "F_Os_Ls_split_local", "Ol", "Ll", "Og", "Lg",
                                                                        "F_Og_Lg_exchange", "O"]),
