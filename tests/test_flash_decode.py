@@ -131,5 +131,6 @@ def test_free_split_count_folds_and_min_stays_an_integer():
 
     assert ("local", "split") in [(f.consumer, f.producer) for f in folds(prog.graph)]
     split = prog.source[prog.source.index("def split_task("):prog.source.index("def local_task(")]
-    assert "min_val = tl.minimum(sub_val, 90)" in split  # i32 operands, no cast to f32: attend takes the count as is
-    assert "float32" not in split[split.index("lens_val = "):split.index("td.attend(")]
+    # i32 operands, no cast to f32: attend takes the count as is
+    assert "tl.minimum(lens_val - rank * 90, 90) - j * 32, " in split
+    assert "float32" not in split[split.index("lens_val = "):split.index("tl.store(")]

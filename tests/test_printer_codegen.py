@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -274,6 +275,6 @@ def test_flash_decode_splits_source_golden(golden):
                          dims=dict(B=2, HKV=2, G=4, D=64, S=280, NS=3, L=96, BS=128))
     golden("flash_decode_splits_w2/fused-push.source.py", prog.source)
     assert "for kb in range(0, 128, 64):  # blocks of keys" in prog.source  # 96 keys: two blocks, the second half
-    assert "n_keys = tl.minimum(sub_val_2, 96)" in prog.source
+    assert re.search(r"n_keys = tl.minimum\(.*, 96\)\n", prog.source)  # this split's keys, at most its 96 rows
     assert "td.lse_merge(tl.reshape(os_tile, (4, 1, 64)), tl.reshape(ls_tile, (4, 1)), 3)" in prog.source
 

@@ -11,7 +11,9 @@ kernels (the persistent loop, merged stages, program groups) and the module mode
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import replace
 
 import networkx as nx
 
@@ -19,14 +21,18 @@ from tilec.errors import TilecError
 from tilec.ir.graph import Kernel, Pull, flags, folds, stage, stages, tensor, waits
 from tilec.ir.types import ME, Access, Sum, Var, walk
 
+from . import kir
 from .compute import Compute
 from .copies import Copies
 from .dma import table_lines
 from .flags import TASK_ARGS_MARK, Flags, flag_scopes, silent_flags
+from .lift import lines_to_body
 from .model import FlagModel, KernelModel, ModuleModel, TaskFn, TensorModel
 from .order import Overlap, overlap_plan, own_rows_first
+from .rewrites import range_names, rename, simplify
 from .tasks import Tasks
-from .text import FIXED_NAMES, Names, ident, tidy, wrap
+from .text import FIXED_NAMES, Names, ident
+from .triton_printer import Printer, wrap
 
 __all__ = ["build_model", "flag_scopes", "ModuleModel"]
 
@@ -124,7 +130,7 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
         kernels.append(_kernel(g, k, flag_no, scopes, options.get("group_m", 8),
                                1.0 / nconc if k.concurrent else 1.0,
                                options.get("start_local", False), slots, options.get("attend_block", 64), taken,
-                               bool(options.get("noinline_tasks")), options.get("overlap", True)))
+                               bool(options.get("noinline_tasks")), options.get("overlap", True), len(kernels)))
         if slots is not None:
             kernel_slots.append(sum(_trips(stage(g, s).loops) for s in k.stages))  # folded stages record too
             slots += kernel_slots[-1]
@@ -138,7 +144,7 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
                           flag_no[f.name]) for f in flags(g) if f.name not in silent)
     header = (
         f"program: {prog.name}   world: {prog.world}   schedule: {schedule}",
-        "passes: " + ", ".join(g.graph.get("passes", ())),
+        *wrap("passes: ", list(g.graph.get("passes", ())), "", "", 118),
         "dims: " + " ".join(f"{k}={v}" for k, v in prog.dims) + "   tiles: " + " ".join(f"{k}={v}" for k, v in
                                                                                        prog.tiles),
         "launch: " + f"num_warps={options.get('num_warps', 4)} num_stages={options.get('num_stages', 3)}"
@@ -171,7 +177,7 @@ def _peers_touch_user_tensors(g: nx.DiGraph) -> bool:
 
 def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str, str], group_m: int, share: float,
             start_local: bool, timeline_base: int | None, attend_block: int, taken: set[str],
-            noinline: bool, overlap: bool = True) -> KernelModel:
+            noinline: bool, overlap: bool = True, index: int = 0) -> KernelModel:
     lines: list[str] = []
     params: list[str] = []
     calls: list[tuple[int, str, str]] = []  # (line, task function, its first argument): arguments added at the end
@@ -191,8 +197,11 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
             lines.append(f"{bounds[i]} = {i} + (NPROG - {len(shares)}) * {cum[i]} // {cum[-1]}"
                          f"  # the first program of stage {s}")
     plan = overlap_plan(g, k, group_m, lambda st: _tasks(st, world)) if overlap and not folded else None
+    keep: dict[str, frozenset[str]] = {}  # per task function: the names a reader looks for (rewrites.simplify)
     for sname in k.stages:
         st = stage(g, sname)
+        vs = {v.name for v in st.loops} | {x.var.name for s in st.body for x in walk(s.value) if isinstance(x, Sum)}
+        keep[f"{sname}_task"] = frozenset(vs | {f"{v}_r" for v in vs})
         n = _tasks(st, world)
         em = _Emitter(g, st, flag_no, scopes, attend_block, taken)
         # every task its own running program when the grid is this large (persistent grids are sized to what is
@@ -241,35 +250,35 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
     if plan is not None:
         lines, calls = _overlapped(g, plan, start_local, world)
     args = [param_name(p) for p in params] + list(TASK_ARGS)
-    lines = [tidy(ln) for ln in lines]
-    base = "    " if shares else "        "  # where the template puts these lines
     at = {c[0]: c[1:] for c in calls}
-    out: list[str] = []
-    for j, ln in enumerate(lines):  # calls of the stages' task functions, wrapped at 120 columns
-        if j not in at:
-            out.append(ln)
-            continue
-        name, first = at[j]
-        out += [w[len(base):] for w in wrap(f"{base}{ln}{name}(", [tidy(first), *args], ")", base + ln)]
-    sig = wrap(f"def {k.name}(", [*args[:-2], "timeout_ns", "EPOCH_AT", "NPROG: tl.constexpr",
-                                  "UPCAST_DOT: tl.constexpr", "GRAPH: tl.constexpr", "PDL: tl.constexpr",
-                                  "CLAIM: tl.constexpr = False"], "):", "")
-    fns = tuple(TaskFn(name, tuple(wrap(f"def {name}(", ["t", *args[:-1], "UPCAST_DOT: tl.constexpr"], "):", "")),
-                       tuple(_with_args(body, args))) for name, _p, body in tasks)
-    return KernelModel(k.name, k.stages, tuple(params), tuple(sig), tuple(out), total, k.persistent, k.concurrent,
-                       k.barrier_before, share, len(shares), fns)
+    loop = [ln if j not in at else f"{ln}{at[j][0]}({', '.join([at[j][1], *args])})" for j, ln in enumerate(lines)]
+    head = [f"# stages: {', '.join(k.stages)}; {total} tasks{'; persistent' if k.persistent else ''}",
+            "pid = tl.program_id(0)", "epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)"]
+    if not shares:
+        loop = [f"for task in range(pid, {total}, NPROG):", *("    " + ln for ln in loop)]
+    body = lines_to_body([*head, *loop, "td.leave(EPOCH_AT, epoch, NPROG, GRAPH)"])
+    if not shares:  # the task loop may claim its tasks from this kernel's counter (EPOCH[2 + 2i], launch: CLAIM)
+        claim = kir.Bin("+", kir.Name("EPOCH_AT"), kir.Const(2 + 2 * index))
+        body = tuple(replace(s, claim=claim) if isinstance(s, kir.For) and s.var == "task" else s for s in body)
+    entry = kir.Fn(k.name, tuple(kir.Param(p) for p in args[:-2]) + (
+        kir.Param("timeout_ns"), kir.Param("EPOCH_AT"), kir.Param("NPROG", True), kir.Param("UPCAST_DOT", True),
+        kir.Param("GRAPH", True), kir.Param("PDL", True), kir.Param("CLAIM", True, "False")), body)
+    fns = tuple(kir.Fn(name, (kir.Param("t"), *(kir.Param(a) for a in args[:-1]), kir.Param("UPCAST_DOT", True)),
+                       lines_to_body(_with_args(body, args), 4)) for name, _p, body in tasks)
+    kern = simplify(kir.Kernel(entry, fns), {**keep, k.name: frozenset().union(*keep.values())})
+    kern = rename(kern, range_names({v for ks in keep.values() for v in ks if not v.endswith("_r")}))
+    pr = Printer()
+    tfs = tuple(TaskFn(f.name, tuple(pr.signature(f)), tuple(pr.body(f.body, "    "))) for f in kern.tasks)
+    row = wrap(f"    ({k.name}, {total}, {k.persistent}, {k.concurrent}, {k.barrier_before}, {share}, {len(shares)}, [",
+               [json.dumps(p) for p in params], "]),", "    ")
+    return KernelModel(k.name, k.stages, tuple(params), tuple(pr.signature(kern.entry)),
+                       tuple(pr.body(kern.entry.body, "    ")), total, k.persistent, k.concurrent,
+                       k.barrier_before, share, len(shares), tfs, tuple(row))
 
 
 def _with_args(body: list[str], args: list[str]) -> list[str]:
     """A folded consumer's call inside its producer's task (flags.arrive) takes the kernel's arguments."""
-    out = []
-    for ln in body:
-        if TASK_ARGS_MARK not in ln:
-            out.append(ln)
-            continue
-        head, first = ln[: ln.index("(") + 1], ln[ln.index("(") + 1: ln.index(f", {TASK_ARGS_MARK}")]
-        out += wrap(head, [first, *args], ")", head[: len(head) - len(head.lstrip())])
-    return out
+    return [ln.replace(TASK_ARGS_MARK, ", ".join(args)) for ln in body]
 
 
 def _rotated(t: str, n: int, on: bool, world: int) -> str:
@@ -300,7 +309,7 @@ def _overlapped(g: nx.DiGraph, p: Overlap, start_local: bool, world: int) -> tup
     lines += ["        ", "else:"]
     calls.append((len(lines), f"{c.name}_task", own_first.format(f"task - {p.copies}")))
     lines.append("    ")
-    return [tidy(ln) for ln in lines], calls
+    return lines, calls
 
 
 def _task_body(em: _Emitter, st, group_m: int, mark, world: int) -> list[str]:

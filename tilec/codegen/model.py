@@ -35,6 +35,7 @@ class KernelModel:
     share: float  # fraction of the co-resident programs this kernel takes when launched concurrently
     groups: int  # > 0: workgroup-specialized, one program group per stage (the body holds its own loops)
     tasks: tuple[TaskFn, ...] = ()
+    row: tuple[str, ...] = ()  # its line(s) of the KERNELS table
 
 
 @dataclass(frozen=True)

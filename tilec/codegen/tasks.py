@@ -8,8 +8,6 @@ from tilec.ir.dtypes import TL_DTYPE
 from tilec.ir.graph import flags, folds, tensor
 from tilec.ir.types import Const, Idx, Op
 
-from .text import tidy
-
 COMMENT_WIDTH = 116  # a stage's comment is cut to this many columns (the statement may be longer)
 
 
@@ -101,7 +99,7 @@ class Tasks:
                      "    _tl_waited = td.clock(UPCAST_DOT)", *self.prologue, *body,
                      f"    td.mark({tp} + ({slot} + {task_var}) * 5, {number}, _tl_start, _tl_waited, UPCAST_DOT)",
                      *arrivals]
-        return [tidy(line) for line in lines]
+        return lines
 
     def decode(self, task_var: str, group_m: int) -> list[str]:
         loops = list(self.st.loops)
@@ -123,20 +121,18 @@ class Tasks:
             ]
         outer = loops[:-2] if grouped else loops
         if outer:
-            rest = task_var if not grouped else f"({task_var} // {m.trips * n.trips})"
+            rest = task_var
             multi = [v for v in outer if v.trips > 1]
             for v in outer:
                 if v.trips == 1:  # one-trip loops (and `:` slices) start at 0
                     out.append(f"    {v.name} = 0")
+            # the trips of the loops inside this one: each variable is one division and one remainder
+            div = m.trips * n.trips if grouped else 1
             for i, v in enumerate(reversed(multi)):
-                last = i == len(multi) - 1
-                val = rest if last else f"{rest} % {v.trips}"
+                q = rest if div == 1 else f"{rest} // {div}"
+                val = q if i == len(multi) - 1 else f"{q} % {v.trips}"
                 out.append(f"    {v.name} = {val}" if v.step == 1 else f"    {v.name} = ({val}) * {v.step}")
-                if i == len(multi) - 2:  # the last variable takes what is left: no name for it
-                    rest = f"({rest} // {v.trips})"
-                elif not last:
-                    out.append(f"    {task_var}_{i} = {rest} // {v.trips}")
-                    rest = f"{task_var}_{i}"
+                div *= v.trips
         for v in tiles:
             if v.step > 1 or v.name.startswith("_"):  # unit-step loops index like scalars (`:` slices do not)
                 self.bind_tile(v, out, "    ", hint=v.step > 1)

@@ -16,15 +16,13 @@ SCHEDULE = "bsp"
 NUM_WARPS = 4
 NUM_STAGES = 3
 EXIT_BARRIER = False  # peers touch this rank's inputs/outputs until a call ends: a barrier then
-# name: (kind, dtype, shape, symmetric)
-TENSORS = {
+TENSORS = {  # name: (kind, dtype, shape, symmetric)
     "A": ("in", "f16", (128, 128), True),
     "Ag": ("buf", "f16", (256, 128), True),
     "B": ("in", "f16", (128, 192), False),
     "C": ("out", "f16", (256, 192), False),
 }
 FLAGS = {}  # flag parameter: (counters, releases per counter per call, producer stage, key, number)
-TIMELINE_SLOTS = 0  # a timeline build: one (stage, program, start, waited, end) record per task
 
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
@@ -33,20 +31,19 @@ def k0_gather(A, Ag, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: 
     # stages: gather; 16 tasks
     pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
-    claim = EPOCH_AT + 2  # CLAIM: this kernel's task counter (tilec.device.first_task)
+    claim = EPOCH_AT + 2  # this kernel's task counter (read where CLAIM)
     task = td.first_task(pid, claim, CLAIM)
     while task < 16:
         t = task
         # stage gather (examples/ag_gemm.tile:14): Ag[r*M/W + m, k] = A@r[m, k]
         k = t % 4 * 32
-        t_0 = t // 4
-        m = t_0 % 2 * 64
-        r = t_0 // 2
-        m_r = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
-        k_r = tl.max_contiguous(tl.multiple_of(k + tl.arange(0, 32), 32), 32)
+        m = t // 4 % 2 * 64
+        r = t // 8
+        rm = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
+        rk = tl.max_contiguous(tl.multiple_of(k + tl.arange(0, 32), 32), 32)
         peer_r = td.peer_offset(heap_bases, rank, r, 2)
-        a_tile = tl.load(A + peer_r + m_r[:, None] * 128 + k_r[None, :])
-        tl.store(Ag + (128 * r + m_r)[:, None] * 128 + k_r[None, :], a_tile.to(tl.float16))
+        a_tile = tl.load(A + peer_r + rm[:, None] * 128 + rk[None, :])
+        tl.store(Ag + (128 * r + rm)[:, None] * 128 + rk[None, :], a_tile.to(tl.float16))
         task = td.next_task(task, claim, NPROG, CLAIM)
     td.claims_done(claim, NPROG, CLAIM)
     td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
@@ -58,38 +55,35 @@ def k1_gemm(Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG:
     # stages: gemm; 12 tasks
     pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
-    claim = EPOCH_AT + 4  # CLAIM: this kernel's task counter (tilec.device.first_task)
+    claim = EPOCH_AT + 4  # this kernel's task counter (read where CLAIM)
     task = td.first_task(pid, claim, CLAIM)
     while task < 12:
         t = task
         # stage gemm (examples/ag_gemm.tile:17): C[m, n] = sum k in K by BK: Ag[m, k] @ B[k, n]
         # grouped order: 8 rows of m-tiles share the n-tiles in L2
-        g_size = 24
-        g_first = t // g_size * 8
+        g_first = t // 24 * 8
         g_rows = tl.minimum(4 - g_first, 8)
-        m = (g_first + t % g_size % g_rows) * 64
-        n = t % g_size // g_rows * 64
-        m_r = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
-        n_r = tl.max_contiguous(tl.multiple_of(n + tl.arange(0, 64), 64), 64)
+        m = (g_first + t % 24 % g_rows) * 64
+        n = t % 24 // g_rows * 64
+        rm = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
+        rn = tl.max_contiguous(tl.multiple_of(n + tl.arange(0, 64), 64), 64)
         acc = tl.zeros((64, 64), dtype=tl.float32)
-        k_r = tl.arange(0, 32)  # k = 0
-        ag_ptrs = Ag + m_r[:, None] * 128 + k_r[None, :]
-        b_ptrs = B + k_r[:, None] * 192 + n_r[None, :]
+        rk = tl.arange(0, 32)  # k = 0
+        ag_ptrs = Ag + rm[:, None] * 128 + rk[None, :]
+        b_ptrs = B + rk[:, None] * 192 + rn[None, :]
         for k in range(0, 128, 32):
-            k_r = k + tl.arange(0, 32)
             ag_tile = tl.load(ag_ptrs)
             b_tile = tl.load(b_ptrs)
             acc = td.dot(ag_tile, b_tile, acc, UPCAST_DOT, False)
             ag_ptrs += 32
             b_ptrs += 6144
-        tl.store(C + m_r[:, None] * 192 + n_r[None, :], acc.to(tl.float16))
+        tl.store(C + rm[:, None] * 192 + rn[None, :], acc.to(tl.float16))
         task = td.next_task(task, claim, NPROG, CLAIM)
     td.claims_done(claim, NPROG, CLAIM)
     td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 
-# kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups, buffer arguments
-KERNELS = [
+KERNELS = [  # kernel, tasks, persistent, concurrent, barrier before, share of the programs, groups, buffers
     (k0_gather, 16, False, False, False, 1.0, 0, ["A", "Ag"]),
     (k1_gemm, 12, False, False, True, 1.0, 0, ["Ag", "B", "C"]),
 ]
