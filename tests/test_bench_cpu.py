@@ -367,8 +367,12 @@ def test_default_splits_fill_every_sm_twice():
         assert bench_decode.split_configs(dims((1, 12, 8, 128, 65536)), False, False, True) == ranked[:1]
 
 
-def test_decode_bench_cpu_free_splits(tmp_path):
-    """The bench on examples/flash_decode_splits.tile: the cache block with room for NS*L positions, every row right."""
+@pytest.mark.parametrize("shapes", [1, pytest.param(None, marks=pytest.mark.slow)], ids=["first-shape", "every-shape"])
+def test_decode_bench_cpu_free_splits(tmp_path, monkeypatch, shapes):
+    """The bench on examples/flash_decode_splits.tile: the cache block with room for NS*L positions, every row right
+    (the quick run on the first shape of decode-small: two ranks in the interpreter take ~15 s a shape)."""
+    if shapes is not None:
+        monkeypatch.setitem(bench_decode.DECODE_SHAPES, "decode-small", bench_decode.DECODE_SHAPES["decode-small"][:1])
     rows = bench.run_bench(SPLITS, 2, "decode-small", ["fused-push"], "f16", 2, False, str(tmp_path), "cpu")
     mine = [r for r in rows if r["kind"] == "tilec"]
     assert len(mine) == len(bench_decode.DECODE_SHAPES["decode-small"])

@@ -99,24 +99,37 @@ def inputs(d: dict, seed: int) -> dict:
 SEEDS = range(8)
 
 
-@pytest.mark.parametrize("schedule", ["bsp", "flags"])
-def test_padded_rows_are_not_keys_or_partials(schedule):
+SCHEDULES = ("bsp", "flags")
+
+
+@pytest.fixture(scope="module")
+def padded_runs():
+    """Every seed under both schedules, two calls each, in one world-1 spawn (one rank start for the module)."""
     cases, wants, shapes = [], {}, {}
-    for seed in SEEDS:
-        d = draw(seed)
-        src = PROGRAM.format(**d)
-        dims = {k: d[k] for k in ("B", "H", "D", "NS", "L", "BS")}
-        prog = tilec.compile(f"padded_{seed}.tile", world=1, schedule=schedule, source=src, dims=dims,
-                             attend_block=16)
-        calls = [[inputs(d, 100 * seed + c)] for c in range(2)]
-        cases.append((seed, prog, calls, ()))
-        wants[seed] = [reference(c[0]["Q"], c[0]["K"], c[0]["V"], c[0]["lens"], d) for c in calls]
-        shapes[seed] = d
+    for schedule in SCHEDULES:
+        for seed in SEEDS:
+            d = draw(seed)
+            src = PROGRAM.format(**d)
+            dims = {k: d[k] for k in ("B", "H", "D", "NS", "L", "BS")}
+            prog = tilec.compile(f"padded_{seed}.tile", world=1, schedule=schedule, source=src, dims=dims,
+                                 attend_block=16)
+            calls = [[inputs(d, 100 * seed + c)] for c in range(2)]
+            cases.append(((schedule, seed), prog, calls, ()))
+            wants[schedule, seed] = [reference(c[0]["Q"], c[0]["K"], c[0]["V"], c[0]["lens"], d) for c in calls]
+            shapes[seed] = d
     got = spawn(_workers.run_cases, 1, heap_bytes=1 << 22, timeout=600, args=(cases,))[0]
+    return got, wants, shapes
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_padded_rows_are_not_keys_or_partials(padded_runs, schedule):
+    got, wants, shapes = padded_runs
     bad = []
-    for seed, per_call in got.items():
+    for (sched, seed), per_call in got.items():
+        if sched != schedule:
+            continue
         for c, out in enumerate(per_call):
-            os_, ls, o = wants[seed][c]
+            os_, ls, o = wants[schedule, seed][c]
             for name, want in (("Os", os_), ("Ls", ls), ("O", o)):
                 have = out[name].float()
                 same_inf = torch.isinf(want) == torch.isinf(have)
@@ -124,6 +137,7 @@ def test_padded_rows_are_not_keys_or_partials(schedule):
                 err = float((have[fin] - want[fin]).abs().max()) if fin.any() else 0.0
                 if not bool(same_inf.all()) or torch.isnan(have).any() or err > 1e-4:
                     bad.append((seed, shapes[seed], c, name, err))
+    assert len([k for k in got if k[0] == schedule]) == len(SEEDS)
     assert not bad, bad
 
 

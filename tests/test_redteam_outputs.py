@@ -86,7 +86,9 @@ def _tilec(args, **kw):
                             text=True, **kw)
 
 
-@pytest.mark.parametrize("program", ["tests/programs/chain.tile", "examples/gemm_rs.tile"])
+# one interpreter start each (~3 s): the second program only in the full run
+@pytest.mark.parametrize("program", ["tests/programs/chain.tile",
+                                     pytest.param("examples/gemm_rs.tile", marks=pytest.mark.slow)])
 def test_stdout_closed_early_stops_quietly(program):
     """`tilec check ... | head -1`: exit 141, nothing on stderr (a BrokenPipeError traceback, and `check` first
     reported the broken pipe as a schedule failing in a pass). check flushes each line, so the pipe breaks."""

@@ -73,8 +73,9 @@ def write_pid_and_wait(heap, pid_dir: str):
     time.sleep(3600)
 
 
-def rank_and_world(heap, blob=b""):
-    return heap.rank, heap.world, heap.backend, os.environ.get("TRITON_INTERPRET"), len(blob)
+def rank_and_world(heap, blob=b"", var=None):
+    out = heap.rank, heap.world, heap.backend, os.environ.get("TRITON_INTERPRET"), len(blob)
+    return out if var is None else (*out, os.environ.get(var))
 
 
 def peer_view_probe(heap):

@@ -104,11 +104,17 @@ def test_keyboard_interrupt_terminates_ranks(monkeypatch, tmp_path):
             os.kill(pid, 0)
 
 
-def test_env_restored_and_big_args():
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_env_restored_and_big_args(start_method, monkeypatch):
+    """The ranks see the launcher's environment as it is at this launch (forked ones too: their server started
+    earlier, with another), and big arguments."""
     before = os.environ.get("TRITON_INTERPRET")
+    mark = f"set-at-{time.monotonic()}"
+    monkeypatch.setenv("TILEC_TEST_LAUNCH_MARK", mark)
     blob = bytes(range(256)) * 4096  # 1 MiB: more than a pipe holds, must not serialize or block rank start
-    res = spawn(rank_workers.rank_and_world, 2, timeout=60, args=(blob,))
-    assert res == [(0, 2, "cpu", "1", len(blob)), (1, 2, "cpu", "1", len(blob))]
+    res = spawn(rank_workers.rank_and_world, 2, timeout=60, args=(blob, "TILEC_TEST_LAUNCH_MARK"),
+                start_method=start_method)
+    assert res == [(0, 2, "cpu", "1", len(blob), mark), (1, 2, "cpu", "1", len(blob), mark)]
     assert os.environ.get("TRITON_INTERPRET") == before
 
 
@@ -117,6 +123,8 @@ def test_bad_fn_is_rejected_in_parent():
         spawn(lambda heap: 0, 2)
     with pytest.raises(ValueError, match="module:function"):
         spawn("rank_kernels.ring", 2)
+    with pytest.raises(ValueError, match=r"start_method 'fork': expected one of \('spawn', 'forkserver'\)"):
+        spawn(rank_workers.rank_and_world, 1, start_method="fork")
 
 
 def test_script_without_main_guard_fails_fast(tmp_path):
