@@ -8,8 +8,8 @@ import sys
 import time
 
 from tilec.cli.args import _dims, _world, run_command, transport_arg
-from tilec.cli.names import DESCRIPTIONS, PASS_NAMES, SCHEDULES, TRANSPORTS
 from tilec.errors import TilecError
+from tilec.passes.names import DESCRIPTIONS, PASS_NAMES, SCHEDULES, TRANSPORTS
 
 EXIT_CODES = """exit status (every subcommand):
   0  everything asked for succeeded (schedules that do not apply to the program are listed by

@@ -12,19 +12,10 @@ from .coarsen_copies import CoarsenCopies
 from .fold_last import FoldLast
 from .fuse_comm import FuseComm
 from .local_in_place import LocalInPlace
+from .names import DESCRIPTIONS, PASS_NAMES, SCHEDULES  # noqa: F401 - re-exported
 from .persist import Persist
 from .replace_barriers import ReplaceBarriers
 from .transport import Transport, wants_dma
-
-SCHEDULES = ("bsp", "flags", "fused-pull", "fused-push", "specialized")
-
-DESCRIPTIONS = {
-    "bsp": "one kernel per stage, a global barrier where the program has one (the baseline)",
-    "flags": "one persistent kernel per stage on its own stream, per-tile flags instead of barriers",
-    "fused-pull": "consumers read the copy's source from peers directly; the buffer and its stage disappear",
-    "fused-push": "owners store tiles into peers and release their flags; one persistent kernel",
-    "specialized": "one persistent kernel, each stage on programs of its own (communication vs compute), flags",
-}
 
 
 def pipeline(schedule: str, granularity: str = "auto", comm_share: float = 0.25,
@@ -61,5 +52,3 @@ def _pipeline(schedule: str, granularity: str, comm_share: float, fold: bool) ->
     raise ScheduleError(f"unknown schedule '{schedule}' (choose from {', '.join(SCHEDULES)})")
 
 
-PASS_NAMES = ("lower", "fuse-comm", "replace-barriers", "transport", "local-in-place", "coarsen-copies", "persist",
-              "fold-last", "codegen")

@@ -38,8 +38,7 @@ from tilec.ir.types import ME, Load, Var
 from tilec.ir.wait_plan import release_signature
 
 from .base import Pass
-
-TRANSPORTS = ("sm", "dma", "auto")
+from .names import TRANSPORTS
 
 
 def parse_transport(spec: str) -> tuple[str, dict[str, str]]:

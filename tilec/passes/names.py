@@ -1,6 +1,6 @@
-"""The names the argument parser offers as choices (schedules, passes, transports), kept here so that building it
-imports no pass: `tilec --help` and `--version` stay quick and load no torch, triton or iris. A test checks they
-equal tilec.passes' own."""
+"""The names of the schedules, passes and transports, in a module that imports nothing: the command line offers them
+as choices without importing a pass, so `tilec --help` and `--version` stay quick and load no torch, triton or iris.
+schedules.py and transport.py take their names from here."""
 
 SCHEDULES = ("bsp", "flags", "fused-pull", "fused-push", "specialized")
 
