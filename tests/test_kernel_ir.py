@@ -198,3 +198,20 @@ def test_drop_unused_params_trims_the_calls_too():
     k = R.drop_unused_params(K.Kernel(entry, (mid, task)))
     assert [p.name for p in k.tasks[0].params] == ["t", "A"] == [p.name for p in k.tasks[1].params]
     assert text(k.entry.body) == ["mid_task(0, A)"] and [p.name for p in k.entry.params] == ["A", "B", "UPCAST"]
+
+
+def test_materialize_binds_numbers_that_must_be_tensors():
+    # propagation leaves `tl.broadcast_to(-2, ...)` and `(3).to(...)`: Triton takes neither as a tensor, while an
+    # assigned number becomes one (int32 / fp32); numbers elsewhere stay where they are
+    spread = K.Call("tl.broadcast_to", (K.Unary("-", c(2)), K.Tuple((c(4), c(2)))))
+    cast = K.Call(K.Attr(c(3), "to"), (n("tl.float32"),))
+    keep = K.Call("tl.maximum", (c(1), n("t")))
+    out = R.materialize(fn(K.Do(spread), K.Assign(n("x"), b("*", cast, keep)), K.Do(K.Call("use", (n("x"),)))))
+    assert text(out.body) == [
+        "const_val = -2",
+        "tl.broadcast_to(const_val, (4, 2))",
+        "const_val_2 = 3",
+        "x = const_val_2.to(tl.float32) * tl.maximum(1, t)",
+        "use(x)",
+    ]
+    assert R.materialize(out) == out  # names are tensors already

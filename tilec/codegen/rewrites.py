@@ -374,8 +374,9 @@ def inline_once(fn: K.Fn, keep: frozenset[str] = frozenset()) -> K.Fn:
 
 # -- the order of the rewrites ----------------------------------------------------------------------------
 def simplify_fn(fn: K.Fn, keep: frozenset[str] = frozenset()) -> K.Fn:
-    """Fold, propagate, merge, unroll, drop, share and inline until nothing changes. keep: names a reader looks for
-    (the stage's loop variables and their ranges), never written into their one reader."""
+    """Fold, propagate, merge, unroll, drop, share and inline until nothing changes, then bind the numbers that must
+    be tensors (materialize). keep: names a reader looks for (the stage's loop variables and their ranges), never
+    written into their one reader."""
     while True:
         new = replace(fn, body=fold_constants(fn.body))
         new = propagate(new)
@@ -384,8 +385,63 @@ def simplify_fn(fn: K.Fn, keep: frozenset[str] = frozenset()) -> K.Fn:
         new = replace(new, body=drop_dead(new.body))
         new = inline_once(share_common(new, keep), keep)
         if new == fn:
-            return fn
+            return materialize(fn)
         fn = new
+
+
+def _number(e: K.Expr) -> bool:
+    """Built of numeric literals and arithmetic alone: a Python number inside a kernel, not a tensor."""
+    if isinstance(e, K.Const):
+        return type(e.value) in (int, float)
+    if isinstance(e, K.Unary):
+        return e.op == "-" and _number(e.operand)
+    if isinstance(e, K.Bin):
+        return _number(e.left) and _number(e.right)
+    return False
+
+
+# the arguments of these calls must be tensors, not Python numbers
+TENSOR_ARGS = {"tl.broadcast_to": (0,)}
+
+
+def materialize(fn: K.Fn) -> K.Fn:
+    """A number where a tensor must stand (the value `tl.broadcast_to` spreads, the receiver of a method call such as
+    `.to`) is bound to a name first: `x = -2` makes x an int32 tensor (Triton converts a number on assignment), while
+    `tl.broadcast_to(-2, ...)` passes a Python int that the call cannot take. Propagation and inlining write numbers
+    into their readers; this undoes it where the reader needs a tensor."""
+    taken = {p.name for p in fn.params} | set(K.reads(fn.body)) | {t for s in K.walk(fn.body) for t in K.targets(s)}
+
+    def fresh() -> str:
+        i = 1
+        while (name := "const_val" if i == 1 else f"const_val_{i}") in taken:
+            i += 1
+        taken.add(name)
+        return name
+
+    def stmt(s: K.Stmt) -> tuple[K.Stmt, ...]:
+        bound: list[K.Stmt] = []
+
+        def bind(e: K.Expr) -> K.Expr:
+            x = fresh()
+            bound.append(K.Assign(K.Name(x), e))
+            return K.Name(x)
+
+        def fix(e: K.Expr) -> K.Expr:
+            if isinstance(e, K.Call) and isinstance(e.fn, str) and e.fn in TENSOR_ARGS:
+                args = tuple(bind(a) if i in TENSOR_ARGS[e.fn] and _number(a) else a for i, a in enumerate(e.args))
+                return replace(e, args=args)
+            if isinstance(e, K.Call) and isinstance(e.fn, K.Attr) and _number(e.fn.value):
+                return replace(e, fn=replace(e.fn, value=bind(e.fn.value)))
+            return e
+
+        if K.blocks(s):  # a compound statement: only its own expressions (its blocks were done first)
+            own = K.map_exprs((replace(s, **{f: () for f in ("body", "orelse") if hasattr(s, f)}),), fix)[0]
+            s = replace(own, **{f: getattr(s, f) for f in ("body", "orelse") if hasattr(s, f)})
+        else:
+            s = K.map_exprs((s,), fix)[0]
+        return (*bound, s)
+
+    return replace(fn, body=K.map_stmts(fn.body, stmt))
 
 
 def drop_unused_params(k: K.Kernel) -> K.Kernel:
