@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 import tilec
+from tilec import settings
 from tilec.cli import main
 from tilec.ir.graph import DMA, stages
 from tilec.perf import auto
@@ -166,6 +167,18 @@ def test_measured_dma_variant_wins_and_old_cache_entries_are_not_misread(tmp_pat
     assert auto.candidates(AG, src, 2, dims, dims)[0]["schedule"] == "flags+dma"
     assert auto.variant_of(auto.compile_auto(AG, 2, dims)) == "flags+dma"
     assert "predicted" in json.loads((tmp_path / "auto.json").read_text())[k]  # the old field is left alone
+
+
+def test_times_measured_with_other_options_have_a_key_of_their_own(monkeypatch):
+    src = open(AG).read()
+    dims = {"M": 256, "N": 192, "K": 128}
+    monkeypatch.delenv("TILEC_FOLD", raising=False)
+    default = auto.key(src, 2, dims)
+    assert default == auto.key(src, 2, dims, options=settings.Options())  # the default key is unchanged
+    monkeypatch.setenv("TILEC_FOLD", "0")  # `TILEC_FOLD=0 tilec bench` compiles without fold-last
+    off = auto.key(src, 2, dims)
+    assert off != default and "fold=off" in off
+    assert off == auto.key(src, 2, dims, options=settings.options(fold=False))
 
 
 def test_cli_names_the_picked_transport(capsys):

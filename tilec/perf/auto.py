@@ -88,11 +88,16 @@ def _path() -> Path:
     return cache_dir() / "auto.json"
 
 
-def key(source: str, world: int, dims: dict[str, int], device: str | None = None) -> str:
-    """The cache key of a program, shape and world on `device` (default: this process's GPU, else CPU_KEY)."""
+def key(source: str, world: int, dims: dict[str, int], device: str | None = None,
+        options: settings.Options | None = None) -> str:
+    """The cache key of a program, shape and world on `device` (default: this process's GPU, else CPU_KEY), built
+    with `options` (default: the TILEC_* variables' now, which the bench compiles with): times measured with other
+    options (`TILEC_FOLD=0 tilec bench`) land under a key of their own, never under the default program's."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]
     shape = ",".join(f"{k}={v}" for k, v in sorted(dims.items()))
-    return f"{digest}|w{world}|{shape}|{device or this_device()}"
+    opts = options if options is not None else settings.options()
+    built = "" if opts == settings.Options() else f"|{opts.line().removeprefix('settings: ')}"
+    return f"{digest}|w{world}|{shape}|{device or this_device()}{built}"
 
 
 def _load() -> dict:

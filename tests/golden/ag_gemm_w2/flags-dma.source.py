@@ -47,7 +47,7 @@ def k0_gemm(F_Ag_gather, A, Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, 
     # stages: gemm; 12 tasks; persistent
     pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
-    claim = EPOCH_AT + 2  # CLAIM: this kernel's task counter (tilec.device.first_task)
+    claim = EPOCH_AT + 2  # this kernel's task counter (read where CLAIM)
     task = td.first_task(pid, claim, CLAIM)
     while task < 12:
         t = (task + rank * 6) % 12
@@ -77,6 +77,8 @@ def k0_gemm(F_Ag_gather, A, Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, 
             ag_ptrs += 32
             b_ptrs += 6144
         tl.store(C + rm[:, None] * 192 + rn[None, :], acc.to(tl.float16))
+        task = td.next_task(task, claim, NPROG, CLAIM)
+    td.claims_done(claim, NPROG, CLAIM)
     td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 
