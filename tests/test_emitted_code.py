@@ -16,7 +16,7 @@ from tilec.passes.schedules import SCHEDULES
 
 WIDTH = 120
 # an entry kernel's parameters after its buffers are the launch's (tilec.runtime.launch passes them all)
-LAUNCH_ARGS = {"ERR", "heap_bases", "rank", "epoch", "timeout_ns", "EPOCH_AT", "NPROG", "UPCAST_DOT", "GRAPH", "PDL",
+LAUNCH_ARGS = {"ERR", "heap_bases", "rank", "epoch", "timeout_ns", "EPOCH_AT", "NPROG", "INTERPRET", "GRAPH", "PDL",
                "CLAIM"}
 
 EXAMPLES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "examples").glob("*.tile"))

@@ -193,7 +193,7 @@ def _simulate(source: str, kernel: str, world: int, nprog: int) -> dict[int, lis
                                  claims_done=lambda claim, n, c: None)
             env = {"pid": pid, "rank": rank, "NPROG": nprog, "ran": ran, "td": td, "EPOCH_AT": 0, "CLAIM": False}
             env |= dict.fromkeys(("A", "Ag", "F_Ag_gather", "B", "C", "ERR", "heap_bases", "epoch", "timeout_ns",
-                                  "UPCAST_DOT"))
+                                  "INTERPRET"))
             for name in ("gather_task", "gemm_task"):
                 env[name] = functools.partial(_record, ran, name[:-5])
             exec(compile(code, "<loop>", "exec"), env)

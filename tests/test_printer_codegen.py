@@ -146,7 +146,7 @@ _PROBE = textwrap.dedent("""
     from tilec.runtime import launch
 
     class Ctx:
-        rank, interpret, upcast_dot, timeout_ns, graph, pdl = 0, True, True, 1, False, False
+        rank, interpret, timeout_ns, graph, pdl = 0, True, 1, False, False
         def __init__(self):
             self.events = []
             self.plan = None  # LaunchContext.plan: the launches of a call, built by the first launch()

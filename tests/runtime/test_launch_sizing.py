@@ -34,7 +34,7 @@ class FakeKernel:
         self.__name__, self.regs, self.shared, self.compiles, self.jit_launches = name, regs, shared, [], []
         self.pdl, self.claim = [], []
 
-    def warmup(self, *args, UPCAST_DOT, GRAPH, PDL, CLAIM, grid, num_warps, num_stages, launch_pdl):  # noqa: N803
+    def warmup(self, *args, INTERPRET, GRAPH, PDL, CLAIM, grid, num_warps, num_stages, launch_pdl):  # noqa: N803
         assert PDL == launch_pdl  # a kernel that may start early must wait for its predecessor on the device
         self.pdl.append(PDL)
         self.claim.append(CLAIM)
@@ -88,7 +88,7 @@ def test_persistent_grid_follows_occupancy(monkeypatch, regs, shared, per_sm):
     args = launch.kernel_args(ctx, bufs, 1, mod.KERNELS[0], want)
     compiled = ctx.compiled[(k, want, launch.aligned(args), False)]
     assert [g for g, _ in compiled.launches] == [(want, 1, 1)] * 2  # straight to the compiled kernel
-    # (.., epoch, timeout_ns, EPOCH_AT, NPROG, UPCAST_DOT, GRAPH, PDL, CLAIM); tensors go to Triton's launcher as
+    # (.., epoch, timeout_ns, EPOCH_AT, NPROG, INTERPRET, GRAPH, PDL, CLAIM); tensors go to Triton's launcher as
     # their addresses; PDL off: the fake device reports no compute capability; no claims off MPS
     assert [(a[-8], a[-7], a[-5], a[-3], a[-2], a[-1]) for _, a in compiled.launches] == [
         (1, 10, want, False, False, False), (2, 10, want, False, False, False)]

@@ -170,7 +170,7 @@ class Compute:
             out.append(f"{inner}{name} = tl.load({self.param(a.tensor)} + {off}, mask={mask}, other=0)")
             tiles.append(name)
         out.append(f"{inner}{mx}, {den}, {acc} = td.attend_step({qp}, {tiles[0]}, {tiles[1]}, {n} - {c}, {mx},"
-                   f" {den}, {acc}, {scale!r}, UPCAST_DOT, True)")  # loads masked past n: rows are 0
+                   f" {den}, {acc}, {scale!r}, INTERPRET, True)")  # loads masked past n: rows are 0
         o, lse = self.tmp("o"), self.tmp("lse")
         out.append(f"{indent}{o}, {lse} = td.attend_finish({mx}, {den}, {acc}, {mq})")
         return o, lse
@@ -201,7 +201,7 @@ class Compute:
     def dot(self, e: Dot, a: str, b: str, acc: str | None) -> str:
         ieee = e.lhs.dtype == "f32"
         args = f"{a}, {b}" + (f", {acc}" if acc else "")
-        return f"td.dot({args}, UPCAST_DOT, {ieee})" if acc else f"td.dot({a}, {b}, None, UPCAST_DOT, {ieee})"
+        return f"td.dot({args}, INTERPRET, {ieee})" if acc else f"td.dot({a}, {b}, None, INTERPRET, {ieee})"
 
     def sum(self, e: Sum, out: list[str], indent: str) -> str:
         acc = self.tmp("acc")

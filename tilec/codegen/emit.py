@@ -37,7 +37,7 @@ from .triton_printer import Printer, wrap
 __all__ = ["build_model", "flag_scopes", "ModuleModel"]
 
 # per-task arguments after the buffers (the kernel passes its own on to each stage's task function)
-TASK_ARGS = ("ERR", "heap_bases", "rank", "epoch", "timeout_ns", "UPCAST_DOT")
+TASK_ARGS = ("ERR", "heap_bases", "rank", "epoch", "timeout_ns", "INTERPRET")
 
 
 def param_name(buffer: str) -> str:
@@ -261,9 +261,9 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
         claim = kir.Bin("+", kir.Name("EPOCH_AT"), kir.Const(2 + 2 * index))
         body = tuple(replace(s, claim=claim) if isinstance(s, kir.For) and s.var == "task" else s for s in body)
     entry = kir.Fn(k.name, tuple(kir.Param(p) for p in args[:-2]) + (
-        kir.Param("timeout_ns"), kir.Param("EPOCH_AT"), kir.Param("NPROG", True), kir.Param("UPCAST_DOT", True),
+        kir.Param("timeout_ns"), kir.Param("EPOCH_AT"), kir.Param("NPROG", True), kir.Param("INTERPRET", True),
         kir.Param("GRAPH", True), kir.Param("PDL", True), kir.Param("CLAIM", True, "False")), body)
-    fns = tuple(kir.Fn(name, (kir.Param("t"), *(kir.Param(a) for a in args[:-1]), kir.Param("UPCAST_DOT", True)),
+    fns = tuple(kir.Fn(name, (kir.Param("t"), *(kir.Param(a) for a in args[:-1]), kir.Param("INTERPRET", True)),
                        lines_to_body(_with_args(body, args), 4)) for name, _p, body in tasks)
     kern = simplify(kir.Kernel(entry, fns), {**keep, k.name: frozenset().union(*keep.values())})
     kern = rename(kern, range_names({v for ks in keep.values() for v in ks if not v.endswith("_r")}))

@@ -61,7 +61,7 @@ class Flags:
                 ind += "    "
             idx_parts.append(fvar if r.stride == 1 else f"{fvar} * {r.stride}")
         idx = " + ".join(idx_parts) or "0"
-        tail = f"\"{self.flag_scope[f.name]}\", UPCAST_DOT)"
+        tail = f"\"{self.flag_scope[f.name]}\", INTERPRET)"
         if mask is None:
             target_lines.append(f"{ind}td.wait({fp} + {idx}, epoch * {f.count}, rank, {owner}, heap_bases, ERR,"
                                 f" timeout_ns, {self.flag_no[f.name]}, {idx}, {tail}")
@@ -106,7 +106,7 @@ class Flags:
                     f"{indent}if {left} < {n}:",
                     f"{indent}    if {left} > 0:",
                     f"{indent}        td.wait({fp} + {counter}, epoch * {f.count}, rank, rank, heap_bases, ERR,"
-                    f" timeout_ns, {self.flag_no[f.name]}, {counter}, \"{self.flag_scope[f.name]}\", UPCAST_DOT)"]
+                    f" timeout_ns, {self.flag_no[f.name]}, {counter}, \"{self.flag_scope[f.name]}\", INTERPRET)"]
             ind = indent + "    "
         names = {}
         for fd in plan.dims:

@@ -89,7 +89,7 @@ def compile_for_target(prog, target: str = "cuda:90", nprog: int = 132) -> list[
                 sig[name] = "constexpr"
         # pointers as the runtime sees heap and torch tensors: 16-byte aligned (Triton pipelines loads only then)
         aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(k.arg_names) if sig[n].startswith("*")}
-        src = ASTSource(k, sig, constexprs={"NPROG": nprog, "UPCAST_DOT": False, "PDL": pdl}, attrs=aligned)
+        src = ASTSource(k, sig, constexprs={"NPROG": nprog, "INTERPRET": False, "PDL": pdl}, attrs=aligned)
         try:
             ck = triton.compile(src, target=tgt, options={"num_warps": mod.NUM_WARPS, "num_stages": mod.NUM_STAGES})
         except Exception as e:  # Triton's compile errors carry the offending source line

@@ -95,9 +95,9 @@ class Tasks:
             # task's time is never counted twice (the arrival's atomic shows between the two)
             slot, number = timeline
             tp = self.param("TIMELINE")
-            lines = [*head, "    _tl_start = td.clock(UPCAST_DOT)", *self.wait_lines,
-                     "    _tl_waited = td.clock(UPCAST_DOT)", *self.prologue, *body,
-                     f"    td.mark({tp} + ({slot} + {task_var}) * 5, {number}, _tl_start, _tl_waited, UPCAST_DOT)",
+            lines = [*head, "    _tl_start = td.clock(INTERPRET)", *self.wait_lines,
+                     "    _tl_waited = td.clock(INTERPRET)", *self.prologue, *body,
+                     f"    td.mark({tp} + ({slot} + {task_var}) * 5, {number}, _tl_start, _tl_waited, INTERPRET)",
                      *arrivals]
         return lines
 

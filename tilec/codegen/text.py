@@ -9,7 +9,7 @@ import re
 
 # names a temporary must never take: the kernel's own parameters and locals, the module's globals, Python's names
 FIXED_NAMES = frozenset({
-    "t", "task", "pid", "rank", "epoch", "ERR", "heap_bases", "timeout_ns", "EPOCH_AT", "NPROG", "UPCAST_DOT",
+    "t", "task", "pid", "rank", "epoch", "ERR", "heap_bases", "timeout_ns", "EPOCH_AT", "NPROG", "INTERPRET",
     "GRAPH", "PDL", "CLAIM", "claim", "TIMELINE", "g_size", "g_first", "g_rows", "tl", "triton", "td", "iris", "at",
     "copied", "t_all",
 }) | frozenset(keyword.kwlist) | frozenset(dir(builtins))

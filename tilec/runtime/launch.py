@@ -44,7 +44,6 @@ class LaunchContext:
         self.heap = heap
         self.rank = heap.rank
         self.interpret = heap.interpret
-        self.upcast_dot = heap.interpret  # the interpreter's bf16 tl.dot is wrong; multiply in f32 there
         self.timeout_ns = timeout_ns  # how long one flag wait may take, in wall-clock nanoseconds
         self._bases = None
         self._streams: dict[int, object] = {}
@@ -186,7 +185,7 @@ def warmup(ctx, mod, buffers) -> None:
 
 
 def _compile(ctx, mod, k, args, pdl: bool, claim: bool):
-    compiled = k.warmup(*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, PDL=pdl, CLAIM=claim, grid=(1,),
+    compiled = k.warmup(*args, INTERPRET=ctx.interpret, GRAPH=ctx.graph, PDL=pdl, CLAIM=claim, grid=(1,),
                         num_warps=mod.NUM_WARPS, num_stages=mod.NUM_STAGES, launch_pdl=pdl)
     if hasattr(compiled, "result"):  # Triton's asynchronous compile mode hands back a future
         compiled = compiled.result()
@@ -262,9 +261,9 @@ def _launch_kernels(ctx, mod, epoch, only) -> None:
         args[_EPOCH] = epoch
         with ctx.stream(stream):
             if runner is not None:  # straight to the compiled kernel: skips the JIT's per-call argument binding
-                runner(*args, ctx.upcast_dot, ctx.graph, pdl, claim)
+                runner(*args, ctx.interpret, ctx.graph, pdl, claim)
             else:
-                k[(nprog,)](*args, UPCAST_DOT=ctx.upcast_dot, GRAPH=ctx.graph, PDL=pdl, CLAIM=claim,
+                k[(nprog,)](*args, INTERPRET=ctx.interpret, GRAPH=ctx.graph, PDL=pdl, CLAIM=claim,
                             num_warps=mod.NUM_WARPS,
                             num_stages=mod.NUM_STAGES, launch_pdl=pdl)
     ctx.join_streams()

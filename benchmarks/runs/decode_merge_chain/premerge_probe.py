@@ -28,8 +28,8 @@ def premerge(src: str, dims: dict) -> str:
     nsp = 1 << (ns - 1).bit_length()
     m = re.search(r"    left = td\.arrive_left\((?P<flag>\w+) \+ (?P<cnt>[^,]+), epoch \* \d+\).*?"
                   r"tl\.num_programs\(0\) >= (?P<n>\d+).*?"
-                  r"local_task\(t_\d+,.*?UPCAST_DOT\)", src, re.S)
-    xcall = re.search(r"exchange_task\(h_2, (?P<args>.*?UPCAST_DOT)\)", src, re.S)["args"]
+                  r"local_task\(t_\d+,.*?INTERPRET\)", src, re.S)
+    xcall = re.search(r"exchange_task\(h_2, (?P<args>.*?INTERPRET)\)", src, re.S)["args"]
     new = f"""    tl.atomic_xchg(F_ready + ({m['cnt']}) * {ns} + j, epoch, sem="release", scope="gpu")  # j is out
     left = td.arrive_left({m['flag']} + {m['cnt']}, epoch * {ns})  # arrivals still to come
     # one query head each, merged as its partials appear (only when every task has a running program; a probe: no

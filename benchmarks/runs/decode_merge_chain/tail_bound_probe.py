@@ -63,12 +63,12 @@ def group_merge_to_o(src: str, dims: dict, ch: int = 8, stages: int | None = Non
             m_g = m_new
         o_g = acc_g / tl.where(den_g == 0.0, 1.0, den_g)[:, None]
         tl.store(O + b * {h * d} + hh[:, None] * {d} + d_r[None, :], o_g.to({dtype}))"""
-    m = re.search(r"    share = tl\.where\(.*?local_task\(t_\d+,.*?UPCAST_DOT\)", src, re.S)
+    m = re.search(r"    share = tl\.where\(.*?local_task\(t_\d+,.*?INTERPRET\)", src, re.S)
     return src.replace(m[0], new, 1)
 
 
 def stream_only(src: str) -> str:
-    return re.sub(r"( +)local_task\(t_\d+,.*?UPCAST_DOT\)", r"\1pass", src, count=1, flags=re.S)
+    return re.sub(r"( +)local_task\(t_\d+,.*?INTERPRET\)", r"\1pass", src, count=1, flags=re.S)
 
 
 def run(heap):

@@ -26,7 +26,7 @@ FLAGS = {}  # flag parameter: (counters, releases per counter per call, producer
 
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
-def k0_gather(A, Ag, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr, UPCAST_DOT: tl.constexpr,
+def k0_gather(A, Ag, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr, INTERPRET: tl.constexpr,
               GRAPH: tl.constexpr, PDL: tl.constexpr, CLAIM: tl.constexpr = False):
     # stages: gather; 16 tasks
     pid = tl.program_id(0)
@@ -50,7 +50,7 @@ def k0_gather(A, Ag, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: 
 
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
-def k1_gemm(Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr, UPCAST_DOT: tl.constexpr,
+def k1_gemm(Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr, INTERPRET: tl.constexpr,
             GRAPH: tl.constexpr, PDL: tl.constexpr, CLAIM: tl.constexpr = False):
     # stages: gemm; 12 tasks
     pid = tl.program_id(0)
@@ -74,7 +74,7 @@ def k1_gemm(Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG:
         for k in range(0, 128, 32):
             ag_tile = tl.load(ag_ptrs)
             b_tile = tl.load(b_ptrs)
-            acc = td.dot(ag_tile, b_tile, acc, UPCAST_DOT, False)
+            acc = td.dot(ag_tile, b_tile, acc, INTERPRET, False)
             ag_ptrs += 32
             b_ptrs += 6144
         tl.store(C + rm[:, None] * 192 + rn[None, :], acc.to(tl.float16))

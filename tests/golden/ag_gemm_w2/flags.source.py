@@ -30,7 +30,7 @@ FLAGS = {  # flag parameter: (counters, releases per counter per call, producer 
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
 def k0_gather(A, Ag, F_Ag_gather, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr,
-              UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr, CLAIM: tl.constexpr = False):
+              INTERPRET: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr, CLAIM: tl.constexpr = False):
     # stages: gather; 8 tasks; persistent
     pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
@@ -56,7 +56,7 @@ def k0_gather(A, Ag, F_Ag_gather, ERR, heap_bases, rank, epoch, timeout_ns, EPOC
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
 def k1_gemm(F_Ag_gather, A, Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr,
-            UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr, CLAIM: tl.constexpr = False):
+            INTERPRET: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr, CLAIM: tl.constexpr = False):
     # stages: gemm; 12 tasks; persistent
     pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
@@ -75,8 +75,7 @@ def k1_gemm(F_Ag_gather, A, Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, 
         if m // 128 != rank:  # a peer's rows: wait until they have arrived
             # wait until stage gather has written the tiles of Ag[m, k] this call
             for ctr in range(m // 64, (m + 63) // 64 + 1):
-                td.wait(F_Ag_gather + ctr, epoch * 4, rank, rank, heap_bases, ERR, timeout_ns, 1, ctr, "gpu",
-                        UPCAST_DOT)
+                td.wait(F_Ag_gather + ctr, epoch * 4, rank, rank, heap_bases, ERR, timeout_ns, 1, ctr, "gpu", INTERPRET)
         idx_rk = m // 128
         acc = tl.zeros((64, 64), dtype=tl.float32)
         rk = tl.arange(0, 32)  # k = 0
@@ -87,7 +86,7 @@ def k1_gemm(F_Ag_gather, A, Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, 
         for k in range(0, 128, 32):
             ag_tile = tl.load(ag_ptrs)
             b_tile = tl.load(b_ptrs)
-            acc = td.dot(ag_tile, b_tile, acc, UPCAST_DOT, False)
+            acc = td.dot(ag_tile, b_tile, acc, INTERPRET, False)
             ag_ptrs += 32
             b_ptrs += 6144
         tl.store(C + rm[:, None] * 192 + rn[None, :], acc.to(tl.float16))

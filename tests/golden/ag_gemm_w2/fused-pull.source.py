@@ -26,7 +26,7 @@ FLAGS = {}  # flag parameter: (counters, releases per counter per call, producer
 
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
-def k0_gemm(B, A, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr, UPCAST_DOT: tl.constexpr,
+def k0_gemm(B, A, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr, INTERPRET: tl.constexpr,
             GRAPH: tl.constexpr, PDL: tl.constexpr, CLAIM: tl.constexpr = False):
     # stages: gemm; 12 tasks; persistent
     pid = tl.program_id(0)
@@ -52,7 +52,7 @@ def k0_gemm(B, A, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: 
         for k in range(0, 128, 32):
             a_tile = tl.load(A + peer_idx_rk + idx[:, None] * 128 + (k + tl.arange(0, 32))[None, :])
             b_tile = tl.load(b_ptrs)
-            acc = td.dot(a_tile, b_tile, acc, UPCAST_DOT, False)
+            acc = td.dot(a_tile, b_tile, acc, INTERPRET, False)
             b_ptrs += 6144
         tl.store(C + rm[:, None] * 192 + rn[None, :], acc.to(tl.float16))
         task = td.next_task(task, claim, NPROG, CLAIM)

@@ -44,7 +44,7 @@ def gather_task(t, A, Ag, F_Ag_gather, heap_bases, rank):
 
 
 @triton.jit
-def gemm_task(t, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
+def gemm_task(t, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns, INTERPRET: tl.constexpr):
     # stage gemm (examples/ag_gemm.tile:17): C[m, n] = sum k in K by BK: Ag[m, k] @ B[k, n]
     # grouped order: 2 rows of m-tiles share the n-tiles in L2
     g_first = t // 6 * 2
@@ -56,7 +56,7 @@ def gemm_task(t, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout
     if m // 128 != rank:  # a peer's rows: wait until they have arrived
         # wait until stage gather has written the tiles of Ag[m, k] this call
         for ctr in range(m // 64, (m + 63) // 64 + 1):
-            td.wait(F_Ag_gather + ctr, epoch * 4, rank, rank, heap_bases, ERR, timeout_ns, 1, ctr, "gpu", UPCAST_DOT)
+            td.wait(F_Ag_gather + ctr, epoch * 4, rank, rank, heap_bases, ERR, timeout_ns, 1, ctr, "gpu", INTERPRET)
     idx_rk = m // 128
     rk = tl.arange(0, 32)
     acc = tl.zeros((64, 64), dtype=tl.float32)
@@ -67,7 +67,7 @@ def gemm_task(t, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout
     for k in range(0, 128, 32):
         ag_tile = tl.load(ag_ptrs)
         b_tile = tl.load(b_ptrs)
-        acc = td.dot(ag_tile, b_tile, acc, UPCAST_DOT, False)
+        acc = td.dot(ag_tile, b_tile, acc, INTERPRET, False)
         ag_ptrs += 32
         b_ptrs += 6144
     tl.store(C + rm[:, None] * 192 + rn[None, :], acc.to(tl.float16))
@@ -75,7 +75,7 @@ def gemm_task(t, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout
 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
 def k0_gather_gemm(A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr,
-                   UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr, CLAIM: tl.constexpr = False):
+                   INTERPRET: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr, CLAIM: tl.constexpr = False):
     # stages: gather, gemm; 20 tasks; persistent
     pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
@@ -87,7 +87,7 @@ def k0_gather_gemm(A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeo
     else:  # stage gemm
         for task in range(pid - gemm_first, 12, NPROG - gemm_first):
             gemm_task((task + rank * 6) % 12, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns,
-                      UPCAST_DOT)
+                      INTERPRET)
     td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
 
 

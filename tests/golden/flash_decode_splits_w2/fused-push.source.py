@@ -38,7 +38,7 @@ FLAGS = {  # flag parameter: (counters, releases per counter per call, producer 
 
 @triton.jit
 def split_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, ERR, heap_bases, rank,
-               epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
+               epoch, timeout_ns, INTERPRET: tl.constexpr):
     # stage split (examples/flash_decode_splits.tile:27-28): Os[j, b, g*G + q, :], Ls[j, b, g*G + q] = attend(Q[b, g*...
     j = t % 3
     g = t // 3 % 2
@@ -55,7 +55,7 @@ def split_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_
                          mask=(kb_r < 96)[:, None] & (kb + tl.arange(0, 64) < n_keys)[:, None], other=0)
         v_tile = tl.load(V + b * 36864 + g * 18432 + (96 * j + kb_r)[:, None] * 64 + _a0_r[None, :],
                          mask=(kb_r < 96)[:, None] & (kb + tl.arange(0, 64) < n_keys)[:, None], other=0)
-        row_max, den, acc = td.attend_step(q_pad, k_tile, v_tile, n_keys - kb, row_max, den, acc, 0.125, UPCAST_DOT,
+        row_max, den, acc = td.attend_step(q_pad, k_tile, v_tile, n_keys - kb, row_max, den, acc, 0.125, INTERPRET,
                                            True)
     o, lse = td.attend_finish(row_max, den, acc, 4)
     tl.store(Os + j * 1024 + b * 512 + (4 * g + rq)[None, None, :, None] * 64 + _a0_r[None, None, None, :],
@@ -68,7 +68,7 @@ def split_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_
     if left < share:
         if left > 0:
             td.wait(F_Os_Ls_split_local + b * 2 + g, epoch * 3, rank, rank, heap_bases, ERR, timeout_ns, 3, b * 2 + g,
-                    "gpu", UPCAST_DOT)
+                    "gpu", INTERPRET)
         for h_2 in range(4 * g, 4 * g + 4):
             t_9 = b * 8 + h_2
             if t_9 % share == left:
@@ -113,7 +113,7 @@ def exchange_task(t, Ol, Ll, Og, Lg, F_Og_Lg_exchange, heap_bases, rank):
 
 
 @triton.jit
-def combine_task(t, Og, Lg, F_Og_Lg_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT: tl.constexpr):
+def combine_task(t, Og, Lg, F_Og_Lg_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, INTERPRET: tl.constexpr):
     # stage combine (examples/flash_decode_splits.tile:37): O[b, h, :], _ = lse_merge(Og[:, b, h, :], Lg[:, b, h])
     h = t % 8
     b = t // 8
@@ -122,7 +122,7 @@ def combine_task(t, Og, Lg, F_Og_Lg_exchange, O, ERR, heap_bases, rank, epoch, t
     # wait until stage exchange has written the tiles of Og[_a0, b, h, _a1] this call
     ctr_v = tl.arange(0, 2)
     td.wait_all(F_Og_Lg_exchange, ctr_v * 16 + b * 8 + h, ctr_v <= 1, epoch, rank, rank, heap_bases, ERR, timeout_ns, 1,
-                "sys", UPCAST_DOT)
+                "sys", INTERPRET)
     og_tile = tl.load(Og + _a0_r[:, None, None, None] * 1024 + b * 512 + h * 64 + _a1_r[None, None, None, :])
     lg_tile = tl.load(Lg + _a0_r[:, None, None] * 16 + b * 8 + h)
     o, lse = td.lse_merge(tl.reshape(og_tile, (2, 1, 64)), tl.reshape(lg_tile, (2, 1)), 2)
@@ -132,7 +132,7 @@ def combine_task(t, Og, Lg, F_Og_Lg_exchange, O, ERR, heap_bases, rank, epoch, t
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
 def k0_split_local_exchange_combine(Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, O,
                                     ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr,
-                                    UPCAST_DOT: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr,
+                                    INTERPRET: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr,
                                     CLAIM: tl.constexpr = False):
     # stages: split, local, exchange, combine; 28 tasks; persistent
     pid = tl.program_id(0)
@@ -142,9 +142,9 @@ def k0_split_local_exchange_combine(Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, 
     while task < 28:
         if task < 12:
             split_task(task, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, ERR,
-                       heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
+                       heap_bases, rank, epoch, timeout_ns, INTERPRET)
         else:
-            combine_task(task - 12, Og, Lg, F_Og_Lg_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, UPCAST_DOT)
+            combine_task(task - 12, Og, Lg, F_Og_Lg_exchange, O, ERR, heap_bases, rank, epoch, timeout_ns, INTERPRET)
         task = td.next_task(task, claim, NPROG, CLAIM)
     td.claims_done(claim, NPROG, CLAIM)
     td.leave(EPOCH_AT, epoch, NPROG, GRAPH)

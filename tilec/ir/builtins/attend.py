@@ -44,7 +44,7 @@ def _emit(em, call, args, results):
     n = em.key_count(call.args[1], args[3])  # clamped to a padded key tile's real rows
     o, lse = results
     return (f"{o}, {lse} = td.attend(tl.reshape({args[0]}, ({mq}, {q[-1]})), tl.reshape({args[1]}, {k}),"
-            f" tl.reshape({args[2]}, {v}), {n}, {scale!r}, UPCAST_DOT)")
+            f" tl.reshape({args[2]}, {v}), {n}, {scale!r}, INTERPRET)")
 
 
 ATTEND = TileFn("attend", "attend(q, k, v, n)", 2, _check, _reference, _emit,
