@@ -299,7 +299,9 @@ class CompiledProgram:
         key = _args_key(tensors)
         if key is None or st.get("checked") != key:  # the same tensors as last call need no second look, nor a
             self.check_args(heap, tensors, st)       # new launch plan
-            st["placement"] = self._placement(heap, tensors, st)
+            st["placement"] = place = self._placement(heap, tensors, st)
+            digest = hashlib.blake2b(repr(tuple(off for _n, off in place)).encode(), digest_size=8).digest()
+            st["placement_tag"] = int.from_bytes(digest, "little") >> 1  # 63 bits: heap.barrier's tag
             st["checked"] = key
             ctx.plan = None
         bufs = {**st["bufs"], **tensors}
@@ -336,8 +338,7 @@ class CompiledProgram:
         rank when the ranks' placements differ (a symmetric argument at another offset would be read and written
         at the wrong addresses by its peers, silently)."""
         place = st["placement"]
-        digest = hashlib.blake2b(repr(tuple(off for _n, off in place)).encode(), digest_size=8).digest()
-        tags = heap.barrier(int.from_bytes(digest, "little") >> 1)
+        tags = heap.barrier(st["placement_tag"])
         if all(t == tags[heap.rank] for t in tags if t is not None):
             return
         if any(t is None for t in tags):  # a rank stands in a plain barrier, not in a call: no second round

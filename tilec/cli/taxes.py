@@ -43,9 +43,10 @@ def add_parser(subparsers) -> None:
 
 def cmd_taxes(args) -> int:
     from tilec.cli.args import _dims, _world
+    from tilec.perf.auto import default_machine
     from tilec.perf.bench import measured_tiles
-    from tilec.perf.measure import gpu_sharing, mps_sms, sharing_note
-    from tilec.perf.model import Machine, mps_rank
+    from tilec.perf.measure import gpu_sharing, sharing_note
+    from tilec.perf.model import Machine
     from tilec.perf.taxes import gpu_count, taxes
 
     if args.plot:  # an unwritable path is refused before anything is computed
@@ -53,9 +54,7 @@ def cmd_taxes(args) -> int:
 
         output_path(args.plot)
     world = _world(args)
-    machine = Machine.load(args.machine) if args.machine else Machine()
-    if not args.machine and gpu_sharing(world) == "mps":  # ranks side by side on one GPU: one rank's share of it
-        machine = mps_rank(machine, world, mps_sms())
+    machine = Machine.load(args.machine) if args.machine else default_machine(world)
     _check_trace_args(args)
     measure = args.measure and gpu_count() > 0
     dims, launch, tiles = _dims(args.dims), {"num_warps": args.num_warps, "num_stages": args.num_stages}, ""
@@ -81,7 +80,8 @@ def cmd_taxes(args) -> int:
     if args.measure and not measure:
         print("measured: needs a CUDA GPU (none is visible here); the predicted columns need none")
     if sharing:
-        print("note: " + sharing_note(world) + ("; the BSP tax column is n/a" if sharing == "time-sliced" else ""))
+        print("note: " + sharing_note(world, sharing) + ("; the BSP tax column is n/a" if sharing == "time-sliced"
+                                                          else ""))
     if args.timeline:
         tracing = bool(args.trace or args.trace_png)
         timelines, builds, records = measure_timelines(args, world, records=True) if tracing else \

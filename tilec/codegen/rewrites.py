@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import kir as K
+from .text import Names
 
 # calls without effects: a statement whose value is only these (and arithmetic) may go when nobody reads it
 PURE_CALLS = frozenset({
@@ -409,20 +410,14 @@ def materialize(fn: K.Fn) -> K.Fn:
     `.to`) is bound to a name first: `x = -2` makes x an int32 tensor (Triton converts a number on assignment), while
     `tl.broadcast_to(-2, ...)` passes a Python int that the call cannot take. Propagation and inlining write numbers
     into their readers; this undoes it where the reader needs a tensor."""
-    taken = {p.name for p in fn.params} | set(K.reads(fn.body)) | {t for s in K.walk(fn.body) for t in K.targets(s)}
-
-    def fresh() -> str:
-        i = 1
-        while (name := "const_val" if i == 1 else f"const_val_{i}") in taken:
-            i += 1
-        taken.add(name)
-        return name
+    names = Names({p.name for p in fn.params} | set(K.reads(fn.body))
+                  | {t for s in K.walk(fn.body) for t in K.targets(s)})
 
     def stmt(s: K.Stmt) -> tuple[K.Stmt, ...]:
         bound: list[K.Stmt] = []
 
         def bind(e: K.Expr) -> K.Expr:
-            x = fresh()
+            x = names.new("const_val")
             bound.append(K.Assign(K.Name(x), e))
             return K.Name(x)
 

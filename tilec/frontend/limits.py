@@ -4,6 +4,8 @@ Each is far beyond what a real program on today's GPUs uses (an H200 holds 141 G
 below what breaks the compiler (Python's recursion limit, NumPy's array limits, Triton's largest block).
 """
 
+import math
+
 MAX_WORLD = 1024  # ranks
 MAX_LITERAL = 2**40  # an integer literal
 MAX_SIZE = 2**40  # a dim, a tensor dimension, a tensor's elements
@@ -42,13 +44,6 @@ def _walk_tiles(e, streamed: bool = False):
         yield from _walk_tiles(e.body)
 
 
-def _numel(shape) -> int:
-    n = 1
-    for x in shape:
-        n *= x
-    return n
-
-
 def _what(e) -> str:
     from tilec.ir.types import Load
 
@@ -67,7 +62,7 @@ def pipelined_shared_bytes(e, num_stages: int) -> int:
     ops = (e.body.lhs, e.body.rhs)
     if not all(isinstance(x, Load) and e.var.name in x.access.vars for x in ops):
         return 0
-    return max(0, num_stages - 1) * sum(_numel(x.access.shape) * ESIZE[x.dtype] for x in ops)
+    return max(0, num_stages - 1) * sum(math.prod(x.access.shape) * ESIZE[x.dtype] for x in ops)
 
 
 def tile_problems(items, num_stages: int | None = None, target: str | None = None) -> list:
@@ -81,8 +76,8 @@ def tile_problems(items, num_stages: int | None = None, target: str | None = Non
     for it in items:
         for st in getattr(it, "body", ()):
             tiles = [(st.access, False)] + list(_walk_tiles(st.value))
-            big = max((e for e, streamed in tiles if not streamed), key=lambda e: _numel(e.shape))
-            n = _numel(big.shape)
+            big = max((e for e, streamed in tiles if not streamed), key=lambda e: math.prod(e.shape))
+            n = math.prod(big.shape)
             if n > TRITON_MAX_NUMEL:  # one per statement: its largest tile
                 what = f"the tile {big}" if hasattr(big, "index") else _what(big)
                 out.append(Diagnostic(big.loc, f"{what} has {' x '.join(map(str, big.shape))} = {n} elements, more"

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.errors import ScheduleError
-from tilec.ir.graph import FLAGS, Flag, Pull, Wait, flags, rebuild_edges, sid, stages
+from tilec.ir.graph import FLAGS, Flag, Pull, Wait, flags, phases, rebuild_edges, sid, stages
 from tilec.ir.tiling import flag_size, invert
 from tilec.ir.types import ME, Var, reduction_vars
 from tilec.ir.wait_plan import release_signature
@@ -55,14 +55,11 @@ class ReplaceBarriers(Pass):
         # writers of one phase of a tensor no stage reads need no flag: they store disjoint elements (sema and the
         # verifier prove it), so no order between them matters; writers across a barrier need that barrier
         read = {r.access.tensor for c in stages(g) for r in c.reads() if not isinstance(r, Pull)}
-        phase, p_ = {}, 0
-        for n in g.graph["order"]:
-            p_ += g.nodes[n]["kind"] == "barrier"
-            phase[n] = p_
+        phase = {s.name: i for i, ph in enumerate(phases(g)) for s in ph}
         for s in stages(g):
             for st in s.body:
                 t = st.access.tensor
-                if t in writer and writer[t] != s.name and (t in read or phase[sid(s.name)] != phase[sid(writer[t])]):
+                if t in writer and writer[t] != s.name and (t in read or phase[s.name] != phase[writer[t]]):
                     raise ScheduleError(f"replace-barriers: '{t}' is written by stages '{writer[t]}' and '{s.name}';"
                                         " per-tile flags cannot order the second write after the first one's readers")
                 writer.setdefault(t, s.name)

@@ -41,8 +41,12 @@ def machine(world: int | None = None) -> Machine:
     defaults (docs/GPU.md); for `world` ranks side by side on one GPU under MPS, one rank's share of it
     (model.mps_rank: its SMs, links through HBM)."""
     path = settings.value("TILEC_MACHINE")
-    if path:
-        return Machine.load(path)
+    return Machine.load(path) if path else default_machine(world)
+
+
+def default_machine(world: int | None = None) -> Machine:
+    """The H200 defaults (docs/GPU.md), or for `world` ranks side by side on one GPU under MPS one rank's share of
+    them (model.mps_rank: its SMs, links through HBM)."""
     if world is not None and world > 1:
         from tilec.perf.measure import gpu_sharing, mps_sms
 

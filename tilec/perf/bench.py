@@ -387,19 +387,15 @@ def machine_tag(world: int) -> str:
     return f"{gpu}-{world}gpu" if world == 1 else f"{gpu}-x{world}"
 
 
-SHARING_LABEL = {"mps": "one GPU split by MPS, links through HBM",
-                 "time-sliced": "ranks time-slice one GPU (no MPS): not side by side"}
-
-
 def label_shared_rows(rows: list[dict], world: int, meta: dict) -> None:
     """Where ranks share a GPU, say how in the run's meta and on every row (an MPS row is not an NVLink row)."""
-    from tilec.perf.measure import gpu_sharing, sharing_note
+    from tilec.perf.measure import SHARING_LABEL, gpu_sharing, sharing_note
 
     how = gpu_sharing(world)
     meta["gpu_sharing"] = how or "one GPU per rank"
     if not how:
         return
-    meta["gpu_sharing_note"] = sharing_note(world)
+    meta["gpu_sharing_note"] = sharing_note(world, how)
     for r in rows:
         r["note"] = f"{r['note']}; {SHARING_LABEL[how]}" if r.get("note") else SHARING_LABEL[how]
 

@@ -27,8 +27,11 @@ def device_key(heap) -> str:
     return CPU_KEY if heap.interpret else torch.cuda.get_device_name(heap.device)
 
 
-MPS_NOTE = ("one GPU split by MPS, links through HBM: {world} ranks run side by side, each on {sms} SMs; the times"
-            " measure barriers, launches, flag waits and overlap, not NVLink")
+# what a row measured with ranks sharing a GPU says (gpu_sharing's answer -> label)
+SHARING_LABEL = {"mps": "one GPU split by MPS, links through HBM",
+                 "time-sliced": "ranks time-slice one GPU (no MPS): not side by side"}
+MPS_NOTE = (SHARING_LABEL["mps"] + ": {world} ranks run side by side, each on {sms} SMs; the times measure barriers,"
+            " launches, flag waits and overlap, not NVLink")
 TIME_SLICED_NOTE = ("ranks share {gpus} GPU(s) (world {world}) without MPS: they time-slice it, so the measured times"
                     " say nothing about the barrier (BSP) tax of {world} GPUs")
 
@@ -49,9 +52,10 @@ def mps_sms() -> int:
     return torch.cuda.get_device_properties(0).multi_processor_count
 
 
-def sharing_note(world: int) -> str:
-    """The label of measured rows where ranks share a GPU ("" where each has its own)."""
-    how = gpu_sharing(world)
+def sharing_note(world: int, how: str | None = None) -> str:
+    """The label of measured rows where ranks share a GPU ("" where each has its own); how: gpu_sharing(world)'s
+    answer where the caller has it."""
+    how = gpu_sharing(world) if how is None else how
     if how == "mps":
         return MPS_NOTE.format(world=world, sms=mps_sms())
     if how == "time-sliced":
