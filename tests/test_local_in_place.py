@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import re
 from types import SimpleNamespace
 
@@ -175,9 +176,11 @@ def test_auto_leaves_out_fused_pull_where_it_rereads_much():
     assert "fused-pull" in [s for s, _ in rank_schedules(ag, 2, small)]
 
 
-def _simulate(source: str, kernel: str, world: int, nprog: int) -> dict[int, list[list[tuple[str, int]]]]:
+def _simulate(source: str, kernel: str, world: int, nprog: int,
+              claim: bool = False) -> dict[int, list[list[tuple[str, int]]]]:
     """Run the emitted persistent loop of `kernel` in plain Python with the task functions recording their task:
-    {rank: [the (stage, task) list of each program]}."""
+    {rank: [the (stage, task) list of each program]}. claim: the programs claim tasks from one counter (CLAIM), so
+    the first program run takes them all, in the order any set of running programs would claim them."""
     body = source.split(f"def {kernel}(")[1].split("\n\n\n")[0]
     loop = body[body.index("    claim = EPOCH_AT"):]  # the static stride: td.first_task / next_task below
     loop = loop.replace(".to(tl.int32)", "")  # a comparison is a bool, which adds as 0/1
@@ -187,11 +190,13 @@ def _simulate(source: str, kernel: str, world: int, nprog: int) -> dict[int, lis
     out = {}
     for rank in range(world):
         progs = []
+        counter = itertools.count()
         for pid in range(nprog):
             ran: list[tuple[str, int]] = []
-            td = SimpleNamespace(first_task=lambda pid, claim, c: pid, next_task=lambda t, claim, n, c: t + n,
+            td = SimpleNamespace(first_task=lambda pid, _claim, c, k=counter: next(k) if c else pid,
+                                 next_task=lambda t, _claim, n, c, k=counter: next(k) if c else t + n,
                                  claims_done=lambda claim, n, c: None)
-            env = {"pid": pid, "rank": rank, "NPROG": nprog, "ran": ran, "td": td, "EPOCH_AT": 0, "CLAIM": False}
+            env = {"pid": pid, "rank": rank, "NPROG": nprog, "ran": ran, "td": td, "EPOCH_AT": 0, "CLAIM": claim}
             env |= dict.fromkeys(("A", "Ag", "F_Ag_gather", "B", "C", "ERR", "heap_bases", "epoch", "timeout_ns",
                                   "INTERPRET"))
             for name in ("gather_task", "gemm_task"):
@@ -225,6 +230,41 @@ def test_the_interleaved_order_runs_every_task_once_and_copies_before_waiting(wo
                 last_copy = max((i for i, k in enumerate(kinds) if k), default=-1)
                 waits = [i for i, (s, t) in enumerate(p) if s == "gemm" and _row_of(t, dims) // rows != rank]
                 assert not waits or waits[0] > last_copy, (nprog, rank, p)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_claimed_tasks_run_the_interleaved_mix_in_task_order(world):
+    """Claimed (CLAIM): the GEMM tiles come in the grouped order, this rank's rows first, one after another (the
+    ~NPROG tiles running at once adjoin and share A and B panels in L2), the copies spread evenly among this rank's
+    tiles, and every copy is claimed before the first tile that waits on a peer's."""
+    dims = {"M": 128 * world, "N": 192, "K": 96, "BM": 32, "BN": 64, "BK": 32}
+    prog = compile_example(world, "fused-push", dims)
+    assert "if not CLAIM:" in prog.source
+    per_peer = 1
+    for v in stage(prog.graph, "gather").loops:
+        per_peer *= 1 if v.is_rank else v.trips
+    copies, tiles = (world - 1) * per_peer, world * 4 * 3
+    own = tiles // world
+    rows = dims["M"] // world
+    for nprog in (1, 5, 132):
+        for rank, progs in _simulate(prog.source, "k0_gather_gemm", world, nprog, claim=True).items():
+            ran = progs[0]  # the counter's order: the order the running programs claim in
+            assert all(not p for p in progs[1:])
+            gemms = [t for s, t in ran if s == "gemm"]
+            assert gemms == [(k + rank * own) % tiles for k in range(tiles)]
+            assert sorted(t for s, t in ran if s == "gather") == list(range(copies))
+            first_wait = next(i for i, (s, t) in enumerate(ran) if s == "gemm" and _row_of(t, dims) // rows != rank)
+            assert all(s == "gemm" for s, _ in ran[first_wait:])
+            # before each of this rank's tiles about copies / own copies (the mix opens with a tile): spread
+            runs, n = [], 0
+            for s, _ in ran[:first_wait]:
+                if s == "gather":
+                    n += 1
+                else:
+                    runs.append(n)
+                    n = 0
+            assert max(runs) <= -(-copies // own) and min(runs[1:]) >= copies // own - 1, runs
+            assert sum(runs) + n == copies
 
 
 def _record(ran: list, stage_name: str, t, *args) -> None:

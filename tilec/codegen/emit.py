@@ -291,23 +291,25 @@ def _rotated(t: str, n: int, on: bool, world: int) -> str:
 
 def _overlapped(g: nx.DiGraph, p: Overlap, start_local: bool, world: int) -> tuple[list[str], list]:
     """The loop body of an interleaved kernel (order.py): copies spread among this rank's own tiles, then the
-    peers' tiles."""
+    peers' tiles. The consumer's task is called in one place: Triton inlines task functions, and two calls were two
+    copies of a GEMM's pipelined loop in the kernel."""
     cp, c = stage(g, p.copy), stage(g, p.consumer)
-    own_first = f"(({{}}) + rank * {p.own}) % {p.tiles}"  # the consumer rotated: this rank's rows first
     lines = [f"# copies to the peers spread among this rank's own {c.name} tiles (in place, no waits), then the"
              " peers' tiles",
+             f"tile = task - {p.copies}  # the consumer's task before the rotation; < 0: none (a copy)",
              f"if task < {p.head}:",
-             "    # program-major: a program's tasks are one stretch of that mix (a program takes every NPROG-th task)",
-             "    at = task",
-             f"    if task < NPROG * ({p.head} // NPROG):",
-             f"        at = task % NPROG * ({p.head} // NPROG) + task // NPROG",  # task % NPROG: its pid, statically
+             "    at = task  # claimed tasks (CLAIM) run the mix in task order: the running programs' tiles adjoin",
+             "    if not CLAIM:  # a stride: program-major, a program's tasks are one stretch of the mix",
+             f"        if task < NPROG * ({p.head} // NPROG):",
+             f"            at = task % NPROG * ({p.head} // NPROG) + task // NPROG",  # task % NPROG: its pid
              f"    copied = at * {p.copies} // {p.head}  # copies before this task",
-             f"    if (at + 1) * {p.copies} // {p.head} > copied:"]
+             "    tile = at - copied",
+             f"    if (at + 1) * {p.copies} // {p.head} > copied:",
+             "        tile = -1"]
     calls = [(len(lines), f"{cp.name}_task", _rotated("copied", p.copies, start_local, world))]
-    lines += ["        ", "    else:"]
-    calls.append((len(lines), f"{c.name}_task", own_first.format("at - copied")))
-    lines += ["        ", "else:"]
-    calls.append((len(lines), f"{c.name}_task", own_first.format(f"task - {p.copies}")))
+    lines += ["        ", "if tile >= 0:"]
+    # the consumer rotated: this rank's rows first
+    calls.append((len(lines), f"{c.name}_task", f"(tile + rank * {p.own}) % {p.tiles}"))
     lines.append("    ")
     return lines, calls
 

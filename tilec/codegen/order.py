@@ -6,10 +6,14 @@ SM and nothing overlaps them. Interleaved instead: the copy tasks are spread eve
 tiles (the consumer's tasks rotated so that its first 1/W are this rank's rows), and the consumer's tiles over the
 peers' rows come last, by when the peers have pushed them.
 
-A program takes every NPROG-th task, and a copy is ~100x shorter than a GEMM tile: spread over the task numbers,
-the GEMM tiles would fall to the few programs whose numbers line up with the pattern. So the mix is laid out
-program-major: task pid + j * NPROG is entry pid * R + j of the mix (R = its length // NPROG), and every program
-copies and computes in the same proportion.
+With a static stride a program takes every NPROG-th task, and a copy is ~100x shorter than a GEMM tile: spread
+over the task numbers, the GEMM tiles would fall to the few programs whose numbers line up with the pattern. So
+under a stride the mix is laid out program-major: task pid + j * NPROG is entry pid * R + j of the mix (R = its
+length // NPROG), and every program copies and computes in the same proportion. Claimed tasks (the launch's CLAIM,
+tilec.device.first_task) need no such layout: a program that finishes a copy claims the next task, so copies and
+tiles balance by themselves, and the mix runs in task order. That keeps the tiles running at one moment adjacent in
+the consumer's grouped order (they share A and B panels in L2); program-major under claims put the ~NPROG running
+tiles 1/NPROG of the mix apart, and each streamed its panels from HBM alone.
 
 Deadlock freedom with a persistent grid: a task waits only for a peer's copy tasks, and every copy task comes
 before every waiting task in the order, so each program has made all its copies before it first waits (and on

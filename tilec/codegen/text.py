@@ -11,7 +11,7 @@ import re
 FIXED_NAMES = frozenset({
     "t", "task", "pid", "rank", "epoch", "ERR", "heap_bases", "timeout_ns", "EPOCH_AT", "NPROG", "INTERPRET",
     "GRAPH", "PDL", "CLAIM", "claim", "TIMELINE", "g_size", "g_first", "g_rows", "tl", "triton", "td", "iris", "at",
-    "copied", "t_all",
+    "copied", "t_all", "tile",
 }) | frozenset(keyword.kwlist) | frozenset(dir(builtins))
 
 

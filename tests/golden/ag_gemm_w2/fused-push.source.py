@@ -82,19 +82,19 @@ def k0_gather_gemm(A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeo
     task = td.first_task(pid, claim, CLAIM)
     while task < 14:
         # copies to the peers spread among this rank's own gemm tiles (in place, no waits), then the peers' tiles
+        tile = task - 2  # the consumer's task before the rotation; < 0: none (a copy)
         if task < 8:
-            # program-major: a program's tasks are one stretch of that mix (a program takes every NPROG-th task)
-            at = task
-            if task < NPROG * (8 // NPROG):
-                at = task % NPROG * (8 // NPROG) + task // NPROG
+            at = task  # claimed tasks (CLAIM) run the mix in task order: the running programs' tiles adjoin
+            if not CLAIM:  # a stride: program-major, a program's tasks are one stretch of the mix
+                if task < NPROG * (8 // NPROG):
+                    at = task % NPROG * (8 // NPROG) + task // NPROG
             copied = at * 2 // 8  # copies before this task
+            tile = at - copied
             if (at + 1) * 2 // 8 > copied:
+                tile = -1
                 gather_task(copied, A, Ag, F_Ag_gather, heap_bases, rank)
-            else:
-                gemm_task((at - copied + rank * 6) % 12, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch,
-                          timeout_ns, INTERPRET)
-        else:
-            gemm_task((task - 2 + rank * 6) % 12, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns,
+        if tile >= 0:
+            gemm_task((tile + rank * 6) % 12, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns,
                       INTERPRET)
         task = td.next_task(task, claim, NPROG, CLAIM)
     td.claims_done(claim, NPROG, CLAIM)
