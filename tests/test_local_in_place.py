@@ -232,11 +232,12 @@ def test_the_interleaved_order_runs_every_task_once_and_copies_before_waiting(wo
                 assert not waits or waits[0] > last_copy, (nprog, rank, p)
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("world", [2, 3, 4])
 def test_claimed_tasks_run_the_interleaved_mix_in_task_order(world):
     """Claimed (CLAIM): the GEMM tiles come in the grouped order, this rank's rows first, one after another (the
     ~NPROG tiles running at once adjoin and share A and B panels in L2), the copies spread evenly among this rank's
-    tiles, and every copy is claimed before the first tile that waits on a peer's."""
+    tiles and sent to the peers in the order they read them, and every copy is claimed before the first tile that
+    waits on a peer's."""
     dims = {"M": 128 * world, "N": 192, "K": 96, "BM": 32, "BN": 64, "BK": 32}
     prog = compile_example(world, "fused-push", dims)
     assert "if not CLAIM:" in prog.source
@@ -252,7 +253,11 @@ def test_claimed_tasks_run_the_interleaved_mix_in_task_order(world):
             assert all(not p for p in progs[1:])
             gemms = [t for s, t in ran if s == "gemm"]
             assert gemms == [(k + rank * own) % tiles for k in range(tiles)]
-            assert sorted(t for s, t in ran if s == "gather") == list(range(copies))
+            gathers = [t for s, t in ran if s == "gather"]
+            assert sorted(gathers) == list(range(copies))
+            # to the peers in the order they read this rank's rows (rank p reads p+1's first): rank - 1 first
+            dests = [t // per_peer + (t // per_peer >= rank) for t in gathers]
+            assert dests == [(rank - 1 - i) % world for i in range(world - 1) for _ in range(per_peer)]
             first_wait = next(i for i, (s, t) in enumerate(ran) if s == "gemm" and _row_of(t, dims) // rows != rank)
             assert all(s == "gemm" for s, _ in ran[first_wait:])
             # before each of this rank's tiles about copies / own copies (the mix opens with a tile): spread

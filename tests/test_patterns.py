@@ -1,6 +1,8 @@
 """GEMM + Reduce-Scatter and GEMM + All-Reduce (examples/gemm_rs.tile, gemm_ar.tile) against torch, every
 schedule that applies, 1-4 ranks, ragged shapes; the rank-order sum is bit-identical on every call."""
 
+import re
+
 import pytest
 import torch
 
@@ -59,6 +61,32 @@ def test_grouped_order_under_rank_loops():
     the owner outermost."""
     src = tilec.compile("examples/gemm_rs.tile", world=2, schedule="bsp", dims={"M": 256, "N": 128, "K": 64}).source
     assert "t_mn = t % 4" in src and "grouped order: 8 rows of m-tiles" in src and "o = t // 4" in src
+
+
+def test_fused_push_pushes_to_the_peers_first_and_its_own_rows_last():
+    """fused-push's gemm stage goes round the owners starting after this rank, its own rows last (codegen/order.py):
+    no rank's reduction waits on a peer's last tiles. Every task still runs once; the results match torch."""
+    world, (m, n, k) = 4, (128, 32, 64)
+    cases, want = [], {}
+    for example in ("gemm_rs", "gemm_ar"):
+        prog = tilec.compile(f"examples/{example}.tile", world=world, schedule="fused-push",
+                             dims={"M": m, "N": n, "K": k, "BM": 16, "BN": 32})
+        call = re.search(r"(?<!def )gemm_task\(([^,]+), A, ", prog.source).group(1)
+        per = m // world // 16  # the tasks of one owner: its m-tiles (one n-tile)
+        assert f"o = t // {per}" in _task_source(prog.source, "gemm")
+        for rank in range(world):
+            owners = [eval(call, {"task": t, "rank": rank}) // per for t in range(world * per)]  # noqa: S307
+            assert owners == [(rank + 1 + j) % world for j in range(world) for _ in range(per)], (example, rank)
+        inputs, full = _inputs(world, m, n, k, 5)
+        cases.append((example, prog, [inputs], ()))
+        want[example] = full
+    got = spawn("tests._workers:run_cases", world, args=(cases,), heap_bytes=1 << 24, timeout=600)
+    for rank, res in enumerate(got):
+        for example, (out,) in res.items():
+            ref = want[example][rank * (m // world):(rank + 1) * (m // world)] if example == "gemm_rs" \
+                else want[example]
+            err = ((out["C"].float() - ref).abs().max() / ref.abs().max()).item()
+            assert err < 1e-2, (rank, example, err)
 
 
 def _task_source(src: str, stage: str) -> str:

@@ -10,8 +10,9 @@ Rows (two rounds, the second in reverse order; each row keeps its faster median)
 - bsp as tilec bench times it (a host barrier between its kernels: CUDA events around an eager call), and bsp with
   device barriers (device_epoch + device_barrier, one CUDA graph): the stronger bsp;
 - fused-pull (ag), fused-push, and what `--schedule auto` picks (the cost model, MPS machine) when it is another;
-- ag only: fused-push with the program-major remap forced under claims (the order before it was task-major), an A/B
-  of the task order in the same run;
+- ag only: fused-push with its copies in destination order (0, 1, ..: before they went in the order the peers read
+  them), and with that and the program-major remap forced under claims (the order before it was task-major): A/Bs
+  of the task order in the same run; rs: fused-push with every rank pushing to rank 0 first (owners in rank order);
 - matmul: torch.matmul of the rank's whole GEMM (ag: [M, K] @ [K, N]; rs: its K-shard [M, K/W] @ [K/W, N]) run by
   every rank at once: the compute-only bound the targets name;
 - the cost model's prediction of every schedule (tilec.perf.auto.rank_schedules on the MPS machine).
@@ -22,12 +23,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 import time
 
 import torch
 
 ITERS = 12
+COPY_ORDER = r"gather_task\(\(rank \+ \d+ - copied // \d+\) % \d+ \* \d+ \+ copied % \d+, "
 
 
 def _compile(path, world, name, dims, launch):
@@ -43,9 +46,16 @@ def cases(path: str, world: int, dims: dict, launch: dict, pattern: str) -> list
     bsp = out[0][1]
     out.insert(1, ("bsp (device barriers, graph)", dataclasses.replace(bsp, _state={}), "devbar"))
     fp = next(p for s, p, _ in out if s == "fused-push")
-    if "if not CLAIM:" in fp.source:  # the interleaved order: A/B the task-major mix against program-major
-        old = fp.source.replace("if not CLAIM:", "if True:  # A/B: program-major under claims too")
+    by_dest, n_dest = re.subn(COPY_ORDER, "gather_task(copied, ", fp.source)
+    if n_dest:  # the copies to the peers in the order they read them: A/B against destination order
+        out.append(("fused-push (copies by destination)", dataclasses.replace(fp, source=by_dest, _state={}), "bench"))
+    if "if not CLAIM:" in fp.source:  # the interleaved order: A/B the task-major mix against program-major (and
+        # the copies by destination: the order before both changes)
+        old = by_dest.replace("if not CLAIM:", "if True:  # A/B: program-major under claims too")
         out.append(("fused-push (program-major)", dataclasses.replace(fp, source=old, _state={}), "bench"))
+    old, n = re.subn(r"gemm_task\(\(task \+ \(rank \+ 1\) \* \d+\) % \d+, ", "gemm_task(task, ", fp.source)
+    if n:  # pushes round the owners, its own last: A/B against every rank pushing to rank 0 first
+        out.append(("fused-push (owners in rank order)", dataclasses.replace(fp, source=old, _state={}), "bench"))
     return out
 
 
@@ -163,12 +173,16 @@ def main() -> None:
     tl = []
     if timeline:
         for name, _p, _how in progs:
-            if name in ("bsp", "fused-push", "fused-push (program-major)"):
+            if name in ("bsp", "fused-push", "fused-push (program-major)", "fused-push (owners in rank order)"):
                 src = next(p for n, p, _ in progs if n == name)
                 build = _compile(path, world, src.schedule, dims, {**launch, "timeline": True})
                 if name.endswith("(program-major)"):
-                    build = dataclasses.replace(build, source=build.source.replace("if not CLAIM:", "if True:"),
-                                                _state={})
+                    build = dataclasses.replace(build, source=re.sub(COPY_ORDER, "gather_task(copied, ", build.source)
+                                                .replace("if not CLAIM:", "if True:"), _state={})
+                if name.endswith("(owners in rank order)"):
+                    build = dataclasses.replace(build, source=re.sub(
+                        r"gemm_task\(\(task \+ \(rank \+ 1\) \* \d+\) % \d+, ", "gemm_task(task, ", build.source),
+                        _state={})
                 tl.append((name, build))
     # one program's tensors at a time (each timing releases its heap space, as tilec bench's do), the inputs, the ref
     heap_bytes = 2 * max(heap_bytes_for(p) for p in [*(p for _n, p, _h in progs), *(p for _n, p in tl)])
@@ -183,8 +197,7 @@ def main() -> None:
         rows.append({"name": name, "device_us": slowest, "per_rank_us": [min(r["rounds_us"]) for r in rs],
                      "rounds_us": [r["rounds_us"] for r in rs], "timing": rs[0]["how"],
                      "rel_err": max((r.get("rel_err") or 0.0) for r in rs) if name != "matmul" else None,
-                     "predicted_us": predicted.get(sched) if name != "matmul" and "program-major" not in name
-                     and "device" not in name else None})
+                     "predicted_us": predicted.get(sched) if name != "matmul" and "(" not in name else None})
     base = {r["name"]: r["device_us"] for r in rows}
     for r in rows:
         r["vs_tilec_bsp"] = round(base["bsp"] / r["device_us"], 3)

@@ -28,7 +28,7 @@ from .dma import table_lines
 from .flags import TASK_ARGS_MARK, Flags, flag_scopes, silent_flags
 from .lift import lines_to_body
 from .model import FlagModel, KernelModel, ModuleModel, TaskFn, TensorModel
-from .order import Overlap, overlap_plan, own_rows_first
+from .order import Overlap, copy_order, overlap_plan, own_rows_first, own_rows_last
 from .rewrites import range_names, rename, simplify
 from .tasks import Tasks
 from .text import FIXED_NAMES, Names, ident
@@ -213,6 +213,10 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
         own_first = own_rows_first(g, st, group_m) if overlap and plan is None and k.persistent else None
         if own_first is not None and sname not in folded:  # this rank's rows first (order.py), while the copy
             gm, rotate = own_first, (lambda t, n: f"({t} + rank * {n // world}) % {n}")  # moves the peers'
+        elif overlap and plan is None and not start_local and sname not in folded and own_rows_last(g, k, st):
+            # pushes to each rank in turn, this rank's own last (order.py): no rank's consumer waits on a peer's
+            # last tiles
+            rotate = (lambda t, n: f"({t} + (rank + 1) * {n // world}) % {n}")
         else:
             rotate = (lambda t, n: _rotated(t, n, start_local, world))
         # a folded stage's task number is computed by its producer in plain order (no grouped decode)
@@ -306,7 +310,8 @@ def _overlapped(g: nx.DiGraph, p: Overlap, start_local: bool, world: int) -> tup
              "    tile = at - copied",
              f"    if (at + 1) * {p.copies} // {p.head} > copied:",
              "        tile = -1"]
-    calls = [(len(lines), f"{cp.name}_task", _rotated("copied", p.copies, start_local, world))]
+    copy = _rotated("copied", p.copies, start_local, world) if start_local else copy_order("copied", g, p, world)
+    calls = [(len(lines), f"{cp.name}_task", copy)]
     lines += ["        ", "if tile >= 0:"]
     # the consumer rotated: this rank's rows first
     calls.append((len(lines), f"{c.name}_task", f"(tile + rank * {p.own}) % {p.tiles}"))

@@ -15,12 +15,23 @@ tiles balance by themselves, and the mix runs in task order. That keeps the tile
 the consumer's grouped order (they share A and B panels in L2); program-major under claims put the ~NPROG running
 tiles 1/NPROG of the mix apart, and each streamed its panels from HBM alone.
 
+The copies go to the peers in the order the peers read them: rank p's consumer reads its own rows, then rank p+1's,
+p+2's, ...; so rank q copies to q-1 first, then q-2, ... (`copy_order`). In destination order (0, 1, .., skipping
+q), claimed tasks made rank W-1's copies last on every rank, and its first tiles over a peer's rows waited for them.
+
 Deadlock freedom with a persistent grid: a task waits only for a peer's copy tasks, and every copy task comes
 before every waiting task in the order, so each program has made all its copies before it first waits (and on
 the interpreter, one program per rank, a rank's copies are all made before its first wait).
 
 A consumer in a kernel of its own (flags) or in a program group of its own (specialized) is rotated the same way,
 this rank's rows first, while the copy's kernel or programs move the peers' rows.
+
+A stage that pushes its tiles to each rank in turn (GEMM + Reduce-Scatter: `P@o[rank, m, n] = ...` over o in
+ranks), merged with the consumer that waits on them, goes round the ranks starting after this one, so its own rows
+come last (`own_rows_last`). In program order every rank pushed to rank 0 first and to rank W-1 last: rank W-1's
+reduction then waited for every peer's last tiles, and a peer running late held it up (under MPS its call took 1.5x
+rank 0's). Rotated, rank o receives the peers' partials of its rows at W-1 different times, each before the end,
+and its last partials are its own: no rank waits on a peer's last tiles.
 """
 
 from __future__ import annotations
@@ -87,3 +98,31 @@ def own_rows_first(g: nx.DiGraph, c: Stage, group_m: int, buf: str | None = None
         if grouped:  # a group of rows must not straddle two ranks' rows
             group = max(x for x in range(1, group + 1) if rows % x == 0)
     return group
+
+
+def own_rows_last(g: nx.DiGraph, k: Kernel, st: Stage) -> bool:
+    """Whether stage st of kernel k pushes every tile to the rank its outermost loop names (a loop over the W ranks,
+    each value a whole 1/W of its tasks), for a consumer in the same persistent kernel: rotated by (rank + 1) / W of
+    its tasks, it then pushes to the peers first and to this rank last."""
+    world = g.graph["program"].world
+    if world < 2 or not k.persistent or k.groups or len(k.stages) < 2 or st.name not in k.stages[:-1]:
+        return False
+    if not st.loops or st.skip_equal or not st.body:
+        return False
+    o = st.loops[0]
+    if not o.is_rank or o.trips != world:
+        return False
+    return all(s.access.remote and s.access.rank == o.name for s in st.body)
+
+
+def copy_order(copied: str, g: nx.DiGraph, p: Overlap, world: int) -> str:
+    """The copy task to run as the interleaved mix's copy number `copied`: a copy stage whose outermost loop is the
+    destination rank it skips numbers its tasks by destination (peers only: j = 0 .. W-2 stands for
+    r = j + (j >= rank)), a block of copies / (W-1) each; block i goes to rank - 1 - i (mod W), the peer that reads
+    this rank's rows i-th (its consumer's rotation). Other copy stages keep their order."""
+    cp = stage(g, p.copy)
+    skip = {x for pair in cp.skip_equal for x in pair} - {ME}
+    if world < 3 or not cp.loops or cp.loops[0].name not in skip or p.copies % (world - 1):
+        return copied
+    per = p.copies // (world - 1)
+    return f"((rank + {world - 2} - {copied} // {per}) % {world - 1}) * {per} + {copied} % {per}"

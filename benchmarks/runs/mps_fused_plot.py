@@ -1,0 +1,50 @@
+"""The plot of mps_fused.py's results: per case (program, world), every row's device time over the concurrent plain
+torch.matmul of the same per-rank work (1.0), with the target's 1.25x line.
+
+  python benchmarks/runs/mps_fused_plot.py DIR   # reads DIR/{ag_gemm,gemm_rs}_w{2,4}.json, writes DIR/fused_vs_bsp.png
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+if __name__ == "__main__":
+    d = Path(sys.argv[1])
+    cases = [(f, json.loads((d / f).read_text())) for f in ("ag_gemm_w2.json", "ag_gemm_w4.json", "gemm_rs_w2.json",
+                                                            "gemm_rs_w4.json") if (d / f).exists()]
+    names = []
+    for _f, res in cases:
+        names += [r["name"] for r in res["rows"] if r["name"] != "matmul" and r["name"] not in names]
+    fig, ax = plt.subplots(figsize=(12, 5))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        xs, ys = [], []
+        for j, (_f, res) in enumerate(cases):
+            row = next((r for r in res["rows"] if r["name"] == name), None)
+            if row is not None:
+                xs.append(j + (i - len(names) / 2 + 0.5) * width)
+                ys.append(row["vs_matmul"])
+        bars = ax.bar(xs, ys, width, label=name)
+        for b, y in zip(bars, ys, strict=True):
+            ax.text(b.get_x() + b.get_width() / 2, y + 0.01, f"{y:.2f}", ha="center", va="bottom", fontsize=7)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.axhline(1.25, color="r", lw=0.8, ls="--", label="1.25x matmul (target)")
+    labels = []
+    for _f, res in cases:
+        m = res["meta"]
+        mm = next(r["device_us"] for r in res["rows"] if r["name"] == "matmul")
+        labels.append(f"{Path(m['program']).stem} world {m['world']}\n"
+                      f"(matmul {mm / 1e3:.2f} ms; auto: {m['auto_pick']})")
+    ax.set_xticks(range(len(cases)), labels)
+    ax.set_ylabel("device time / concurrent torch.matmul of the per-rank work")
+    ax.set_title("One H200 split by MPS (links through HBM), 8192x4608x36864 f16, BM=128 BN=256 BK=64, 8 warps")
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.3)
+    ax.legend(fontsize=8, ncol=4, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(d / "fused_vs_bsp.png", dpi=110)
+    print(f"wrote {d / 'fused_vs_bsp.png'}")
