@@ -19,7 +19,7 @@ import networkx as nx
 
 from tilec.errors import TilecError
 from tilec.ir.graph import Kernel, Pull, flags, folds, stage, stages, tensor, waits
-from tilec.ir.types import ME, Access, Sum, Var, walk
+from tilec.ir.types import ME, Access, Sum, Var, trips, walk
 
 from . import kir
 from .compute import Compute
@@ -132,7 +132,7 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
                                options.get("start_local", False), slots, options.get("attend_block", 64), taken,
                                bool(options.get("noinline_tasks")), options.get("overlap", True), len(kernels)))
         if slots is not None:
-            kernel_slots.append(sum(_trips(stage(g, s).loops) for s in k.stages))  # folded stages record too
+            kernel_slots.append(sum(trips(stage(g, s).loops) for s in k.stages))  # folded stages record too
             slots += kernel_slots[-1]
     tensors_used = []
     for _, d in sorted(g.nodes(data=True)):
@@ -187,7 +187,7 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
     folded = {fo.consumer for fo in folds(g)}  # run by their producer's tasks (fold-last), not by the loop
     looped = [s for s in k.stages if s not in folded]
     shares = tuple(x for s, x in zip(k.stages, k.groups, strict=True) if s not in folded) if k.groups else ()
-    total = sum(_tasks(stage(g, s), world) for s in looped)
+    total = sum(stage(g, s).tasks(world) for s in looped)
     at_task = 0
     if shares:  # program group i covers pids [lo_i, lo_i + n_i); every group has at least one program
         cum = [sum(shares[:i]) for i in range(len(shares) + 1)]
@@ -196,13 +196,13 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
         for i, s in enumerate(looped[1:], 1):
             lines.append(f"{bounds[i]} = {i} + (NPROG - {len(shares)}) * {cum[i]} // {cum[-1]}"
                          f"  # the first program of stage {s}")
-    plan = overlap_plan(g, k, group_m, lambda st: _tasks(st, world)) if overlap and not folded else None
+    plan = overlap_plan(g, k, group_m, lambda st: st.tasks(world)) if overlap and not folded else None
     keep: dict[str, frozenset[str]] = {}  # per task function: the names a reader looks for (rewrites.simplify)
     for sname in k.stages:
         st = stage(g, sname)
         vs = {v.name for v in st.loops} | {x.var.name for s in st.body for x in walk(s.value) if isinstance(x, Sum)}
         keep[f"{sname}_task"] = frozenset(vs | {f"{v}_r" for v in vs})
-        n = _tasks(st, world)
+        n = st.tasks(world)
         em = _Emitter(g, st, flag_no, scopes, attend_block, taken)
         # every task its own running program when the grid is this large (persistent grids are sized to what is
         # co-resident): then a fold's last arrivals may share its consumer tasks (flags.arrive)
@@ -323,12 +323,6 @@ def _task_body(em: _Emitter, st, group_m: int, mark, world: int) -> list[str]:
     return [re.sub(r"\bt_all\b", "t", ln) if "td.mark(" in ln else ln for ln in body]
 
 
-def _tasks(st, world: int) -> int:
-    """The tasks a stage runs: its loops' trips, less those a skip pair drops (Stage.skip_equal: one of W values)."""
-    n = _trips(st.loops)
-    return n * (world - 1) // world if st.skip_equal else n
-
-
 def _peers_only(t: str, st, world: int) -> str:
     """The task number of the full loop nest for task t of a stage that skips its rank loop's own value
     (Stage.skip_equal = ((r, rank),)): t counts W - 1 values of r, and r' >= rank stands for r' + 1."""
@@ -339,7 +333,7 @@ def _peers_only(t: str, st, world: int) -> str:
     a, b = st.skip_equal[0]
     var = a if b == ME else b
     names = [v.name for v in st.loops]
-    inner = _trips(st.loops[names.index(var) + 1:])
+    inner = trips(st.loops[names.index(var) + 1:])
     tt = t if t.isidentifier() else f"({t})"
     q = tt if inner == 1 else f"{tt} // {inner}"
     peer = f"{q} % {world - 1}" if names.index(var) else q
@@ -348,9 +342,3 @@ def _peers_only(t: str, st, world: int) -> str:
     # r' in 0..W-2 -> r in 0..W-1 without rank
     return f"({hi}{peer} + ({peer} >= rank).to(tl.int32)) * {inner}{low}"
 
-
-def _trips(loops) -> int:
-    n = 1
-    for v in loops:
-        n *= v.trips
-    return n

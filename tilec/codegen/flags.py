@@ -7,7 +7,7 @@ import networkx as nx
 from tilec.ir.graph import Flag, Fold, flags, folds, stages, waits
 from tilec.ir.queries import flag_dims
 from tilec.ir.tiling import DimInverse, strides
-from tilec.ir.types import ME
+from tilec.ir.types import ME, trips
 from tilec.ir.wait_plan import plan_fold, plan_wait
 
 from .text import ident
@@ -182,9 +182,7 @@ def _per_group(plan) -> int:
     for fd in plan.dims:
         span = fd.dim.step if fd.dim.tile_var else 1
         n *= -(-span // (fd.coef * fd.var.step))
-    for v in plan.free:
-        n *= v.trips
-    return n
+    return n * trips(plan.free)
 
 
 def silent_flags(g: nx.DiGraph) -> set[str]:

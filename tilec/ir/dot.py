@@ -26,7 +26,7 @@ import networkx as nx
 from tilec.errors import TilecError
 from tilec.fileio import write_atomic  # whole file or nothing; callers import it from here too
 from tilec.ir.graph import Pull, Stage
-from tilec.ir.types import ME, Var
+from tilec.ir.types import ME, Var, trips
 
 LIMIT = 8  # tile-group nodes per stage before loops are collapsed: readable at the examples' default sizes
 FORMATS = ("dot", "svg", "png")
@@ -71,20 +71,13 @@ def tile_groups(st: Stage, limit: int = LIMIT) -> list[TileGroup]:
     order = [v for v in reversed(loops) if not v.is_rank] + [v for v in reversed(loops) if v.is_rank]
     kept = list(loops)
     for v in order:
-        if _prod(x.trips for x in kept) <= limit:
+        if trips(kept) <= limit:
             break
         kept.remove(v)
     collapsed = tuple(v for v in loops if v not in kept)
-    count = _prod(v.trips for v in collapsed)
+    count = trips(collapsed)
     return [TileGroup(st.name, tuple(zip(kept, idx, strict=True)), collapsed, count)
             for idx in itertools.product(*(range(v.trips) for v in kept))]
-
-
-def _prod(xs) -> int:
-    n = 1
-    for x in xs:
-        n *= x
-    return n
 
 
 def _q(s: str) -> str:
@@ -180,7 +173,7 @@ def _stage_cluster(g: nx.DiGraph, n: str, gs: list[TileGroup], ind: str) -> list
     st: Stage = g.nodes[n]["payload"]
     loops = ", ".join(f"{v.name} in ranks" if v.is_rank else f"{v.name} in {v.extent} by {v.step}"
                       for v in visible_loops(st)) or "one task"
-    tasks = _prod(v.trips for v in visible_loops(st))
+    tasks = trips(visible_loops(st))
     note = f"\n{st.note}" if st.note else ""
     a = _attrs(label=f"stage {st.name}: {tasks} task(s)\nover {loops}{note}", style="rounded,filled",
                fillcolor="#f6f6f6", color="#888888")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 import networkx as nx
 
 from tilec.errors import Loc
-from tilec.ir.types import Access, Load, Store, Var, walk
+from tilec.ir.types import Access, Load, Store, Var, trips, walk
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,11 @@ class Stage:
     # pairs of rank variables (loop vars or ME): the tasks where the two are equal are not run (local-in-place
     # drops a copy's tasks from a rank to itself)
     skip_equal: tuple[tuple[str, str], ...] = ()
+
+    def tasks(self, world: int) -> int:
+        """The tasks the stage runs: its loops' trips, less those a skip pair drops (one of W values)."""
+        n = trips(self.loops)
+        return n * (world - 1) // world if self.skip_equal else n
 
     def reads(self) -> list[Load | Pull]:
         out, seen = [], set()

@@ -6,7 +6,7 @@ import networkx as nx
 
 from tilec.ir.graph import Flag, InPlace, Pull, Stage, sid, stages
 from tilec.ir.tiling import invert
-from tilec.ir.types import ME, Load, Var, reduction_vars
+from tilec.ir.types import ME, Load, Var, reduction_vars, trips
 
 
 def flag_dims(g: nx.DiGraph, f: Flag):
@@ -35,10 +35,7 @@ def pull_rereads(g: nx.DiGraph) -> list[tuple[str, Pull, int, tuple[str, ...]]]:
                 continue
             used = r.read.vars | red
             loops = tuple(v.name for v in c.loops if v.name not in used and v.trips > 1)
-            n = 1
-            for v in c.loops:
-                if v.name in loops:
-                    n *= v.trips
+            n = trips(v for v in c.loops if v.name in loops)
             if n > 1:
                 out.append((c.name, r, n, loops))
     return out

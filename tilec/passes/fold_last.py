@@ -32,7 +32,7 @@ from tilec.errors import ScheduleError
 from tilec.ir.builtins import TILE_FNS
 from tilec.ir.graph import Flag, Fold, sid, stage, stages, waits
 from tilec.ir.tiling import flag_size, invert
-from tilec.ir.types import ME, Dot, TupleCall, Var, reduction_vars, walk
+from tilec.ir.types import ME, Dot, TupleCall, Var, reduction_vars, trips, walk
 from tilec.ir.wait_plan import plan_wait, release_signature, task_scope
 
 from .base import Pass
@@ -111,10 +111,7 @@ class FoldLast(Pass):
             key = tuple(v for v in m.key if v not in whole)
             members.append((m.write, key))
         (write, key), *others = members
-        count = 1
-        for v in p.loops:
-            if v.name not in key and v.name != write.rank:
-                count *= v.trips
+        count = trips(v for v in p.loops if v.name not in key and v.name != write.rank)
         size = flag_size(invert(write, loops, set(key), world, f"fold of stage '{c.name}'"))
         arrival = Flag(f"{f.name}:{c.name}", write.tensor, p.name, write, key, size, count, f.granularity, f.loc,
                        tuple(others))

@@ -25,7 +25,7 @@ from tilec.errors import ScheduleError
 from tilec.ir.builtins import TILE_FNS
 from tilec.ir.graph import DMA, FLAGS, Kernel, stage, sync
 from tilec.ir.queries import copy_stages
-from tilec.ir.types import Sum, TupleCall, walk
+from tilec.ir.types import Sum, TupleCall, trips, walk
 
 from .base import Pass
 
@@ -36,13 +36,6 @@ def _moves_data(g: nx.DiGraph, name: str, copies: set[str]) -> bool:
     return name in copies or any(
         (isinstance(x, Sum) and x.var.is_rank) or (isinstance(x, TupleCall) and TILE_FNS[x.fn].moves_data)
         for s in stage(g, name).body for x in walk(s.value))
-
-
-def _tasks(g: nx.DiGraph, name: str) -> int:
-    n = 1
-    for v in stage(g, name).loops:
-        n *= v.trips
-    return n
 
 
 @dataclass(frozen=True)
@@ -90,7 +83,7 @@ class Persist(Pass):
         if len(names) < 2 or not (set(names) & comm) or not (set(names) - comm):
             return ()
         ncomm = len(set(names) & comm)
-        work = {n: _tasks(g, n) for n in names if n not in comm}
+        work = {n: trips(stage(g, n).loops) for n in names if n not in comm}
         total = sum(work.values())
         return tuple(round(1000 * self.comm_share / ncomm) if n in comm else
                      round(1000 * (1 - self.comm_share) * work[n] / total) for n in names)

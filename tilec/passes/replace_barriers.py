@@ -34,7 +34,7 @@ import networkx as nx
 from tilec.errors import ScheduleError
 from tilec.ir.graph import FLAGS, Flag, Pull, Wait, flags, phases, rebuild_edges, sid, stages
 from tilec.ir.tiling import flag_size, invert
-from tilec.ir.types import ME, Var, reduction_vars
+from tilec.ir.types import ME, Var, reduction_vars, trips
 from tilec.ir.wait_plan import release_signature
 
 from .base import Pass
@@ -140,10 +140,7 @@ class ReplaceBarriers(Pass):
         dims = invert(write, loops, set(key), world, f"replace-barriers for stage '{p.name}'")
         # counters are bumped by every producer task that maps onto them; the destination rank var only selects
         # which rank's counters, so it does not multiply the count
-        count = 1
-        for v in p.loops:
-            if v.name not in key and v.name != write.rank:
-                count *= v.trips
+        count = trips(v for v in p.loops if v.name not in key and v.name != write.rank)
         if write.rank != ME and ME not in key:  # every rank pushes into the same counters of the peer
             count *= world
         return Flag(name, write.tensor, p.name, write, tuple(key), flag_size(dims), count, self.granularity, p.loc)
