@@ -7,6 +7,9 @@ from tilec.ir.graph import InPlace, Pull, tensor
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Access, Load, Var
 
+from . import kir as K
+from .build import E, cmp, fdiv, sub
+from .lift import At
 from .text import bcast, row_major_strides
 
 
@@ -195,17 +198,17 @@ class Copies:
         if not ws:
             return
         d = next(x for x in dims if x.rank_var == e.source.rank)
-        start = self.start(e.read.index[d.dim])
+        aff = e.read.index[d.dim]
         first = len(self.wait_lines)
         for w in ws:
             self.wait(w, [], "    ")
-        lines = self.wait_lines[first:]
-        if not lines:
+        waits = tuple(x.stmt for x in self.wait_lines[first:])
+        if not waits:
             return
-        peer = self.tmp("peer_rows")
+        peer = E(self.tmp("peer_rows"))
         del self.wait_lines[first:]
-        self.wait_lines += [f"    {peer} = ({start} - {d.const}) // {d.rank_coef} != rank",
-                            f"    if {peer}:  # a peer's rows: wait until they have arrived",
-                            *("    " + ln for ln in lines)]
+        rows_rank = fdiv(sub(self.affine_x(aff.terms, aff.const), d.const), d.rank_coef)
+        self.wait_lines += [At("    ", K.Assign(peer, cmp(rows_rank, "!=", "rank"))),
+                            At("    ", K.If(peer, waits, (), "a peer's rows: wait until they have arrived"))]
 
     # -- flags -----------------------------------------------------------------------------------

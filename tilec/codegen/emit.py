@@ -22,11 +22,12 @@ from tilec.ir.graph import Kernel, Pull, flags, folds, stage, stages, tensor, wa
 from tilec.ir.types import ME, Access, Sum, Var, trips, walk
 
 from . import kir
+from .build import E, add, mul
 from .compute import Compute
 from .copies import Copies
 from .dma import table_lines
 from .flags import TASK_ARGS_MARK, Flags, flag_scopes, silent_flags
-from .lift import lines_to_body
+from .lift import At, lines_to_body, shifted
 from .model import FlagModel, KernelModel, ModuleModel, TaskFn, TensorModel
 from .order import Overlap, overlap_plan, own_rows_first
 from .rewrites import range_names, rename, simplify
@@ -67,7 +68,7 @@ class _Emitter(Copies, Compute, Flags, Tasks):
         self.world = g.graph["program"].world
         self.prologue: list[str] = []  # per-task setup (peer offsets, hoisted index math)
         self.peers: dict[str, str] = {}  # peer-offset call -> its name in the prologue (per peer and element size)
-        self.wait_lines: list[str] = []  # the task's flag waits, first thing after decoding its tile
+        self.wait_lines: list[At] = []  # the task's flag waits, first thing after decoding its tile
         self.waited: set[tuple] = set()  # what the waits emitted so far cover (see wait)
         self.names = Names(taken if taken is not None else _taken_names(g))
         self.flag_no = flag_no
@@ -106,6 +107,14 @@ class _Emitter(Copies, Compute, Flags, Tasks):
 
     def start(self, aff) -> str:
         return self.scalar(aff.terms, aff.const)
+
+    @staticmethod
+    def affine_x(terms, const: int, names: dict[str, str] | None = None) -> kir.Expr:
+        """sum(k * v) + const as a kernel-IR expression (scalar's node)."""
+        parts = [E((names or {}).get(v, v)) if k == 1 else mul(k, (names or {}).get(v, v)) for v, k in terms]
+        if const or not parts:
+            parts.append(E(const))
+        return add(*parts)
 
     def mask_of(self, v: Var, r: str | None = None) -> str | None:
         return f"({r or v.name + '_r'} < {v.extent})" if v.extent % v.step else None
@@ -235,7 +244,7 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
             calls.append((len(lines), call, rotate("task", n)))
             lines.append("        ")
         elif len(k.stages) == 1:
-            lines += [f"t = {rotate('task', n)}"] + [b[4:] for b in body]
+            lines += [f"t = {rotate('task', n)}"] + [shifted(b, -4) for b in body]
         elif len(looped) == 1:  # the kernel's other stages are folded into this one
             calls.append((len(lines), call, rotate("task", n)))
             lines.append("")
@@ -255,7 +264,7 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
     head = [f"# stages: {', '.join(k.stages)}; {total} tasks{'; persistent' if k.persistent else ''}",
             "pid = tl.program_id(0)", "epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)"]
     if not shares:
-        loop = [f"for task in range(pid, {total}, NPROG):", *("    " + ln for ln in loop)]
+        loop = [f"for task in range(pid, {total}, NPROG):", *(shifted(ln, 4) for ln in loop)]
     body = lines_to_body([*head, *loop, "td.leave(EPOCH_AT, epoch, NPROG, GRAPH)"])
     if not shares:  # the task loop may claim its tasks from this kernel's counter (EPOCH[2 + 2i], launch: CLAIM)
         claim = kir.Bin("+", kir.Name("EPOCH_AT"), kir.Const(2 + 2 * index))
@@ -276,9 +285,15 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
                        k.barrier_before, share, len(shares), tfs, tuple(row))
 
 
-def _with_args(body: list[str], args: list[str]) -> list[str]:
+def _with_args(body: list, args: list[str]) -> list:
     """A folded consumer's call inside its producer's task (flags.arrive) takes the kernel's arguments."""
-    return [ln.replace(TASK_ARGS_MARK, ", ".join(args)) for ln in body]
+    def spread(e: kir.Expr) -> kir.Expr:
+        if isinstance(e, kir.Call) and kir.Name(TASK_ARGS_MARK) in e.args:
+            i = e.args.index(kir.Name(TASK_ARGS_MARK))
+            return kir.Call(e.fn, (*e.args[:i], *(kir.Name(a) for a in args), *e.args[i + 1:]))
+        return e
+
+    return [At(x.indent, kir.map_exprs((x.stmt,), spread)[0]) if isinstance(x, At) else x for x in body]
 
 
 def _rotated(t: str, n: int, on: bool, world: int) -> str:
@@ -320,7 +335,7 @@ def _task_body(em: _Emitter, st, group_m: int, mark, world: int) -> list[str]:
         return em.task("t", group_m, mark)
     body = em.task("t_all", group_m, mark)
     body = [body[0], f"    t_all = {_peers_only('t', st, world)}  # skips r == rank: the rows it holds", *body[1:]]
-    return [re.sub(r"\bt_all\b", "t", ln) if "td.mark(" in ln else ln for ln in body]
+    return [re.sub(r"\bt_all\b", "t", ln) if isinstance(ln, str) and "td.mark(" in ln else ln for ln in body]
 
 
 def _peers_only(t: str, st, world: int) -> str:

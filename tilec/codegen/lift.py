@@ -1,14 +1,17 @@
 """The emitters' lines into the kernel IR (kir.py): the one place where emitted text becomes a tree.
 
-The emitter mixins (copies, compute, flags, tasks) still write their statements as Triton lines; each line is read
-here once, by Python's ast, into kir nodes (device calls of the Iris/Triton spelling become their kir operations),
-its indentation giving the block structure. Everything after this (the rewrites, the printers) works on the tree.
+The emitters are moving from Triton lines to kir nodes: flags.py builds its waits, releases and arrivals as nodes
+(build.py); the others still write lines. A task's statements are a list of both, a node placed at an indentation
+(`At`); each line is read here once, by Python's ast, into kir nodes (device calls of the Iris/Triton spelling
+become their kir operations), its indentation giving the block structure, and the nodes join the block their
+indentation puts them in. Everything after this (the rewrites, the printers) works on the tree.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
 
 from tilec.errors import TilecError
 
@@ -16,6 +19,24 @@ from . import kir as K
 from .triton_printer import OP_SPELLING
 
 _CALL_OP = {v: k for k, v in OP_SPELLING.items()}
+
+
+@dataclass(frozen=True)
+class At:
+    """A kir statement among a task's emitted lines, at the indentation a line in its place would have."""
+
+    indent: str
+    stmt: K.Stmt
+
+
+Item = str | At
+
+
+def shifted(item: Item, n: int) -> Item:
+    """An item n columns further in (n < 0: out)."""
+    if isinstance(item, At):
+        return At(item.indent + " " * n if n >= 0 else item.indent[-n:], item.stmt)
+    return " " * n + item if n >= 0 else item[-n:]
 _BIN = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%", ast.BitAnd: "&",
         ast.BitOr: "|"}
 _CMP = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
@@ -97,12 +118,19 @@ def _stmt(code: str, comment: str, strings: list[str]) -> K.Stmt:
     raise TilecError(f"codegen: cannot read the emitted line {code!r}")
 
 
-def lines_to_body(lines: list[str], indent: int = 0) -> tuple[K.Stmt, ...]:
-    """Emitted lines (each indented by 4 per block level beyond `indent` spaces) as a kir body."""
+def lines_to_body(lines: list[Item], indent: int = 0) -> tuple[K.Stmt, ...]:
+    """Emitted lines and placed nodes (each indented by 4 per block level beyond `indent` spaces) as a kir body."""
     root: list = []
     # stack of (indent of the block's statements, the list they go to, the open compound statement's builder)
     stack: list[tuple[int, list, dict | None]] = [(indent, root, None)]
     for raw in lines:
+        if isinstance(raw, At):
+            while len(raw.indent) < stack[-1][0]:
+                _close(stack)
+            if len(raw.indent) > stack[-1][0]:
+                raise TilecError(f"codegen: unexpected indent of an emitted node: {raw!r}")
+            stack[-1][1].append(raw.stmt)
+            continue
         stripped = raw.lstrip()
         if not stripped:
             continue

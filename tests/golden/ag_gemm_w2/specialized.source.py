@@ -55,8 +55,7 @@ def gemm_task(t, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout
     rn = tl.max_contiguous(tl.multiple_of(n + tl.arange(0, 64), 64), 64)
     if m // 128 != rank:  # a peer's rows: wait until they have arrived
         # wait until stage gather has written the tiles of Ag[m, k] this call
-        for ctr in range(m // 64, (m + 63) // 64 + 1):
-            td.wait(F_Ag_gather + ctr, epoch * 4, rank, rank, heap_bases, ERR, timeout_ns, 1, ctr, "gpu", INTERPRET)
+        td.wait(F_Ag_gather + m // 64, epoch * 4, rank, rank, heap_bases, ERR, timeout_ns, 1, m // 64, "gpu", INTERPRET)
     idx_rk = m // 128
     rk = tl.arange(0, 32)
     acc = tl.zeros((64, 64), dtype=tl.float32)
