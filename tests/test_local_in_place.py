@@ -44,7 +44,7 @@ def test_the_copy_skips_local_rows_and_the_gemm_reads_them_in_place(schedule):
     assert "tl.where(own, A + " in prog.source
     if schedule == "fused-push":  # the other rank's rows only, spread among the own tiles
         assert "gather_task(copied, " in prog.source
-        assert "t_all = (t // 2 + (t // 2 >= rank).to(tl.int32)) * 2 + t % 2" in prog.source  # r != rank
+        assert "r = 1 - rank  # the one peer" in prog.source  # r != rank: at world 2, the other rank
         # 2 copy tasks (the other rank's 2 row tiles, each all of K at once: coarsen-copies) and 8 GEMM tiles
         assert "while task < 10:" in prog.source
 

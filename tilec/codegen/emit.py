@@ -12,17 +12,15 @@ kernels (the persistent loop, merged stages, program groups) and the module mode
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import replace
 
 import networkx as nx
 
-from tilec.errors import TilecError
 from tilec.ir.graph import Kernel, Pull, flags, folds, stage, stages, tensor, waits
 from tilec.ir.types import ME, Access, Sum, Var, trips, walk
 
 from . import kir
-from .build import E, add, mul
+from .build import E, add, assign, call, mul
 from .compute import Compute
 from .copies import Copies
 from .dma import table_lines
@@ -119,11 +117,11 @@ class _Emitter(Copies, Compute, Flags, Tasks):
     def mask_of(self, v: Var, r: str | None = None) -> str | None:
         return f"({r or v.name + '_r'} < {v.extent})" if v.extent % v.step else None
 
-    def bind_tile(self, v: Var, out: list[str], indent: str, hint: bool = False) -> None:
-        r = f"{v.name} + tl.arange(0, {v.step})"
+    def bind_tile(self, v: Var, out: list, indent: str, hint: bool = False) -> None:
+        r = add(v.name, call("tl.arange", 0, v.step))
         if hint:  # tile starts are multiples of the step: lets Triton vectorize and pipeline the loads
-            r = f"tl.max_contiguous(tl.multiple_of({r}, {v.step}), {v.step})"
-        out.append(f"{indent}{v.name}_r = {r}")
+            r = call("tl.max_contiguous", call("tl.multiple_of", r, v.step), v.step)
+        out.append(At(indent, assign(f"{v.name}_r", r)))
 
 
 def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
@@ -327,33 +325,7 @@ def _overlapped(g: nx.DiGraph, p: Overlap, start_local: bool, world: int) -> tup
     return lines, calls
 
 
-def _task_body(em: _Emitter, st, group_m: int, mark, world: int) -> list[str]:
-    """The lines of one task of stage st, task number `t` among the tasks it runs. A stage that skips its rank loop's
-    own value (Stage.skip_equal) decodes the task number of its full loop nest, t_all; its timeline record stays at
-    slot t (the records of a kernel are its tasks, numbered as it runs them)."""
-    if not st.skip_equal:
-        return em.task("t", group_m, mark)
-    body = em.task("t_all", group_m, mark)
-    body = [body[0], f"    t_all = {_peers_only('t', st, world)}  # skips r == rank: the rows it holds", *body[1:]]
-    return [re.sub(r"\bt_all\b", "t", ln) if isinstance(ln, str) and "td.mark(" in ln else ln for ln in body]
-
-
-def _peers_only(t: str, st, world: int) -> str:
-    """The task number of the full loop nest for task t of a stage that skips its rank loop's own value
-    (Stage.skip_equal = ((r, rank),)): t counts W - 1 values of r, and r' >= rank stands for r' + 1."""
-    if not st.skip_equal:
-        return t
-    if len(st.skip_equal) != 1 or ME not in st.skip_equal[0]:
-        raise TilecError(f"codegen: stage '{st.name}' skips {st.skip_equal}; only one rank loop against `rank`")
-    a, b = st.skip_equal[0]
-    var = a if b == ME else b
-    names = [v.name for v in st.loops]
-    inner = trips(st.loops[names.index(var) + 1:])
-    tt = t if t.isidentifier() else f"({t})"
-    q = tt if inner == 1 else f"{tt} // {inner}"
-    peer = f"{q} % {world - 1}" if names.index(var) else q
-    hi = f"{q} // {world - 1} * {world} + " if names.index(var) else ""
-    low = "" if inner == 1 else f" + {tt} % {inner}"
-    # r' in 0..W-2 -> r in 0..W-1 without rank
-    return f"({hi}{peer} + ({peer} >= rank).to(tl.int32)) * {inner}{low}"
-
+def _task_body(em: _Emitter, st, group_m: int, mark, world: int) -> list:
+    """The lines of one task of stage st, task number `t` among the tasks it runs (a stage that skips its rank loop's
+    own value counts only the peers: Tasks.decode)."""
+    return em.task("t", group_m, mark)

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
+from tilec.errors import TilecError
 from tilec.ir.dtypes import TL_DTYPE
 from tilec.ir.graph import flags, folds, tensor
-from tilec.ir.types import Const, Idx, Op
+from tilec.ir.types import ME, Const, Idx, Op
+
+from . import kir as K
+from .build import Block, E, add, assign, call, cmp, fdiv, mod, mul, sub
+from .lift import At
 
 COMMENT_WIDTH = 116  # a stage's comment is cut to this many columns (the statement may be longer)
 
@@ -47,7 +53,7 @@ class Tasks:
         """The task's lines. timeline=(first slot, stage number): record when the task started, when its waits
         were done and when it finished (a debug build for `tilec taxes --timeline`)."""
         st = self.st
-        head = ["    " + stage_comment(self.g.graph["program"], st)]
+        head: list = [At("    ", K.Comment(stage_comment(self.g.graph["program"], st)[2:]))]
         head += self.decode(task_var, group_m)
         body: list[str] = []
         for s in st.body:
@@ -95,45 +101,63 @@ class Tasks:
             # task's time is never counted twice (the arrival's atomic shows between the two)
             slot, number = timeline
             tp = self.param("TIMELINE")
-            lines = [*head, "    _tl_start = td.clock(INTERPRET)", *self.wait_lines,
-                     "    _tl_waited = td.clock(INTERPRET)", *self.prologue, *body,
-                     f"    td.mark({tp} + ({slot} + {task_var}) * 5, {number}, _tl_start, _tl_waited, INTERPRET)",
+            lines = [*head, At("    ", assign("_tl_start", call("clock", "INTERPRET"))), *self.wait_lines,
+                     At("    ", assign("_tl_waited", call("clock", "INTERPRET"))), *self.prologue, *body,
+                     At("    ", K.Do(call("mark", add(tp, mul(add(slot, task_var), 5)), number, "_tl_start",
+                                      "_tl_waited", "INTERPRET"))),
                      *arrivals]
         return lines
 
-    def decode(self, task_var: str, group_m: int) -> list[str]:
-        loops = list(self.st.loops)
-        out = []
+    def decode(self, task_var: str, group_m: int) -> list[At]:
+        """The task's loop variables from its task number, and its tiles' index vectors. A stage that skips its
+        rank loop's own value (Stage.skip_equal: local-in-place) counts W - 1 values of that variable: r' >= rank
+        stands for r' + 1."""
+        skip = self.skipped_rank()
+        loops = [replace(v, extent=self.world - 1) if v.name == skip else v for v in self.st.loops]
+        b = Block()
         tiles = [v for v in loops if not v.is_rank]
         grouped = group_m > 1 and len(loops) >= 2 and all(not v.is_rank and v.trips > 1 for v in loops[-2:])
         if grouped:  # the last two loops are the output tile's rows and columns; outer loops (e.g. ranks) wrap them
             m, n = loops[-2:]
             tv = task_var if len(loops) == 2 else f"{task_var}_mn"
             if tv != task_var:
-                out.append(f"    {tv} = {task_var} % {m.trips * n.trips}")
-            out += [
-                f"    # grouped order: {group_m} rows of {m.name}-tiles share the {n.name}-tiles in L2",
-                f"    g_size = {group_m} * {n.trips}",
-                f"    g_first = ({tv} // g_size) * {group_m}",
-                f"    g_rows = tl.minimum({m.trips} - g_first, {group_m})",
-                f"    {m.name} = (g_first + ({tv} % g_size) % g_rows) * {m.step}",
-                f"    {n.name} = (({tv} % g_size) // g_rows) * {n.step}",
-            ]
+                b.add(assign(tv, mod(task_var, m.trips * n.trips)))
+            b.add(K.Comment(f"grouped order: {group_m} rows of {m.name}-tiles share the {n.name}-tiles in L2"),
+                  assign("g_size", mul(group_m, n.trips)),
+                  assign("g_first", mul(fdiv(tv, "g_size"), group_m)),
+                  assign("g_rows", call("tl.minimum", sub(m.trips, "g_first"), group_m)),
+                  assign(m.name, mul(add("g_first", mod(mod(tv, "g_size"), "g_rows")), m.step)),
+                  assign(n.name, mul(fdiv(mod(tv, "g_size"), "g_rows"), n.step)))
         outer = loops[:-2] if grouped else loops
         if outer:
-            rest = task_var
             multi = [v for v in outer if v.trips > 1]
             for v in outer:
                 if v.trips == 1:  # one-trip loops (and `:` slices) start at 0
-                    out.append(f"    {v.name} = 0")
+                    b.add(assign(v.name, sub(1, "rank") if v.name == skip else 0,
+                                 "the one peer" if v.name == skip else ""))
             # the trips of the loops inside this one: each variable is one division and one remainder
             div = m.trips * n.trips if grouped else 1
             for i, v in enumerate(reversed(multi)):
-                q = rest if div == 1 else f"{rest} // {div}"
-                val = q if i == len(multi) - 1 else f"{q} % {v.trips}"
-                out.append(f"    {v.name} = {val}" if v.step == 1 else f"    {v.name} = ({val}) * {v.step}")
+                q = E(task_var) if div == 1 else fdiv(task_var, div)
+                val = q if i == len(multi) - 1 else mod(q, v.trips)
+                if v.name == skip:
+                    b.add(assign(v.name, add(val, call(K.Attr(cmp(val, ">=", "rank"), "to"), K.Attr(E("tl"), "int32"))),
+                                 f"skips {v.name} == rank: the rows it holds"))
+                else:
+                    b.add(assign(v.name, val if v.step == 1 else mul(val, v.step)))
                 div *= v.trips
+        out = [At("    ", x) for x in b.done()]
         for v in tiles:
             if v.step > 1 or v.name.startswith("_"):  # unit-step loops index like scalars (`:` slices do not)
                 self.bind_tile(v, out, "    ", hint=v.step > 1)
         return out
+
+    def skipped_rank(self) -> str | None:
+        """The rank loop whose value equal to this rank the stage skips (Stage.skip_equal = ((r, rank),)), if any."""
+        if not self.st.skip_equal:
+            return None
+        if len(self.st.skip_equal) != 1 or ME not in self.st.skip_equal[0]:
+            raise TilecError(f"codegen: stage '{self.st.name}' skips {self.st.skip_equal}; only one rank loop against"
+                             " `rank`")
+        a, b = self.st.skip_equal[0]
+        return a if b == ME else b

@@ -31,9 +31,8 @@ FLAGS = {  # flag parameter: (counters, releases per counter per call, producer 
 @triton.jit
 def gather_task(t, A, Ag, F_Ag_gather, heap_bases, rank):
     # stage gather (examples/ag_gemm.tile:14): Ag[r*M/W + m, k] = A@r[m, k]
-    t_all = (t // 2 + (t // 2 >= rank).to(tl.int32)) * 2 + t % 2  # skips r == rank: the rows it holds
-    m = t_all % 2 * 64
-    r = t_all // 2
+    r = 1 - rank  # the one peer
+    m = t * 64
     rm = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
     rk = tl.max_contiguous(tl.multiple_of(tl.arange(0, 128), 128), 128)
     peer_r = td.peer_offset(heap_bases, rank, r, 2)

@@ -31,10 +31,9 @@ FLAGS = {  # flag parameter: (counters, releases per counter per call, producer 
 @triton.jit
 def gather_task(t, A, Ag, F_Ag_gather, heap_bases, rank):
     # stage gather (examples/ag_gemm.tile:14): Ag[r*M/W + m, k] = A@r[m, k]
-    t_all = (t // 8 + (t // 8 >= rank).to(tl.int32)) * 8 + t % 8  # skips r == rank: the rows it holds
-    k = t_all % 4 * 32
-    m = t_all // 4 % 2 * 64
-    r = t_all // 8
+    r = 1 - rank  # the one peer
+    k = t % 4 * 32
+    m = t // 4 * 64
     rm = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
     rk = tl.max_contiguous(tl.multiple_of(k + tl.arange(0, 32), 32), 32)
     peer_r = td.peer_offset(heap_bases, rank, r, 2)
