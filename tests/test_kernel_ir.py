@@ -215,3 +215,29 @@ def test_materialize_binds_numbers_that_must_be_tensors():
         "use(x)",
     ]
     assert R.materialize(out) == out  # names are tensors already
+
+
+def test_bind_constants_reads_a_known_parameter_as_its_value_where_no_function_binds_it():
+    task = K.Fn("leaf_task", (K.Param("t"), K.Param("rank")),
+                (K.Do(K.Call("store", (b("+", n("t"), b("*", n("rank"), c(16))),))),))
+    own = K.Fn("own_task", (K.Param("t"),), (K.Assign(n("rank"), c(3)), K.Do(K.Call("use", (n("rank"),)))))
+    entry = K.Fn("k0", (K.Param("rank"),), (K.Do(K.Call("leaf_task", (c(0), n("rank")))),))
+    k = R.simplify(R.bind_constants(K.Kernel(entry, (task, own)), {"rank": 0}))
+    assert text(k.tasks[0].body) == ["tl.store(t)"] and [p.name for p in k.tasks[0].params] == ["t"]
+    assert text(k.entry.body) == ["leaf_task(0)"] and [p.name for p in k.entry.params] == ["rank"]  # the launch's
+    assert "use(" in "\n".join(text(k.tasks[1].body)) and "3" in "\n".join(text(k.tasks[1].body))  # its own rank
+
+
+def test_build_sums_continue_a_chain_as_index_arithmetic_reads():
+    from tilec.codegen import build as B
+
+    x = B.add("F", B.add("a", B.mul(2, "b")), B.sub("c", 1))
+    assert expr(x) == "F + a + 2 * b + c - 1"
+    assert x == b("-", b("+", b("+", b("+", n("F"), n("a")), b("*", c(2), n("b"))), n("c")), c(1))
+    assert expr(B.mul(B.add("a", 1), 4)) == "(a + 1) * 4" and expr(B.add()) == "0" and B.E(-3) == K.Unary("-", c(3))
+    blk = B.Block()
+    blk.open_for("i", 0, 4)
+    blk.add(B.assign("x", "i"))
+    blk.open_if(B.cmp("x", ">", 1))
+    blk.add(B.do(B.call("use", "x", mask="m")))
+    assert text(blk.done()) == ["for i in range(0, 4):", "    x = i", "    if x > 1:", "        use(x, mask=m)"]

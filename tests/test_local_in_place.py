@@ -190,8 +190,9 @@ def _simulate(source: str, kernel: str, world: int, nprog: int) -> dict[int, lis
         for pid in range(nprog):
             ran: list[tuple[str, int]] = []
             td = SimpleNamespace(first_task=lambda pid, claim, c: pid, next_task=lambda t, claim, n, c: t + n,
-                                 claims_done=lambda claim, n, c: None)
-            env = {"pid": pid, "rank": rank, "NPROG": nprog, "ran": ran, "td": td, "EPOCH_AT": 0, "CLAIM": False}
+                                 claims_done=lambda claim, n, c: None, program_major=_program_major)
+            tl = SimpleNamespace(program_id=lambda axis, pid=pid: pid, minimum=min)
+            env = {"tl": tl, "rank": rank, "NPROG": nprog, "ran": ran, "td": td, "EPOCH_AT": 0, "CLAIM": False}
             env |= dict.fromkeys(("A", "Ag", "F_Ag_gather", "B", "C", "ERR", "heap_bases", "epoch", "timeout_ns",
                                   "INTERPRET"))
             for name in ("gather_task", "gemm_task"):
@@ -225,6 +226,12 @@ def test_the_interleaved_order_runs_every_task_once_and_copies_before_waiting(wo
                 last_copy = max((i for i, k in enumerate(kinds) if k), default=-1)
                 waits = [i for i, (s, t) in enumerate(p) if s == "gemm" and _row_of(t, dims) // rows != rank]
                 assert not waits or waits[0] > last_copy, (nprog, rank, p)
+
+
+def _program_major(task: int, n: int, nprog: int) -> int:
+    """tilec.device.program_major: of the first n tasks, program p (tasks p, p + nprog, ...) runs one stretch."""
+    full = nprog * (n // nprog)
+    return task % nprog * (n // nprog) + task // nprog if task < full else task
 
 
 def _record(ran: list, stage_name: str, t, *args) -> None:

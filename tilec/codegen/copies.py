@@ -71,7 +71,10 @@ class Copies:
         return name
 
     def peer_offset(self, rank_expr: str, dtype: str, deps: set[str], out: list[str], indent: str) -> str:
-        """Element offset to a peer's copy, computed once per task when the peer does not change inside loops."""
+        """Element offset to a peer's copy, computed once per task when the peer does not change inside loops (none
+        in a world of one: the peer is this rank)."""
+        if self.world == 1:
+            return "0"
         line = f"td.peer_offset(heap_bases, rank, {rank_expr}, {ESIZE[dtype]})"
         if not deps & self.loop_vars and line in self.peers:
             return self.peers[line]
@@ -208,7 +211,10 @@ class Copies:
         peer = E(self.tmp("peer_rows"))
         del self.wait_lines[first:]
         rows_rank = fdiv(sub(self.affine_x(aff.terms, aff.const), d.const), d.rank_coef)
+        why = "a peer's rows: wait until they have arrived"
+        if len(waits) == 2 and isinstance(waits[0], K.Comment):  # one wait: what it waits for says it all
+            why, waits = f"a peer's rows: {waits[0].text}", waits[1:]
         self.wait_lines += [At("    ", K.Assign(peer, cmp(rows_rank, "!=", "rank"))),
-                            At("    ", K.If(peer, waits, (), "a peer's rows: wait until they have arrived"))]
+                            At("    ", K.If(peer, waits, (), why))]
 
     # -- flags -----------------------------------------------------------------------------------

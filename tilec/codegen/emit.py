@@ -28,7 +28,7 @@ from .flags import TASK_ARGS_MARK, Flags, flag_scopes, silent_flags
 from .lift import At, lines_to_body, shifted
 from .model import FlagModel, KernelModel, ModuleModel, TaskFn, TensorModel
 from .order import Overlap, overlap_plan, own_rows_first
-from .rewrites import range_names, rename, simplify
+from .rewrites import bind_constants, range_names, rename, simplify
 from .tasks import Tasks
 from .text import FIXED_NAMES, Names, ident
 from .triton_printer import Printer, wrap
@@ -259,10 +259,9 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
     args = [param_name(p) for p in params] + list(TASK_ARGS)
     at = {c[0]: c[1:] for c in calls}
     loop = [ln if j not in at else f"{ln}{at[j][0]}({', '.join([at[j][1], *args])})" for j, ln in enumerate(lines)]
-    head = [f"# stages: {', '.join(k.stages)}; {total} tasks{'; persistent' if k.persistent else ''}",
-            "pid = tl.program_id(0)", "epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)"]
+    head = [*(["pid = tl.program_id(0)"] if shares else []), "epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)"]
     if not shares:
-        loop = [f"for task in range(pid, {total}, NPROG):", *(shifted(ln, 4) for ln in loop)]
+        loop = [f"for task in range(tl.program_id(0), {total}, NPROG):", *(shifted(ln, 4) for ln in loop)]
     body = lines_to_body([*head, *loop, "td.leave(EPOCH_AT, epoch, NPROG, GRAPH)"])
     if not shares:  # the task loop may claim its tasks from this kernel's counter (EPOCH[2 + 2i], launch: CLAIM)
         claim = kir.Bin("+", kir.Name("EPOCH_AT"), kir.Const(2 + 2 * index))
@@ -272,12 +271,17 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
         kir.Param("GRAPH", True), kir.Param("PDL", True), kir.Param("CLAIM", True, "False")), body)
     fns = tuple(kir.Fn(name, (kir.Param("t"), *(kir.Param(a) for a in args[:-1]), kir.Param("INTERPRET", True)),
                        lines_to_body(_with_args(body, args), 4)) for name, _p, body in tasks)
-    kern = simplify(kir.Kernel(entry, fns), {**keep, k.name: frozenset().union(*keep.values())})
+    kern = kir.Kernel(entry, fns)
+    if world == 1:  # one rank: every `rank` is 0
+        kern = bind_constants(kern, {"rank": 0})
+    kern = simplify(kern, {**keep, k.name: frozenset().union(*keep.values())})
     kern = rename(kern, range_names({v for ks in keep.values() for v in ks if not v.endswith("_r")}))
     pr = Printer()
     tfs = tuple(TaskFn(f.name, tuple(pr.signature(f)), tuple(pr.body(f.body, "    "))) for f in kern.tasks)
-    row = wrap(f"    ({k.name}, {total}, {k.persistent}, {k.concurrent}, {k.barrier_before}, {share}, {len(shares)}, [",
-               [json.dumps(p) for p in params], "]),", "    ")
+    head = f"    ({k.name}, {total}, {k.persistent}, {k.concurrent}, {k.barrier_before}, {share}, {len(shares)}, "
+    row = wrap(head + "[", [json.dumps(p) for p in params], "]),", "    ")
+    if len(row) > 1:  # the buffers on lines of their own
+        row = [head.rstrip(), *wrap("     [", [json.dumps(p) for p in params], "]),", "     ")]
     return KernelModel(k.name, k.stages, tuple(params), tuple(pr.signature(kern.entry)),
                        tuple(pr.body(kern.entry.body, "    ")), total, k.persistent, k.concurrent,
                        k.barrier_before, share, len(shares), tfs, tuple(row))
@@ -307,20 +311,15 @@ def _overlapped(g: nx.DiGraph, p: Overlap, start_local: bool, world: int) -> tup
     peers' tiles."""
     cp, c = stage(g, p.copy), stage(g, p.consumer)
     own_first = f"(({{}}) + rank * {p.own}) % {p.tiles}"  # the consumer rotated: this rank's rows first
-    lines = [f"# copies to the peers spread among this rank's own {c.name} tiles (in place, no waits), then the"
-             " peers' tiles",
-             f"if task < {p.head}:",
-             "    # program-major: a program's tasks are one stretch of that mix (a program takes every NPROG-th task)",
-             "    at = task",
-             f"    if task < NPROG * ({p.head} // NPROG):",
-             f"        at = task % NPROG * ({p.head} // NPROG) + task // NPROG",  # task % NPROG: its pid, statically
-             f"    copied = at * {p.copies} // {p.head}  # copies before this task",
-             f"    if (at + 1) * {p.copies} // {p.head} > copied:"]
+    # the first p.head tasks are this rank's own tiles with the copies among them, each program's share of that mix
+    # one stretch (td.program_major); the tasks after them are the peers' tiles (at = task, every copy before it)
+    lines = [f"at = td.program_major(task, {p.head}, NPROG)  # own {c.name} tiles (no waits) with the copies, then the"
+             " peers'",
+             f"copied = tl.minimum(at * {p.copies} // {p.head}, {p.copies})  # copies before this task",
+             f"if (at < {p.head}) & ((at + 1) * {p.copies} // {p.head} > copied):"]
     calls = [(len(lines), f"{cp.name}_task", _rotated("copied", p.copies, start_local, world))]
-    lines += ["        ", "    else:"]
+    lines += ["    ", "else:"]
     calls.append((len(lines), f"{c.name}_task", own_first.format("at - copied")))
-    lines += ["        ", "else:"]
-    calls.append((len(lines), f"{c.name}_task", own_first.format(f"task - {p.copies}")))
     lines.append("    ")
     return lines, calls
 

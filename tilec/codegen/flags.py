@@ -95,8 +95,8 @@ class Flags:
         b = Block()
         target = mul("epoch", f.count)
         if f.count == 1:  # a group of one task: no counter, it runs them itself (silent_flags: none allocated)
-            b.add(K.Comment(f"{fold.consumer}'s tasks that read this tile run right here (a group of one)"),
-                  K.Do(call("tl.debug_barrier"), "every thread's stores of the tile are done before they read it"))
+            b.add(K.Do(call("tl.debug_barrier"),
+                       f"every thread's stores are done before {fold.consumer}'s tasks read the tile, right here"))
         elif share == 1:
             fp = self.param(f"F_{ident(f.name)}")
             b.add(K.Comment(f"the last of the {f.count} {f.producer} tasks of this group runs {fold.consumer}'s"
@@ -105,17 +105,17 @@ class Flags:
         else:
             fp = self.param(f"F_{ident(f.name)}")
             counter, left, n = self._counter(f), E(self.tmp("left")), E(self.tmp("share"))
-            b.add(K.Comment(f"the last {share} of the {f.count} {f.producer} tasks of this group share"
-                            f" {fold.consumer}'s tasks that read them"),
-                  K.Comment(f"when all {self.all_running} tasks have a program (else the last runs them all);"
-                            " the others first wait for the group"),
+            b.add(K.Comment(f"the last {share} of the group's {f.count} {f.producer} tasks share {fold.consumer}'s"
+                            f" tasks (the last runs all where < {self.all_running} programs)"),
                   K.Assign(left, call("arrive_left", add(fp, counter), target), "arrivals still to come"),
                   K.Assign(n, call("tl.where", cmp(call("tl.num_programs", 0), ">=", self.all_running), share, 1)))
             b.open_if(cmp(left, "<", n))
             b.add(K.If(cmp(left, ">", 0), (K.Do(call(
                 "wait", add(fp, counter), target, "rank", "rank", "heap_bases", "ERR", "timeout_ns",
-                self.flag_no[f.name], counter, S(self.flag_scope[f.name]), "INTERPRET")),)))
+                self.flag_no[f.name], counter, S(self.flag_scope[f.name]), "INTERPRET")),),
+                comment="the others wait for the whole group first"))
         names: dict[str, str] = {}
+        steps: list[tuple[str, K.Expr, K.Expr | None, int | None]] = []  # (var, first, stop or None: one value, step)
         for fd in plan.dims:
             d, v, k, c = fd.dim, fd.var, fd.coef, fd.const
             e0 = add(d.const, *([mul(d.rank_coef, d.rank_var)] if d.rank_var else []),
@@ -139,22 +139,37 @@ class Flags:
                 hi = call("tl.minimum", hi, v.extent)
             names[v.name] = self.tmp(v.name)
             if span == K.Const(1) and k == 1 and c == 0 and v.step == 1 and not clipped:
-                b.add(K.Assign(E(names[v.name]), e0))  # one value
+                steps.append((names[v.name], e0, None, None))  # one value
                 continue
-            b.open_for(names[v.name], lo, hi, v.step if v.step != 1 else None)
+            steps.append((names[v.name], lo, hi, v.step if v.step != 1 else None))
         for v in plan.free:
             names[v.name] = self.tmp(v.name)
-            b.open_for(names[v.name], 0, v.extent, v.step if v.step != 1 else None)
+            steps.append((names[v.name], K.Const(0), E(v.extent), v.step if v.step != 1 else None))
+        # the consumer's task number: its vars in decode order, the last fastest; where that last var is the innermost
+        # loop (unit step), the loop runs over the task numbers themselves
+        order = list(plan.order)
+        last = order[-1] if order and steps and steps[-1][0] == names[order[-1].name] and steps[-1][2] is not None \
+            and steps[-1][3] is None and order[-1].step == 1 else None
         t: K.Expr | None = None
-        for v in plan.order:
+        for v in order[:-1] if last else order:
             x = E(names[v.name]) if v.step == 1 else fdiv(names[v.name], v.step)
             t = x if t is None else add(mul(t, v.trips), x)
+        for var, lo, hi, step in steps[:-1] if last else steps:
+            if hi is None:
+                b.add(K.Assign(E(var), lo))
+            else:
+                b.open_for(var, lo, hi, step)
+        if last:
+            base = [] if t is None else [mul(t, last.trips)]
+            t = E(self.tmp(f"t_{fold.consumer}"))
+            b.open_for(t.id, add(*base, steps[-1][1]), add(*base, steps[-1][2]))
         t = K.Const(0) if t is None else t
         if left is not None:
-            tn = E(self.tmp("t"))
-            b.add(K.Assign(tn, t))
-            b.open_if(cmp(mod(tn, n), "==", left))
-            t = tn
+            if not last:
+                tn = E(self.tmp("t"))
+                b.add(K.Assign(tn, t))
+                t = tn
+            b.open_if(cmp(mod(t, n), "==", left))
         b.add(K.Do(call(f"{fold.consumer}_task", t, TASK_ARGS_MARK)))
         out += [At(indent, x) for x in b.done()]
 

@@ -122,9 +122,9 @@ class Tasks:
             tv = task_var if len(loops) == 2 else f"{task_var}_mn"
             if tv != task_var:
                 b.add(assign(tv, mod(task_var, m.trips * n.trips)))
-            b.add(K.Comment(f"grouped order: {group_m} rows of {m.name}-tiles share the {n.name}-tiles in L2"),
-                  assign("g_size", mul(group_m, n.trips)),
-                  assign("g_first", mul(fdiv(tv, "g_size"), group_m)),
+            b.add(assign("g_size", mul(group_m, n.trips)),
+                  assign("g_first", mul(fdiv(tv, "g_size"), group_m),
+                         f"grouped order: {group_m} rows of {m.name}-tiles share the {n.name}-tiles in L2"),
                   assign("g_rows", call("tl.minimum", sub(m.trips, "g_first"), group_m)),
                   assign(m.name, mul(add("g_first", mod(mod(tv, "g_size"), "g_rows")), m.step)),
                   assign(n.name, mul(fdiv(mod(tv, "g_size"), "g_rows"), n.step)))
