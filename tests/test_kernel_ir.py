@@ -8,7 +8,6 @@ import ast
 
 from tilec.codegen import kir as K
 from tilec.codegen import rewrites as R
-from tilec.codegen.lift import lines_to_body
 from tilec.codegen.triton_printer import OP_SPELLING, Printer, expr
 
 
@@ -74,17 +73,17 @@ def test_long_lines_break_inside_parentheses_at_120_columns():
     assert ast.dump(ast.parse("\n".join(lines))) == ast.dump(ast.parse(f"last = {expr(terms)}"))
 
 
-def test_lift_reads_blocks_comments_and_strings():
-    body = lines_to_body([
-        "# a comment",
-        "for ctr in range(lo, last + 1):  # one counter",
-        '    td.wait(F + ctr, "sys")',
-        "if x < 4:",
-        "    y = 1",
-        "elif x < 8:",
-        "    y = 2",
-        "else:  # the rest",
-        "    y = 3",
+def test_assemble_nests_placed_statements_by_their_indentation():
+    from tilec.codegen.build import At, E, assemble, assign, call
+
+    wait = K.Do(call("wait", b("+", n("F"), n("ctr")), K.Const("sys")))
+    body = assemble([
+        At("", K.Comment("a comment")),
+        At("", K.For("ctr", n("lo"), b("+", n("last"), c(1)), None, (), "one counter")),  # opens a block
+        At("    ", wait),
+        At("", K.If(b("<", n("x"), c(4)), ())),
+        At("    ", assign("y", 1)),
+        At("", assign("z", E("tl.float32"))),
     ])
     assert text(body) == [
         "# a comment",
@@ -92,12 +91,15 @@ def test_lift_reads_blocks_comments_and_strings():
         '    td.wait(F + ctr, "sys")',
         "if x < 4:",
         "    y = 1",
-        "elif x < 8:",
-        "    y = 2",
-        "else:  # the rest",
-        "    y = 3",
+        "z = tl.float32",
     ]
     assert body[1].body[0].expr.fn == "wait"  # a device operation, not its spelling
+    try:
+        assemble([At("    ", wait)])
+    except Exception as e:
+        assert "unexpected indent" in str(e)
+    else:
+        raise AssertionError("a statement deeper than any open block was placed")
 
 
 # -- the rewrites, one at a time -------------------------------------------------------------------------------

@@ -20,12 +20,11 @@ from tilec.ir.graph import Kernel, Pull, flags, folds, stage, stages, tensor, wa
 from tilec.ir.types import ME, Access, Sum, Var, trips, walk
 
 from . import kir
-from .build import E, add, assign, call, mul
+from .build import At, E, add, assemble, assign, call, cmp, fdiv, mod, mul, sub
 from .compute import Compute
 from .copies import Copies
 from .dma import table_lines
 from .flags import TASK_ARGS_MARK, Flags, flag_scopes, silent_flags
-from .lift import At, lines_to_body, shifted
 from .model import FlagModel, KernelModel, ModuleModel, TaskFn, TensorModel
 from .order import Overlap, overlap_plan, own_rows_first
 from .rewrites import bind_constants, range_names, rename, simplify
@@ -64,8 +63,8 @@ class _Emitter(Copies, Compute, Flags, Tasks):
         self.g, self.st = g, st
         self.attend_block = attend_block  # keys per block of a streamed attend
         self.world = g.graph["program"].world
-        self.prologue: list[str] = []  # per-task setup (peer offsets, hoisted index math)
-        self.peers: dict[str, str] = {}  # peer-offset call -> its name in the prologue (per peer and element size)
+        self.prologue: list[At] = []  # per-task setup (peer offsets, hoisted index math)
+        self.peers: dict[tuple, kir.Expr] = {}  # (peer, element size) -> its offset's name in the prologue
         self.wait_lines: list[At] = []  # the task's flag waits, first thing after decoding its tile
         self.waited: set[tuple] = set()  # what the waits emitted so far cover (see wait)
         self.names = Names(taken if taken is not None else _taken_names(g))
@@ -94,28 +93,16 @@ class _Emitter(Copies, Compute, Flags, Tasks):
 
     # -- index arithmetic --------------------------------------------------------------------------
     @staticmethod
-    def scalar(terms, const: int, names: dict[str, str] | None = None) -> str:
-        parts = []
-        for v, k in terms:
-            v = (names or {}).get(v, v)
-            parts.append(v if k == 1 else f"{k} * {v}")
-        if const or not parts:
-            parts.append(str(const))
-        return " + ".join(parts)
-
-    def start(self, aff) -> str:
-        return self.scalar(aff.terms, aff.const)
-
-    @staticmethod
-    def affine_x(terms, const: int, names: dict[str, str] | None = None) -> kir.Expr:
-        """sum(k * v) + const as a kernel-IR expression (scalar's node)."""
+    def scalar(terms, const: int, names: dict[str, str] | None = None) -> kir.Expr:
+        """sum(k * v) + const (a term's v: a variable's name, renamed by `names`, or an expression)."""
         parts = [E((names or {}).get(v, v)) if k == 1 else mul(k, (names or {}).get(v, v)) for v, k in terms]
         if const or not parts:
             parts.append(E(const))
         return add(*parts)
 
-    def mask_of(self, v: Var, r: str | None = None) -> str | None:
-        return f"({r or v.name + '_r'} < {v.extent})" if v.extent % v.step else None
+    def mask_of(self, v: Var, r: str | None = None) -> kir.Expr | None:
+        """The lanes of tile var v's index vector (its `_r`, or r) inside its extent, where its last tile overhangs."""
+        return cmp(r or v.name + "_r", "<", v.extent) if v.extent % v.step else None
 
     def bind_tile(self, v: Var, out: list, indent: str, hint: bool = False) -> None:
         r = add(v.name, call("tl.arange", 0, v.step))
@@ -185,9 +172,7 @@ def _peers_touch_user_tensors(g: nx.DiGraph) -> bool:
 def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str, str], group_m: int, share: float,
             start_local: bool, timeline_base: int | None, attend_block: int, taken: set[str],
             noinline: bool, overlap: bool = True, index: int = 0) -> KernelModel:
-    lines: list[str] = []
     params: list[str] = []
-    calls: list[tuple[int, str, str]] = []  # (line, task function, its first argument): arguments added at the end
     tasks: list[tuple[str, list[str], list[str]]] = []  # (task function, its buffers, its lines)
     world = g.graph["program"].world
     offset = 0  # timeline slots: every stage's tasks, folded ones included (they still record)
@@ -196,15 +181,19 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
     shares = tuple(x for s, x in zip(k.stages, k.groups, strict=True) if s not in folded) if k.groups else ()
     total = sum(stage(g, s).tasks(world) for s in looped)
     at_task = 0
+    pre: list[kir.Stmt] = []  # the entry's statements before the task loop
     if shares:  # program group i covers pids [lo_i, lo_i + n_i); every group has at least one program
         cum = [sum(shares[:i]) for i in range(len(shares) + 1)]
         bounds = ["0"] + [f"{s}_first" for s in looped[1:]] + ["NPROG"]
-        lines.append(f"# workgroup specialization: programs per stage in proportion {', '.join(map(str, shares))}")
+        pre.append(kir.Comment(f"workgroup specialization: programs per stage in proportion"
+                               f" {', '.join(map(str, shares))}"))
         for i, s in enumerate(looped[1:], 1):
-            lines.append(f"{bounds[i]} = {i} + (NPROG - {len(shares)}) * {cum[i]} // {cum[-1]}"
-                         f"  # the first program of stage {s}")
+            pre.append(assign(bounds[i], add(i, fdiv(mul(sub("NPROG", len(shares)), cum[i]), cum[-1])),
+                              f"the first program of stage {s}"))
     plan = overlap_plan(g, k, group_m, lambda st: st.tasks(world)) if overlap and not folded else None
     keep: dict[str, frozenset[str]] = {}  # per task function: the names a reader looks for (rewrites.simplify)
+    # per looped stage: (its task function, the task number it passes, the stage's tasks, its body, its name)
+    runs: list[tuple[str, kir.Expr, int, tuple[kir.Stmt, ...], str]] = []
     for sname in k.stages:
         st = stage(g, sname)
         vs = {v.name for v in st.loops} | {x.var.name for s in st.body for x in walk(s.value) if isinstance(x, Sum)}
@@ -219,58 +208,59 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
         gm = plan.group_m if plan is not None and sname == plan.consumer else group_m
         own_first = own_rows_first(g, st, group_m) if overlap and plan is None and k.persistent else None
         if own_first is not None and sname not in folded:  # this rank's rows first (order.py), while the copy
-            gm, rotate = own_first, (lambda t, n: f"({t} + rank * {n // world}) % {n}")  # moves the peers'
+            gm, rotate = own_first, (lambda t, n: _rotated(t, n, True, world, always=True))  # moves the peers'
         else:
             rotate = (lambda t, n: _rotated(t, n, start_local, world))
         # a folded stage's task number is computed by its producer in plain order (no grouped decode)
-        body = _task_body(em, st, gm if has_sum and sname not in folded else 1, mark, world)
-        call = f"{sname}_task"
+        body = assemble(_task_body(em, st, gm if has_sum and sname not in folded else 1, mark, world), 4)
+        fn_name = f"{sname}_task"
         if len(k.stages) > 1:
-            tasks.append((call, list(em.params), body))
+            tasks.append((fn_name, list(em.params), body))
         offset += n
         for p in em.params:
             if p not in params:
                 params.append(p)
         if sname in folded:
             continue
-        i = looped.index(sname)
-        if shares:
-            lo, hi = bounds[i], bounds[i + 1]
-            cond = "if" if i == 0 else "elif" if i < len(looped) - 1 else "else"
-            lines.append(f"{cond} pid < {hi}:  # stage {sname}" if cond != "else" else f"else:  # stage {sname}")
-            lines.append(f"    for task in range(pid - {lo}, {n}, {hi} - {lo}):")
-            calls.append((len(lines), call, rotate("task", n)))
-            lines.append("        ")
-        elif len(k.stages) == 1:
-            lines += [f"t = {rotate('task', n)}"] + [shifted(b, -4) for b in body]
-        elif len(looped) == 1:  # the kernel's other stages are folded into this one
-            calls.append((len(lines), call, rotate("task", n)))
-            lines.append("")
-        else:
-            cond = "if" if i == 0 else "elif" if i < len(looped) - 1 else "else"
-            test = f" task < {at_task + n}" if cond != "else" else ""
-            lines.append(f"{cond}{test}:")
-            local = f"task - {at_task}" if at_task else "task"
-            calls.append((len(lines), call, rotate(local, n)))
-            lines.append("    ")
+        first = E("task") if shares or not at_task else sub("task", at_task)
+        runs.append((fn_name, rotate(first, n), n, body, sname))
         at_task += n
-    if plan is not None:
-        lines, calls = _overlapped(g, plan, start_local, world)
     args = [param_name(p) for p in params] + list(TASK_ARGS)
-    at = {c[0]: c[1:] for c in calls}
-    loop = [ln if j not in at else f"{ln}{at[j][0]}({', '.join([at[j][1], *args])})" for j, ln in enumerate(lines)]
-    head = [*(["pid = tl.program_id(0)"] if shares else []), "epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)"]
-    if not shares:
-        loop = [f"for task in range(tl.program_id(0), {total}, NPROG):", *(shifted(ln, 4) for ln in loop)]
-    body = lines_to_body([*head, *loop, "td.leave(EPOCH_AT, epoch, NPROG, GRAPH)"])
-    if not shares:  # the task loop may claim its tasks from this kernel's counter (EPOCH[2 + 2i], launch: CLAIM)
-        claim = kir.Bin("+", kir.Name("EPOCH_AT"), kir.Const(2 + 2 * index))
-        body = tuple(replace(s, claim=claim) if isinstance(s, kir.For) and s.var == "task" else s for s in body)
+
+    def run(fn_name: str, first: kir.Expr) -> kir.Stmt:
+        return kir.Do(call(fn_name, first, *args))
+
+    if shares:
+        branches = []
+        for i, (fn_name, first, n, _body, sname) in enumerate(runs):
+            lo, hi = bounds[i], bounds[i + 1]
+            loop = kir.For("task", sub("pid", lo), E(n), sub(hi, lo), (run(fn_name, first),))
+            branches.append((cmp("pid", "<", hi) if i == 0 or i < len(runs) - 1 else None, (loop,), f"stage {sname}"))
+        loop_body = _chain(branches)
+    elif plan is not None:
+        loop_body = _overlapped(g, plan, start_local, world, run)
+    elif len(k.stages) == 1:
+        fn_name, first, n, body, _s = runs[0]
+        loop_body = (assign("t", first), *body)
+    elif len(runs) == 1:  # the kernel's other stages are folded into this one
+        loop_body = (run(runs[0][0], runs[0][1]),)
+    else:
+        ends = [sum(r[2] for r in runs[:i + 1]) for i in range(len(runs))]
+        loop_body = _chain([(cmp("task", "<", ends[i]) if i < len(runs) - 1 else None, (run(fn_name, first),), "")
+                            for i, (fn_name, first, _n, _b, _s) in enumerate(runs)])
+    entry_body = [*([assign("pid", call("tl.program_id", 0))] if shares else []),
+                  assign("epoch", call("enter", "epoch", "EPOCH_AT", "GRAPH", "PDL")), *pre]
+    if shares:
+        entry_body += loop_body
+    else:  # the task loop may claim its tasks from this kernel's counter (EPOCH[2 + 2i], launch: CLAIM)
+        entry_body.append(kir.For("task", call("tl.program_id", 0), E(total), E("NPROG"), tuple(loop_body),
+                                  claim=add("EPOCH_AT", 2 + 2 * index)))
+    entry_body.append(kir.Do(call("leave", "EPOCH_AT", "epoch", "NPROG", "GRAPH")))
     entry = kir.Fn(k.name, tuple(kir.Param(p) for p in args[:-2]) + (
         kir.Param("timeout_ns"), kir.Param("EPOCH_AT"), kir.Param("NPROG", True), kir.Param("INTERPRET", True),
-        kir.Param("GRAPH", True), kir.Param("PDL", True), kir.Param("CLAIM", True, "False")), body)
+        kir.Param("GRAPH", True), kir.Param("PDL", True), kir.Param("CLAIM", True, "False")), tuple(entry_body))
     fns = tuple(kir.Fn(name, (kir.Param("t"), *(kir.Param(a) for a in args[:-1]), kir.Param("INTERPRET", True)),
-                       lines_to_body(_with_args(body, args), 4)) for name, _p, body in tasks)
+                       _with_args(body, args)) for name, _p, body in tasks)
     kern = kir.Kernel(entry, fns)
     if world == 1:  # one rank: every `rank` is 0
         kern = bind_constants(kern, {"rank": 0})
@@ -287,7 +277,7 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
                        k.barrier_before, share, len(shares), tfs, tuple(row))
 
 
-def _with_args(body: list, args: list[str]) -> list:
+def _with_args(body: tuple[kir.Stmt, ...], args: list[str]) -> tuple[kir.Stmt, ...]:
     """A folded consumer's call inside its producer's task (flags.arrive) takes the kernel's arguments."""
     def spread(e: kir.Expr) -> kir.Expr:
         if isinstance(e, kir.Call) and kir.Name(TASK_ARGS_MARK) in e.args:
@@ -295,33 +285,48 @@ def _with_args(body: list, args: list[str]) -> list:
             return kir.Call(e.fn, (*e.args[:i], *(kir.Name(a) for a in args), *e.args[i + 1:]))
         return e
 
-    return [At(x.indent, kir.map_exprs((x.stmt,), spread)[0]) if isinstance(x, At) else x for x in body]
+    return kir.map_exprs(body, spread)
 
 
-def _rotated(t: str, n: int, on: bool, world: int) -> str:
+def _chain(branches: list[tuple[kir.Expr | None, tuple[kir.Stmt, ...], str]]) -> tuple[kir.Stmt, ...]:
+    """if / elif / else over (condition, body, comment) branches, the last one's condition None: its `else`."""
+    cond, body, comment = branches[0]
+    if len(branches) == 1:
+        return body if cond is None else (kir.If(cond, body, (), comment),)
+    rest = _chain(branches[1:])
+    if branches[1][0] is None:  # the else
+        return (kir.If(cond, body, rest, comment, else_comment=branches[1][2]),)
+    return (kir.If(cond, body, (replace(rest[0], elif_=True),), comment),)
+
+
+def _rotated(t: kir.Expr, n: int, on: bool, world: int, always: bool = False) -> kir.Expr:
     """start_local: rank q starts its stage's tasks at q/W of the way round (its own rows, its own shard first),
-    so programs do not all begin by waiting on the same peer; every task is still run exactly once."""
-    if not on or world == 1 or n < world:
+    so programs do not all begin by waiting on the same peer; every task is still run exactly once. always: this
+    rank's rows first in any case (order.own_rows_first)."""
+    if not always and (not on or world == 1 or n < world):
         return t
-    return f"({t} + rank * {n // world}) % {n}"
+    return mod(add(t, mul("rank", n // world)), n)
 
 
-def _overlapped(g: nx.DiGraph, p: Overlap, start_local: bool, world: int) -> tuple[list[str], list]:
+def _overlapped(g: nx.DiGraph, p: Overlap, start_local: bool, world: int, run) -> tuple[kir.Stmt, ...]:
     """The loop body of an interleaved kernel (order.py): copies spread among this rank's own tiles, then the
-    peers' tiles."""
+    peers' tiles. The first p.head tasks are this rank's own tiles with the copies among them, each program's share
+    of that mix one stretch (td.program_major); the tasks after them are the peers' tiles (at = task, every copy
+    before it)."""
     cp, c = stage(g, p.copy), stage(g, p.consumer)
-    own_first = f"(({{}}) + rank * {p.own}) % {p.tiles}"  # the consumer rotated: this rank's rows first
-    # the first p.head tasks are this rank's own tiles with the copies among them, each program's share of that mix
-    # one stretch (td.program_major); the tasks after them are the peers' tiles (at = task, every copy before it)
-    lines = [f"at = td.program_major(task, {p.head}, NPROG)  # own {c.name} tiles (no waits) with the copies, then the"
-             " peers'",
-             f"copied = tl.minimum(at * {p.copies} // {p.head}, {p.copies})  # copies before this task",
-             f"if (at < {p.head}) & ((at + 1) * {p.copies} // {p.head} > copied):"]
-    calls = [(len(lines), f"{cp.name}_task", _rotated("copied", p.copies, start_local, world))]
-    lines += ["    ", "else:"]
-    calls.append((len(lines), f"{c.name}_task", own_first.format("at - copied")))
-    lines.append("    ")
-    return lines, calls
+    own_first = mod(add(sub("at", "copied"), mul("rank", p.own)), p.tiles)  # the consumer rotated: own rows first
+    is_copy = _both(cmp("at", "<", p.head), cmp(fdiv(mul(add("at", 1), p.copies), p.head), ">", "copied"))
+    return (assign("at", call("td.program_major", "task", p.head, "NPROG"),
+                   f"own {c.name} tiles (no waits) with the copies, then the peers'"),
+            assign("copied", call("tl.minimum", fdiv(mul("at", p.copies), p.head), p.copies),
+                   "copies before this task"),
+            kir.If(is_copy, (run(f"{cp.name}_task", _rotated(E("copied"), p.copies, start_local, world)),),
+                   (run(f"{c.name}_task", own_first),)))
+
+
+def _both(a: kir.Expr, b: kir.Expr) -> kir.Expr:
+    """a & b of two conditions (scalars: Triton's `and` of tensors is `&`)."""
+    return kir.Bin("&", a, b)
 
 
 def _task_body(em: _Emitter, st, group_m: int, mark, world: int) -> list:

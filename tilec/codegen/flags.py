@@ -11,8 +11,7 @@ from tilec.ir.types import ME, trips
 from tilec.ir.wait_plan import plan_fold, plan_wait
 
 from . import kir as K
-from .build import Block, E, S, add, call, cmp, fdiv, mod, mul, sub
-from .lift import At
+from .build import At, Block, E, S, add, call, cmp, fdiv, mod, mul, sub
 from .text import ident
 
 TASK_ARGS_MARK = "_tilec_task_args_"  # where a folded consumer's call takes the kernel's arguments (emit._kernel)
@@ -42,7 +41,7 @@ class Flags:
             b.open_for(owner, 0, self.world)
         spans = []  # per keyed dim: its first counter, and its last (None: the read reaches one counter)
         for r in plan.reach:
-            lo = self.affine_x(r.terms, r.const)
+            lo = self.scalar(r.terms, r.const)
             if not isinstance(lo, K.Name):  # the read's first element, named once
                 first_el, lo = lo, E(self.tmp("lo"))
                 b.add(K.Assign(lo, first_el))

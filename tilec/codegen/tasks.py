@@ -11,8 +11,7 @@ from tilec.ir.graph import flags, folds, tensor
 from tilec.ir.types import ME, Const, Idx, Op
 
 from . import kir as K
-from .build import Block, E, add, assign, call, cmp, fdiv, mod, mul, sub
-from .lift import At
+from .build import At, Block, E, add, assign, call, cmp, fdiv, mod, mul, sub, to, tup
 
 COMMENT_WIDTH = 116  # a stage's comment is cut to this many columns (the statement may be longer)
 
@@ -55,39 +54,38 @@ class Tasks:
         st = self.st
         head: list = [At("    ", K.Comment(stage_comment(self.g.graph["program"], st)[2:]))]
         head += self.decode(task_var, group_m)
-        body: list[str] = []
+        body: list[At] = []
         for s in st.body:
             val = self.expr(s.value, body, "    ")
             a = s.access
             off, mask = self.offsets(a)
             ptr = self.param(a.tensor)
             dt = TL_DTYPE[tensor(self.g, a.tensor).dtype]
-            m = f", mask={mask}" if mask else ""
-            shape = ", ".join(map(str, a.shape))
-            shape = f"({shape},)" if len(a.shape) == 1 else f"({shape})"
+            shape = tup(*a.shape)
             if s.part is not None:  # one result of a tile function, laid out as the target tile
                 val = val[s.part]
                 rshape = s.value.outs[s.part][1]
                 if not rshape:
-                    v = f"(tl.zeros({shape}, dtype=tl.float32) + tl.max(tl.reshape({val}, (1,)), axis=0))"
+                    v = K.Bin("+", call("tl.zeros", shape, dtype="tl.float32"),
+                              call("tl.max", call("tl.reshape", val, tup(1)), axis=0))
                 else:
-                    v = f"tl.reshape({val}, {shape})"
+                    v = call("tl.reshape", val, shape)
             elif isinstance(s.value, Const | Op | Idx) and s.value.shape != a.shape and \
                     _broadcasts(s.value.shape, a.shape):
-                v = f"tl.broadcast_to({val}, {shape})"
+                v = call("tl.broadcast_to", val, shape)
             elif s.value.shape != a.shape:  # same tile up to unit dims, e.g. a [BM, BN] sum into P[r, m, n], or
                 # a [BM, 1] column into a [1, BM] row (Z[r, m] = Y[m, 0] * 2): not a broadcast
-                v = f"tl.reshape({val}, {shape})"
+                v = call("tl.reshape", val, shape)
             else:
                 v = val
             if a.remote:  # one peer per task: offset the local addresses once (iris.store translates every element's
                 # address: a 128x64 copy tile took 16.4 us, 1.6 us with the offset, on the H200)
-                delta = self.peer_offset(a.rank, tensor(self.g, a.tensor).dtype, {a.rank}, body, "    ")
-                body.append(f"    tl.store({ptr} + {delta} + {off}, {v}.to({dt}){m})")
+                delta = self.peer_offset(E(a.rank), tensor(self.g, a.tensor).dtype, {a.rank}, body, "    ")
+                body.append(At("    ", K.Do(call("store", add(ptr, delta, off), to(v, dt), mask=mask))))
             else:
-                body.append(f"    tl.store({ptr} + {off}, {v}.to({dt}){m})")
+                body.append(At("    ", K.Do(call("store", add(ptr, off), to(v, dt), mask=mask))))
         folded = {fo.flag: fo for fo in folds(self.g)}
-        arrivals: list[str] = []  # fold-last: the consumer tasks this one may run, after its own record ends
+        arrivals: list[At] = []  # fold-last: the consumer tasks this one may run, after its own record ends
         for f in flags(self.g):
             if f.producer == st.name:
                 if f.name in folded:
