@@ -1,12 +1,13 @@
 """The render-model pass: the final graph -> a ModuleModel of plain strings that the jinja2 template only prints.
 
-Each kernel is a persistent loop over the tasks of its stages (`for task in range(pid, TOTAL, NPROG)`); each task
-decodes its loop variables, waits for the producer tiles it reads, computes, stores, and releases its flags.
-Dims are compile-time constants, so masks are emitted only where a tile really overhangs its loop.
+Each kernel is a persistent loop over the tasks of its stages (task = program id, then every NPROG-th; or claimed,
+kir.For.claim); each task decodes its loop variables, waits for the producer tiles it reads, computes, stores, and
+releases its flags. Dims are compile-time constants, so masks are emitted only where a tile really overhangs its loop.
 
-The emitter is one class put together from what it emits: tile reads and copies (copies.py), tile math, GEMMs and
-reductions (compute.py), flag waits and releases (flags.py) and whole tasks (tasks.py); this module builds the
-kernels (the persistent loop, merged stages, program groups) and the module model.
+The emitter is one class put together from what it emits, each part building kernel-IR nodes (build.py): tile reads
+and copies (copies.py), tile math, GEMMs and reductions (compute.py), flag waits and releases (flags.py) and whole
+tasks (tasks.py); this module builds the kernels (the persistent loop, merged stages, program groups), simplifies
+and prints them (rewrites.py, triton_printer.py) and makes the module model.
 """
 
 from __future__ import annotations
