@@ -150,3 +150,17 @@ def test_reference_interpreter_agrees_with_torch():
     out = evaluate(prog.program, ins)
     for r in range(2):
         assert rel_err(out[r]["C"], torch.relu(cat_shards(ins, "X")) @ ins[r]["B"].float()) < 2e-2
+
+
+def test_graph_state_accessors():
+    """The graph's own state through one accessor each: before persist no kernels, after it the kernels it made."""
+    from tilec.ir.graph import kernels_of, kind_of, node_order, passes_run, payload_of, persisted, program_of, sid
+
+    prog = compile_example(2, "flags")
+    lowered, final = prog.snapshots["lower"], prog.graph
+    assert program_of(final) is program_of(lowered) and program_of(final).world == 2
+    assert node_order(lowered) == ("s:gather", "b:0", "s:gemm") and kind_of(lowered, "b:0") == "barrier"
+    assert not persisted(lowered) and kernels_of(lowered) == ()
+    assert persisted(final) and [k.stages for k in kernels_of(final)] == [("gather",), ("gemm",)]
+    assert passes_run(lowered) == ("lower",) and passes_run(final)[0] == "lower" and len(passes_run(final)) > 2
+    assert payload_of(final, sid("gemm")) is stage(final, "gemm")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tilec.errors import TilecError
 from tilec.ir.builtins import TILE_FNS
 from tilec.ir.dtypes import TL_DTYPE
-from tilec.ir.graph import InPlace, Pull, tensor
+from tilec.ir.graph import InPlace, Pull, program_of, tensor
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var, logical_shape, walk
 
@@ -40,18 +40,18 @@ class Compute:
         its pointers walk along a reduction as a load's do."""
         if not isinstance(e, Pull) or isinstance(e, InPlace) or e.source.rank != ME or e.read.rank != ME:
             return False
-        world = self.g.graph["program"].world
+        world = program_of(self.g).world
         loops = {x.name: x for x in e.producer} | {ME: Var(ME, "me", world, 1, e.loc)}
         return all(d.rank_var is None for d in invert(e.write, loops, set(), world, "pull"))
 
     def in_place_steps(self, e: Pull, v: Var) -> tuple[int, int] | None:
         """How far an in-place read's source and buffer pointers move per step of reduction var v, or None when
         they do not move by a constant (v solves a rank, or the copy's tiles leave gaps along v)."""
-        world = self.g.graph["program"].world
+        world = program_of(self.g).world
         dims = invert(e.write, {x.name: x for x in e.producer} | {ME: Var(ME, "me", world, 1, e.loc)}, set(), world,
                       "in place")
         src_st = row_major_strides(tensor(self.g, e.source.tensor).shape)
-        buf = next(t for t in self.g.graph["program"].tensors if t.name == e.read.tensor)  # a pull's is gone
+        buf = next(t for t in program_of(self.g).tensors if t.name == e.read.tensor)  # a pull's is gone
         buf_st = row_major_strides(buf.shape)
         inc_src = inc_buf = 0
         for d, aff in enumerate(e.read.index):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tilec.ir.dtypes import ESIZE
-from tilec.ir.graph import InPlace, Pull, tensor
+from tilec.ir.graph import InPlace, Pull, program_of, tensor
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Access, Load, Var
 
@@ -91,7 +91,7 @@ class Copies:
         read: only where the copy was local, the rest from the buffer). walk=v (in place only): emit, before the
         loop of reduction var v, the tile's pointers at v = 0 and return (pointers, mask) for the loop to load and
         advance (Compute.sum)."""
-        prog = self.g.graph["program"]
+        prog = program_of(self.g)
         ploops = {v.name: v for v in e.producer} | {ME: Var(ME, "me", prog.world, 1, e.loc)}
         dims = invert(e.write, ploops, set(), prog.world, "fused-pull")
         nd = len(e.read.index)

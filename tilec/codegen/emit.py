@@ -17,7 +17,22 @@ from dataclasses import replace
 
 import networkx as nx
 
-from tilec.ir.graph import Kernel, Pull, flags, folds, stage, stages, tensor, waits
+from tilec.ir.graph import (
+    Kernel,
+    Pull,
+    flags,
+    folds,
+    kernels_of,
+    kind_of,
+    node_order,
+    passes_run,
+    payload_of,
+    program_of,
+    stage,
+    stages,
+    tensor,
+    waits,
+)
 from tilec.ir.types import ME, Access, Sum, Var, trips, walk
 
 from . import kir
@@ -46,7 +61,7 @@ def param_name(buffer: str) -> str:
 
 def _taken_names(g: nx.DiGraph) -> set[str]:
     """Names a temporary must not take: every tensor, flag parameter and loop variable (and its `_r` range)."""
-    prog = g.graph["program"]
+    prog = program_of(g)
     names = {t.name for t in prog.tensors} | {param_name(t.name) for t in prog.tensors}
     names |= {f"F_{ident(f.name)}" for f in flags(g)} | {"_tl_start", "_tl_waited"}
     for st in stages(g):
@@ -63,7 +78,7 @@ class _Emitter(Copies, Compute, Flags, Tasks):
                  attend_block: int = 64, taken: set[str] | None = None):
         self.g, self.st = g, st
         self.attend_block = attend_block  # keys per block of a streamed attend
-        self.world = g.graph["program"].world
+        self.world = program_of(g).world
         self.prologue: list[At] = []  # per-task setup (peer offsets, hoisted index math)
         self.peers: dict[tuple, kir.Expr] = {}  # (peer, element size) -> its offset's name in the prologue
         self.wait_lines: list[At] = []  # the task's flag waits, first thing after decoding its tile
@@ -113,15 +128,15 @@ class _Emitter(Copies, Compute, Flags, Tasks):
 
 
 def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
-    prog = g.graph["program"]
+    prog = program_of(g)
     flag_no = {f.name: i + 1 for i, f in enumerate(flags(g))}
     scopes = flag_scopes(g)
     taken = _taken_names(g)
     kernels = []
-    nconc = sum(1 for k in g.graph["kernels"] if k.concurrent) or 1
+    nconc = sum(1 for k in kernels_of(g) if k.concurrent) or 1
     slots = 0 if options.get("timeline") else None
     kernel_slots: list[int] = []
-    for k in g.graph["kernels"]:
+    for k in kernels_of(g):
         kernels.append(_kernel(g, k, flag_no, scopes, options.get("group_m", 8),
                                1.0 / nconc if k.concurrent else 1.0,
                                options.get("start_local", False), slots, options.get("attend_block", 64), taken,
@@ -139,7 +154,7 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
                           flag_no[f.name]) for f in flags(g) if f.name not in silent)
     header = (
         f"program: {prog.name}   world: {prog.world}   schedule: {schedule}",
-        *wrap("passes: ", list(g.graph.get("passes", ())), "", "", 118),
+        *wrap("passes: ", list(passes_run(g)), "", "", 118),
         "dims: " + " ".join(f"{k}={v}" for k, v in prog.dims) + "   tiles: " + " ".join(f"{k}={v}" for k, v in
                                                                                        prog.tiles),
         "launch: " + f"num_warps={options.get('num_warps', 4)} num_stages={options.get('num_stages', 3)}"
@@ -156,8 +171,8 @@ def _peers_touch_user_tensors(g: nx.DiGraph) -> bool:
     """Whether, after the last barrier, a rank reads or writes another rank's copy of an `in`/`out` tensor. Then
     a call must end with a barrier, or a fast rank could overwrite its inputs while a peer still reads them."""
     last: list = []
-    for n in g.graph["order"]:
-        last = [] if g.nodes[n]["kind"] == "barrier" else [*last, g.nodes[n]["payload"]]
+    for n in node_order(g):
+        last = [] if kind_of(g, n) == "barrier" else [*last, payload_of(g, n)]
     for st in last:
         for r in st.reads():
             a = r.source if isinstance(r, Pull) else r.access
@@ -175,7 +190,7 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
             noinline: bool, overlap: bool = True, index: int = 0) -> KernelModel:
     params: list[str] = []
     tasks: list[tuple[str, list[str], list[str]]] = []  # (task function, its buffers, its lines)
-    world = g.graph["program"].world
+    world = program_of(g).world
     offset = 0  # timeline slots: every stage's tasks, folded ones included (they still record)
     folded = {fo.consumer for fo in folds(g)}  # run by their producer's tasks (fold-last), not by the loop
     looped = [s for s in k.stages if s not in folded]

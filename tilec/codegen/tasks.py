@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from tilec.errors import TilecError
 from tilec.ir.dtypes import TL_DTYPE
-from tilec.ir.graph import flags, folds, tensor
+from tilec.ir.graph import flags, folds, program_of, tensor
 from tilec.ir.types import ME, Const, Idx, Op
 
 from . import kir as K
@@ -52,7 +52,7 @@ class Tasks:
         """The task's lines. timeline=(first slot, stage number): record when the task started, when its waits
         were done and when it finished (a debug build for `tilec taxes --timeline`)."""
         st = self.st
-        head: list = [At("    ", K.Comment(stage_comment(self.g.graph["program"], st)[2:]))]
+        head: list = [At("    ", K.Comment(stage_comment(program_of(self.g), st)[2:]))]
         head += self.decode(task_var, group_m)
         body: list[At] = []
         for s in st.body:

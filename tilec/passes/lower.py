@@ -16,7 +16,7 @@ import networkx as nx
 
 from tilec.errors import TilecError
 from tilec.frontend.sema import BarrierIR, BoundProgram
-from tilec.ir.graph import BARRIERS, Barrier, Stage, rebuild_edges, sid, tid
+from tilec.ir.graph import BARRIERS, Barrier, Stage, program_of, rebuild_edges, sid, tid
 
 from .base import Pass
 
@@ -35,7 +35,7 @@ class Lower(Pass):
         return super().__call__(g if isinstance(g, nx.DiGraph) else program_graph(g))
 
     def apply(self, g: nx.DiGraph) -> nx.DiGraph:
-        prog: BoundProgram = g.graph["program"]
+        prog: BoundProgram = program_of(g)
         if g.number_of_nodes():
             raise TilecError("lower: the graph is lowered already")
         for t in prog.tensors:

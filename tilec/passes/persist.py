@@ -23,7 +23,7 @@ import networkx as nx
 
 from tilec.errors import ScheduleError
 from tilec.ir.builtins import TILE_FNS
-from tilec.ir.graph import DMA, FLAGS, Kernel, stage, sync
+from tilec.ir.graph import DMA, FLAGS, Kernel, kind_of, node_order, payload_of, stage, sync
 from tilec.ir.queries import copy_stages
 from tilec.ir.types import Sum, TupleCall, trips, walk
 
@@ -49,7 +49,7 @@ class Persist(Pass):
         flagged = sync(g) == FLAGS
         groups: list[tuple[list[str], bool]] = []  # (stage names, barrier before)
         pending_barrier = False
-        for n in g.graph["order"]:
+        for n in node_order(g):
             d = g.nodes[n]
             if d["kind"] == "barrier":
                 pending_barrier = True
@@ -63,7 +63,7 @@ class Persist(Pass):
                 groups.append(([name], pending_barrier))
             pending_barrier = False
         kernels = []
-        dma = any(g.nodes[n]["kind"] == "stage" and g.nodes[n]["payload"].transport == DMA for n in g.graph["order"])
+        dma = any(kind_of(g, n) == "stage" and payload_of(g, n).transport == DMA for n in node_order(g))
         for i, (names, barrier) in enumerate(groups):
             # a kernel beside the copy engines is persistent too: its programs take tiles in order as they arrive
             persistent = flagged and (self.merge or len(groups) > 1 or dma)

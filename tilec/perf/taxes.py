@@ -38,7 +38,20 @@ from tilec.codegen.flags import fold_share
 from tilec.codegen.text import ident
 from tilec.errors import ArgumentError, CompileError, ScheduleError, TilecError, VerifyError
 from tilec.ir.dtypes import ESIZE
-from tilec.ir.graph import DMA, InPlace, Pull, flags, folds, sid, stages, tensor, waits
+from tilec.ir.graph import (
+    DMA,
+    InPlace,
+    Pull,
+    flags,
+    folds,
+    kernels_of,
+    payload_of,
+    program_of,
+    sid,
+    stages,
+    tensor,
+    waits,
+)
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Dot, Load, Sum, Var, trips
 from tilec.ir.wait_plan import WaitPlan, plan_wait
@@ -335,7 +348,7 @@ def _stage_cost(g, st, kernel: str, rt: set[str], q: int, world: int,
             continue
         red = red_of.get(str(w.read), ())
         scope = base | {v.name: v for v in red}
-        f = g.nodes[f"f:{w.flag}"]["payload"]
+        f = payload_of(g, f"f:{w.flag}")
         plan = plan_wait(g, f, w.read, {v.name for v in red}, scope, scopes[f.name])
         if plan.key in covered:  # the emitter drops it too
             continue
@@ -380,7 +393,7 @@ def static(prog) -> Static:
     """Exact per-rank, per-call accounting of one compiled program (tilec.compile(...))."""
     g = prog.graph
     world = prog.world
-    kernels = g.graph["kernels"]
+    kernels = kernels_of(g)
     kernel_of = {s: k.name for k in kernels for s in k.stages}
     dma = {st.name for st in stages(g) if st.transport == DMA}
     kernel_of |= {s: COPY_ENGINES for s in dma}
@@ -433,7 +446,7 @@ def static(prog) -> Static:
         copy_engine_stages=tuple(sorted(dma)),
         copy_engine_chunks=tuple(_copy_chunks(g, chunks.get(q, ()), q) for q in range(world)) if dma else (),
         copy_engine_consumers=tuple(sorted({st.name for st in stages(g) for w in waits(g, st.name)
-                                            if g.nodes[f"f:{w.flag}"]["payload"].producer in dma})),
+                                            if payload_of(g, f"f:{w.flag}").producer in dma})),
     )
 
 
@@ -448,12 +461,12 @@ def _with_fold_waits(g, costs: tuple) -> tuple:
     folded = {fo.consumer for fo in folds(g)}
     by_name = {c.name: i for i, c in enumerate(costs)}
     out = list(costs)
-    for k in g.graph["kernels"]:
+    for k in kernels_of(g):
         loop_tasks = sum(costs[by_name[s]].tasks for s in k.stages if s not in folded)
         if not k.persistent or k.groups or loop_tasks > resident:
             continue
         for fo in folds(g):
-            f = g.nodes[f"f:{fo.flag}"]["payload"]
+            f = payload_of(g, f"f:{fo.flag}")
             if fo.producer not in k.stages or f.count == 1:
                 continue
             i = by_name[fo.producer]
@@ -467,7 +480,7 @@ def _copy_chunks(g, rows, q: int) -> tuple[CopyChunk, ...]:
     from tilec.runtime.dma import MAX_STREAMS
 
     out = []
-    for (param, _counter, _owner, copies), stream in zip(rows, chunk_streams(rows, q, g.graph["program"].world,
+    for (param, _counter, _owner, copies), stream in zip(rows, chunk_streams(rows, q, program_of(g).world,
                                                                             MAX_STREAMS), strict=True):
         nbytes = sum(c[8] * c[9] * ESIZE[tensor(g, c[0]).dtype] for c in copies)
         far = any(c[1] != q or c[5] != q for c in copies)
