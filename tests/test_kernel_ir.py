@@ -243,3 +243,18 @@ def test_build_sums_continue_a_chain_as_index_arithmetic_reads():
     blk.open_if(B.cmp("x", ">", 1))
     blk.add(B.do(B.call("use", "x", mask="m")))
     assert text(blk.done()) == ["for i in range(0, 4):", "    x = i", "    if x > 1:", "        use(x, mask=m)"]
+
+
+def test_no_codegen_module_parses_text():
+    """The emitters build the tree; nothing in codegen reads emitted text back (no ast, no compile of a line)."""
+    import pathlib
+
+    import tilec.codegen
+
+    root = pathlib.Path(tilec.codegen.__file__).parent
+    tree_of = {p.name: ast.parse(p.read_text()) for p in root.glob("*.py")}
+    assert "emit.py" in tree_of and "lift.py" not in tree_of
+    for name, tree in tree_of.items():
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)
+                    for a in n.names} | {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert "ast" not in imported, name
