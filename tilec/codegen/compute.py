@@ -33,7 +33,7 @@ def op_name(e: Op) -> str:
 
 
 class Compute:
-    """Mixin of _Emitter (emit.py): the value of a tile expression, as lines that compute it."""
+    """Mixin of _Emitter (emit.py): the value of a tile expression, with the kernel-IR statements that compute it."""
 
     def local_pull(self, e) -> bool:
         """A pull from this rank's own memory whose copy solves no rank (one rank: local-in-place removed the copy):

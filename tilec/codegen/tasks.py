@@ -46,10 +46,10 @@ def _broadcasts(src: tuple, dst: tuple) -> bool:
 
 
 class Tasks:
-    """Mixin of _Emitter (emit.py): the lines of one whole task."""
+    """Mixin of _Emitter (emit.py): one whole task, as kernel-IR statements placed in order (build.At)."""
 
-    def task(self, task_var: str, group_m: int, timeline: tuple[int, int] | None = None) -> list[str]:
-        """The task's lines. timeline=(first slot, stage number): record when the task started, when its waits
+    def task(self, task_var: str, group_m: int, timeline: tuple[int, int] | None = None) -> list[At]:
+        """The task's statements. timeline=(first slot, stage number): record when the task started, when its waits
         were done and when it finished (a debug build for `tilec taxes --timeline`)."""
         st = self.st
         head: list = [At("    ", K.Comment(stage_comment(program_of(self.g), st)[2:]))]
