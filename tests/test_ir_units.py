@@ -1,20 +1,24 @@
-"""Small units: affine index arithmetic, the affine inversion behind flags and fused-pull (brute force against the
+"""Small units: affine index arithmetic, the trip-count helper, the affine evaluator of .tile expressions (against
+Python's own arithmetic), the affine inversion behind flags and fused-pull (brute force against the
 forward map), the expression printer, and the reference interpreter against torch (in this process)."""
 
 from __future__ import annotations
 
 import itertools
+from fractions import Fraction
 
 import numpy as np
 import pytest
 import torch
 
 from tests._util import cat_shards, compile_example, compile_program, make_calls, rel_err
-from tilec.errors import ScheduleError
-from tilec.ir.graph import stage
+from tilec.errors import Loc, ScheduleError
+from tilec.frontend import ast
+from tilec.frontend.affine import NotAffine, affine
+from tilec.ir.graph import Stage, stage
 from tilec.ir.printer import fmt_expr
 from tilec.ir.tiling import flag_size, invert, strides
-from tilec.ir.types import ME, Access, Affine, Const, Op, Var
+from tilec.ir.types import ME, Access, Affine, Const, Op, Var, trips
 from tilec.reference import evaluate
 
 
@@ -26,6 +30,75 @@ def test_affine_arithmetic():
     assert a.rename({"r": "rank"}) == Affine((("m", 1), ("rank", 33)), 5)
     assert a.rename({"r": "m"}) == Affine((("m", 34),), 5)
     assert str(Affine((), 0)) == "0"
+
+
+L = Loc("t.tile", 3, 7)
+
+
+def test_trips_and_stage_tasks():
+    m, k, r = Var("m", "tile", 100, 32, L), Var("k", "tile", 64, 64, L), Var("r", "rank", 3, 1, L)
+    assert (m.trips, k.trips, trips([]), trips([m, k, r]), trips(v for v in (m, r))) == (4, 1, 1, 12, 12)
+    st = Stage("s", (r, m), (), L)
+    assert st.tasks(3) == 12
+    assert Stage("s", (r, m), (), L, skip_equal=(("r", ME),)).tasks(3) == 8  # one of 3 ranks skipped
+
+
+def _e(src):
+    """A tiny builder of .tile index expressions: nested tuples (op, lhs, rhs), ints and names."""
+    if isinstance(src, int):
+        return ast.Int(src, L)
+    if isinstance(src, str):
+        return ast.Name(src, L)
+    if src[0] == "neg":
+        return ast.Neg(_e(src[1]), L)
+    return ast.BinOp(src[0], _e(src[1]), _e(src[2]), L)
+
+
+def _py(src, env):
+    if isinstance(src, int):
+        return Fraction(src)
+    if isinstance(src, str):
+        return Fraction(env[src])
+    if src[0] == "neg":
+        return -_py(src[1], env)
+    a, b = _py(src[1], env), _py(src[2], env)
+    return {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else None, "%": a % b if b else None}[src[0]]
+
+
+@pytest.mark.parametrize("src", [
+    ("+", ("*", 3, "m"), ("-", "K", ("/", "r", 2))),
+    ("/", ("+", ("*", "W", "m"), "M"), "W"),
+    ("neg", ("-", ("*", ("%", "M", 3), "r"), ("*", "m", ("/", "M", "W")))),
+    ("*", ("+", 1, "r"), ("-", 2, 5)),
+])
+def test_affine_evaluator_agrees_with_python(src):
+    """The form (terms, const) at every point of a small grid equals the expression evaluated directly."""
+    dims = {"M": 10, "K": 7, "W": 4}
+    terms, const = affine(_e(src), dims, {"m", "r"})
+    assert set(terms) <= {"m", "r"} and all(k != 0 for k in terms.values())
+    for m, r in itertools.product(range(-2, 3), range(3)):
+        want = _py(src, dims | {"m": m, "r": r})
+        assert const + terms.get("m", 0) * m + terms.get("r", 0) * r == want
+
+
+@pytest.mark.parametrize("src,msg", [
+    (("*", "m", "r"), "product of two loop variables"),
+    (("/", 8, "m"), "'/' by a loop variable"),
+    (("%", "m", 4), "'%' of a loop variable"),
+    (("/", "m", ("-", 2, 2)), "division by zero"),
+    (("+", "m", "Z"), "unknown name 'Z'"),
+])
+def test_affine_evaluator_refuses_what_is_not_affine(src, msg):
+    with pytest.raises(NotAffine, match=msg) as e:
+        affine(_e(src), {}, {"m", "r"})
+    assert e.value.loc == L
+
+
+def test_affine_evaluator_keeps_fractions_exact():
+    terms, const = affine(_e(("/", ("+", "m", 1), 3)), {}, {"m"})
+    assert terms == {"m": Fraction(1, 3)} and const == Fraction(1, 3)
+    assert affine(_e(("/", ("*", 6, "m"), 3)), {}, {"m"}) == ({"m": 2}, 0)  # whole results are ints again
+    assert type(affine(_e(("/", 6, 3)), {}, ())[1]) is int
 
 
 def test_printer_expressions():
@@ -77,3 +150,17 @@ def test_reference_interpreter_agrees_with_torch():
     out = evaluate(prog.program, ins)
     for r in range(2):
         assert rel_err(out[r]["C"], torch.relu(cat_shards(ins, "X")) @ ins[r]["B"].float()) < 2e-2
+
+
+def test_graph_state_accessors():
+    """The graph's own state through one accessor each: before persist no kernels, after it the kernels it made."""
+    from tilec.ir.graph import kernels_of, kind_of, node_order, passes_run, payload_of, persisted, program_of, sid
+
+    prog = compile_example(2, "flags")
+    lowered, final = prog.snapshots["lower"], prog.graph
+    assert program_of(final) is program_of(lowered) and program_of(final).world == 2
+    assert node_order(lowered) == ("s:gather", "b:0", "s:gemm") and kind_of(lowered, "b:0") == "barrier"
+    assert not persisted(lowered) and kernels_of(lowered) == ()
+    assert persisted(final) and [k.stages for k in kernels_of(final)] == [("gather",), ("gemm",)]
+    assert passes_run(lowered) == ("lower",) and passes_run(final)[0] == "lower" and len(passes_run(final)) > 2
+    assert payload_of(final, sid("gemm")) is stage(final, "gemm")

@@ -8,7 +8,6 @@ import ast
 
 from tilec.codegen import kir as K
 from tilec.codegen import rewrites as R
-from tilec.codegen.lift import lines_to_body
 from tilec.codegen.triton_printer import OP_SPELLING, Printer, expr
 
 
@@ -74,17 +73,17 @@ def test_long_lines_break_inside_parentheses_at_120_columns():
     assert ast.dump(ast.parse("\n".join(lines))) == ast.dump(ast.parse(f"last = {expr(terms)}"))
 
 
-def test_lift_reads_blocks_comments_and_strings():
-    body = lines_to_body([
-        "# a comment",
-        "for ctr in range(lo, last + 1):  # one counter",
-        '    td.wait(F + ctr, "sys")',
-        "if x < 4:",
-        "    y = 1",
-        "elif x < 8:",
-        "    y = 2",
-        "else:  # the rest",
-        "    y = 3",
+def test_assemble_nests_placed_statements_by_their_indentation():
+    from tilec.codegen.build import At, E, assemble, assign, call
+
+    wait = K.Do(call("wait", b("+", n("F"), n("ctr")), K.Const("sys")))
+    body = assemble([
+        At("", K.Comment("a comment")),
+        At("", K.For("ctr", n("lo"), b("+", n("last"), c(1)), None, (), "one counter")),  # opens a block
+        At("    ", wait),
+        At("", K.If(b("<", n("x"), c(4)), ())),
+        At("    ", assign("y", 1)),
+        At("", assign("z", E("tl.float32"))),
     ])
     assert text(body) == [
         "# a comment",
@@ -92,12 +91,15 @@ def test_lift_reads_blocks_comments_and_strings():
         '    td.wait(F + ctr, "sys")',
         "if x < 4:",
         "    y = 1",
-        "elif x < 8:",
-        "    y = 2",
-        "else:  # the rest",
-        "    y = 3",
+        "z = tl.float32",
     ]
     assert body[1].body[0].expr.fn == "wait"  # a device operation, not its spelling
+    try:
+        assemble([At("    ", wait)])
+    except Exception as e:
+        assert "unexpected indent" in str(e)
+    else:
+        raise AssertionError("a statement deeper than any open block was placed")
 
 
 # -- the rewrites, one at a time -------------------------------------------------------------------------------
@@ -215,3 +217,44 @@ def test_materialize_binds_numbers_that_must_be_tensors():
         "use(x)",
     ]
     assert R.materialize(out) == out  # names are tensors already
+
+
+def test_bind_constants_reads_a_known_parameter_as_its_value_where_no_function_binds_it():
+    task = K.Fn("leaf_task", (K.Param("t"), K.Param("rank")),
+                (K.Do(K.Call("store", (b("+", n("t"), b("*", n("rank"), c(16))),))),))
+    own = K.Fn("own_task", (K.Param("t"),), (K.Assign(n("rank"), c(3)), K.Do(K.Call("use", (n("rank"),)))))
+    entry = K.Fn("k0", (K.Param("rank"),), (K.Do(K.Call("leaf_task", (c(0), n("rank")))),))
+    k = R.simplify(R.bind_constants(K.Kernel(entry, (task, own)), {"rank": 0}))
+    assert text(k.tasks[0].body) == ["tl.store(t)"] and [p.name for p in k.tasks[0].params] == ["t"]
+    assert text(k.entry.body) == ["leaf_task(0)"] and [p.name for p in k.entry.params] == ["rank"]  # the launch's
+    assert "use(" in "\n".join(text(k.tasks[1].body)) and "3" in "\n".join(text(k.tasks[1].body))  # its own rank
+
+
+def test_build_sums_continue_a_chain_as_index_arithmetic_reads():
+    from tilec.codegen import build as B
+
+    x = B.add("F", B.add("a", B.mul(2, "b")), B.sub("c", 1))
+    assert expr(x) == "F + a + 2 * b + c - 1"
+    assert x == b("-", b("+", b("+", b("+", n("F"), n("a")), b("*", c(2), n("b"))), n("c")), c(1))
+    assert expr(B.mul(B.add("a", 1), 4)) == "(a + 1) * 4" and expr(B.add()) == "0" and B.E(-3) == K.Unary("-", c(3))
+    blk = B.Block()
+    blk.open_for("i", 0, 4)
+    blk.add(B.assign("x", "i"))
+    blk.open_if(B.cmp("x", ">", 1))
+    blk.add(B.do(B.call("use", "x", mask="m")))
+    assert text(blk.done()) == ["for i in range(0, 4):", "    x = i", "    if x > 1:", "        use(x, mask=m)"]
+
+
+def test_no_codegen_module_parses_text():
+    """The emitters build the tree; nothing in codegen reads emitted text back (no ast, no compile of a line)."""
+    import pathlib
+
+    import tilec.codegen
+
+    root = pathlib.Path(tilec.codegen.__file__).parent
+    tree_of = {p.name: ast.parse(p.read_text()) for p in root.glob("*.py")}
+    assert "emit.py" in tree_of and "lift.py" not in tree_of
+    for name, tree in tree_of.items():
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)
+                    for a in n.names} | {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert "ast" not in imported, name

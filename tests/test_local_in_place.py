@@ -45,7 +45,7 @@ def test_the_copy_skips_local_rows_and_the_gemm_reads_them_in_place(schedule):
     assert "tl.where(own, A + " in prog.source
     if schedule == "fused-push":  # the other rank's rows only, spread among the own tiles
         assert "gather_task(copied, " in prog.source
-        assert "t_all = (t // 2 + (t // 2 >= rank).to(tl.int32)) * 2 + t % 2" in prog.source  # r != rank
+        assert "r = 1 - rank  # the one peer" in prog.source  # r != rank: at world 2, the other rank
         # 2 copy tasks (the other rank's 2 row tiles, each all of K at once: coarsen-copies) and 8 GEMM tiles
         assert "while task < 10:" in prog.source
 
@@ -145,7 +145,7 @@ def test_in_place_programs_match_torch_with_a_late_rank(world, monkeypatch):
             if name != "ragged" and world > 1:
                 assert "tl.where(own" in prog.source, (sched, name)
             if sched == "fused-push" and name != "ragged" and world > 1:
-                assert "copied = at *" in prog.source  # the interleaved order
+                assert "td.program_major(task, " in prog.source  # the interleaved order
     results = spawn(_workers.run_cases, world, heap_bytes=1 << 24, timeout=600, args=(cases,))
     for key, ins_calls in calls.items():
         for i, ins in enumerate(ins_calls):
@@ -195,8 +195,9 @@ def _simulate(source: str, kernel: str, world: int, nprog: int,
             ran: list[tuple[str, int]] = []
             td = SimpleNamespace(first_task=lambda pid, _claim, c, k=counter: next(k) if c else pid,
                                  next_task=lambda t, _claim, n, c, k=counter: next(k) if c else t + n,
-                                 claims_done=lambda claim, n, c: None)
-            env = {"pid": pid, "rank": rank, "NPROG": nprog, "ran": ran, "td": td, "EPOCH_AT": 0, "CLAIM": claim}
+                                 claims_done=lambda claim, n, c: None, program_major=_program_major)
+            tl = SimpleNamespace(program_id=lambda axis, pid=pid: pid, minimum=min)
+            env = {"tl": tl, "rank": rank, "NPROG": nprog, "ran": ran, "td": td, "EPOCH_AT": 0, "CLAIM": claim}
             env |= dict.fromkeys(("A", "Ag", "F_Ag_gather", "B", "C", "ERR", "heap_bases", "epoch", "timeout_ns",
                                   "INTERPRET"))
             for name in ("gather_task", "gemm_task"):
@@ -240,7 +241,7 @@ def test_claimed_tasks_run_the_interleaved_mix_in_task_order(world):
     waits on a peer's."""
     dims = {"M": 128 * world, "N": 192, "K": 96, "BM": 32, "BN": 64, "BK": 32}
     prog = compile_example(world, "fused-push", dims)
-    assert "if not CLAIM:" in prog.source
+    assert "td.program_major(task, " in prog.source and ", NPROG, CLAIM)" in prog.source
     per_peer = 1
     for v in stage(prog.graph, "gather").loops:
         per_peer *= 1 if v.is_rank else v.trips
@@ -270,6 +271,13 @@ def test_claimed_tasks_run_the_interleaved_mix_in_task_order(world):
                     n = 0
             assert max(runs) <= -(-copies // own) and min(runs[1:]) >= copies // own - 1, runs
             assert sum(runs) + n == copies
+
+
+def _program_major(task: int, n: int, nprog: int, claim: bool) -> int:
+    """tilec.device.program_major: of the first n tasks, program p (tasks p, p + nprog, ...) runs one stretch;
+    claimed tasks keep task order."""
+    full = nprog * (n // nprog)
+    return task % nprog * (n // nprog) + task // nprog if task < full and not claim else task
 
 
 def _record(ran: list, stage_name: str, t, *args) -> None:

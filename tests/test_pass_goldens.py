@@ -33,3 +33,26 @@ def test_graph_after_every_pass(example, schedule, golden):
     assert list(prog.snapshots)[0] == "lower"
     for after in prog.snapshots:
         golden(f"{example}_w2/{schedule}.{after}.txt", prog.show(after))
+
+
+def test_lower_is_a_pass_the_pipeline_runs_first():
+    """lower takes the program's graph (no nodes yet) to the tile graph like any pass: on a copy, its name appended
+    to the passes, the verifier run after it."""
+    from tilec.errors import TilecError
+    from tilec.frontend.parser import parse
+    from tilec.frontend.sema import check
+    from tilec.ir.graph import stages
+    from tilec.passes.base import Pass, run_pipeline
+    from tilec.passes.lower import Lower, program_graph
+
+    bound = check(parse((ROOT / "examples" / "gemm_rs.tile").read_text(), "gemm_rs.tile"), 2)
+    g0 = program_graph(bound)
+    g = Lower()(g0)
+    assert isinstance(Lower(), Pass) and g0.number_of_nodes() == 0 and g.graph["passes"] == ("lower",)
+    assert [s.name for s in stages(g)] == [it.name for it in bound.items if hasattr(it, "loops")]
+    assert Lower()(bound).graph["order"] == g.graph["order"]
+    with pytest.raises(TilecError, match="lowered already"):
+        Lower()(g)
+    seen = []
+    run_pipeline(program_graph(bound), [Lower()], lambda h, name: seen.append((name, h.number_of_nodes())))
+    assert seen == [("lower", g.number_of_nodes())]

@@ -13,7 +13,7 @@ from tilec.frontend.limits import tile_problems
 from tilec.frontend.parser import parse, parse_file
 from tilec.frontend.sema import check, check_arguments
 from tilec.passes.base import run_pipeline
-from tilec.passes.lower import Lower
+from tilec.passes.lower import Lower, program_graph
 from tilec.passes.schedules import SCHEDULES, pipeline
 from tilec.passes.transport import parse_transport, wants_dma
 from tilec.passes.verify import verify
@@ -98,10 +98,9 @@ def compile(  # noqa: A001 - the public name the docs promise
     too_big = tile_problems(bound.items, num_stages)  # shared memory of the pipelined loops num_stages makes
     if too_big:
         raise CompileError(too_big, bound.source)
-    g = Lower()(bound)
-    verify(g, "lower")
-    snaps = {"lower": g}
-    g = run_pipeline(g, pipeline(schedule, granularity, transport=transport, fold=opts.fold), verify, snaps)
+    snaps: dict = {}
+    g = run_pipeline(program_graph(bound), [Lower(), *pipeline(schedule, granularity, transport=transport,
+                                                                fold=opts.fold)], verify, snaps)
     model = build_model(g, schedule, {"group_m": group_m, "num_warps": num_warps, "num_stages": num_stages,
                                       "start_local": wants_dma(transport) if start_local is None else start_local,
                                       "timeline": timeline,

@@ -354,6 +354,16 @@ def first_task(pid, claim, CLAIM: tl.constexpr):
 
 
 @triton.jit
+def program_major(task, n: tl.constexpr, NPROG: tl.constexpr, CLAIM: tl.constexpr):
+    # task's place in an order of the first n tasks where each program's (every NPROG-th) are one stretch of them,
+    # so a program runs its share of a mix of tasks in the mix's order; the last n % NPROG and those from n on stay.
+    # Claimed tasks (CLAIM) keep task order: the programs running at once then take adjoining tiles (order.py)
+    if not CLAIM and task < NPROG * (n // NPROG):
+        task = task % NPROG * (n // NPROG) + task // NPROG
+    return task
+
+
+@triton.jit
 def next_task(task, claim, NPROG: tl.constexpr, CLAIM: tl.constexpr):
     if CLAIM:
         task = tl.atomic_add(claim, 1, sem="relaxed")

@@ -43,6 +43,7 @@ import torch
 
 from tilec.errors import ArgumentError, ScheduleError
 from tilec.frontend import ast
+from tilec.frontend.affine import NotAffine, affine, concrete, is_zero, norm
 from tilec.frontend.parser import parse
 from tilec.reference import TORCH_DTYPE
 from tilec.runtime import active_heap
@@ -158,66 +159,10 @@ def _check_dims(dims, tree: ast.Program) -> dict[str, int]:
 Num = int | Fraction | torch.SymInt
 
 
-class _NotAffine(Exception):
-    """The expression is not affine in the one unknown dim (or mixes symbolic sizes in a way we do not invert)."""
-
-
-def _concrete(x) -> bool:
-    return isinstance(x, int | Fraction)
-
-
-def _norm(x):
-    return int(x) if isinstance(x, Fraction) and x.denominator == 1 else x
-
-
-def _mul(a, b):
-    return _norm(Fraction(a) * Fraction(b)) if _concrete(a) and _concrete(b) else _norm(a) * _norm(b)
-
-
-def _div(a, b):
-    """Exact division of sizes: rational when both are known numbers, floor division of symbolic sizes (exact for
-    programs sema accepted)."""
-    if _concrete(a) and _concrete(b):
-        if b == 0:
-            raise _NotAffine
-        return _norm(Fraction(a) / Fraction(b))
-    a, b = _norm(a), _norm(b)
-    if isinstance(a, Fraction) or isinstance(b, Fraction):
-        raise _NotAffine
-    return a // b
-
-
 def _affine(e: ast.Expr, env: Mapping[str, Num], unknown: str | None) -> tuple[Num, Num]:
     """e = coef * unknown + const, with the other names' values from env."""
-    if isinstance(e, ast.Int):
-        return 0, e.value
-    if isinstance(e, ast.Name):
-        if e.id == unknown:
-            return 1, 0
-        if e.id in env:
-            return 0, env[e.id]
-        raise _NotAffine
-    if isinstance(e, ast.Neg):
-        c, k = _affine(e.operand, env, unknown)
-        return _mul(c, -1), _mul(k, -1)
-    if isinstance(e, ast.BinOp) and e.op in "+-*/":
-        lc, lk = _affine(e.lhs, env, unknown)
-        rc, rk = _affine(e.rhs, env, unknown)
-        if e.op in "+-":
-            s = 1 if e.op == "+" else -1
-            return _norm(lc + _mul(rc, s)), _norm(lk + _mul(rk, s))
-        if e.op == "*":
-            if not _is_zero(lc) and not _is_zero(rc):
-                raise _NotAffine
-            return _norm(_mul(lc, rk) + _mul(rc, lk)), _mul(lk, rk)
-        if not _is_zero(rc):
-            raise _NotAffine
-        return _div(lc, rk) if not _is_zero(lc) else 0, _div(lk, rk)
-    raise _NotAffine
-
-
-def _is_zero(x) -> bool:
-    return _concrete(x) and x == 0
+    terms, const = affine(e, env, () if unknown is None else (unknown,))
+    return terms.get(unknown, 0), const
 
 
 def _names(e: ast.Expr) -> set[str]:
@@ -371,9 +316,9 @@ class TileOp:
                         d = left.pop()
                         try:
                             coef, _ = _affine(e, {**env, **dict.fromkeys(order, 1)}, d)
-                        except _NotAffine:
+                        except NotAffine:
                             continue
-                        if not _is_zero(coef):
+                        if not is_zero(coef):
                             order.append(d)
                             progress = True
         return order
@@ -388,7 +333,7 @@ class TileOp:
             a, axis, e = self._source_of(d, env)
             coef, const = _affine(e, env, d)
             size = shapes[a.name][axis]
-            if _concrete(size) and _concrete(coef) and _concrete(const):
+            if concrete(size) and concrete(coef) and concrete(const):
                 v = (Fraction(size) - Fraction(const)) / Fraction(coef)
                 if v.denominator != 1 or v < 1:
                     raise ArgumentError(f"{self.qualname}: input {a.name!r} has size {size} along axis {axis}, which"
@@ -404,7 +349,7 @@ class TileOp:
             want = tuple(_size(e, env) for e in a.shape)
             got = shapes[a.name]
             for w, g in zip(want, got, strict=True):
-                if _concrete(w) and _concrete(g):
+                if concrete(w) and concrete(g):
                     if w != g:
                         bound = ", ".join(f"{d.name}={env[d.name]}" for d in self.tree.dims)
                         raise ArgumentError(f"{self.qualname}: input {a.name!r} has shape {list(got)}, the program "
@@ -418,7 +363,7 @@ class TileOp:
         for t in self.tree.tensors:
             for axis, e in enumerate(t.shape):
                 v = _size(e, env)
-                if _concrete(v) and (Fraction(v).denominator != 1 or v < 1):
+                if concrete(v) and (Fraction(v).denominator != 1 or v < 1):
                     bound = ", ".join(f"{d.name}={env[d.name]}" for d in self.tree.dims)
                     raise ArgumentError(f"{self.qualname}: with {bound} (world {world}, from the inputs' shapes) "
                                         f"{t.kind} {t.name!r} would have size {v} along axis {axis}; sizes must "
@@ -430,15 +375,15 @@ class TileOp:
                 if d in _names(e) and _names(e) - {d} <= set(env):
                     try:
                         coef, _ = _affine(e, env, d)
-                    except _NotAffine:
+                    except NotAffine:
                         continue
-                    if not _is_zero(coef):
+                    if not is_zero(coef):
                         return a, axis, e
         raise AssertionError(f"dim {d} has no source")  # _followed_dims found one with the same rules
 
     def out_shapes(self, dims: Mapping[str, Num], world) -> list[tuple]:
         env = {**self._consts(world), **dims}
-        return [tuple(_norm(_size(e, env)) for e in o.shape) for o in self.outputs]
+        return [tuple(norm(_size(e, env)) for e in o.shape) for o in self.outputs]
 
     def _world(self, heap=None) -> int:
         if self.world is not None:
@@ -540,7 +485,7 @@ class TileOp:
             if t.dtype != TORCH_DTYPE[o.dtype]:
                 raise ArgumentError(f"{self.qualname}: out {o.name!r} has dtype "
                                     f"{str(t.dtype).removeprefix('torch.')}, the program declares {o.dtype}")
-            if len(t.shape) != len(s) or not all(not (_concrete(g) and _concrete(w)) or g == w
+            if len(t.shape) != len(s) or not all(not (concrete(g) and concrete(w)) or g == w
                                                  for g, w in zip(t.shape, s, strict=True)):
                 raise ArgumentError(f"{self.qualname}: out {o.name!r} has shape {list(t.shape)}, the program "
                                     f"declares {list(s)} for these inputs")
@@ -653,11 +598,11 @@ class TileOp:
 def _solve_symbolic(size, coef, const):
     """unknown = (size - const) / coef for symbolic sizes (coef a known rational or a symbolic size)."""
     if isinstance(coef, Fraction) and isinstance(const, int | Fraction):
-        num = _norm(size * coef.denominator - _norm(const * coef.denominator))
+        num = norm(size * coef.denominator - norm(const * coef.denominator))
         if isinstance(num, Fraction):
-            raise _NotAffine
+            raise NotAffine(None, "a fraction of a symbolic size")
         return num // coef.numerator
-    return (_norm(size) - _norm(const)) // _norm(coef)
+    return (norm(size) - norm(const)) // norm(coef)
 
 
 def _program_bytes(prog) -> int:

@@ -5,15 +5,25 @@ from __future__ import annotations
 from tilec.errors import TilecError
 from tilec.ir.builtins import TILE_FNS
 from tilec.ir.dtypes import TL_DTYPE
-from tilec.ir.graph import InPlace, Pull, tensor
+from tilec.ir.graph import InPlace, Pull, program_of, tensor
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var, logical_shape, walk
 
+from . import build
+from . import kir as K
+from .build import At, E, add, assign, bcast, call, cmp, sub, to, tup
 from .copies import tile_name
-from .model import UNARY
 from .text import row_major_strides
 
 _OP_NAMES = {"+": "add", "-": "sub", "*": "mul", "/": "div"}
+# the element-wise functions of tile math (sema's UNARY_FNS and neg), each on its argument's kernel-IR node
+UNARY = {
+    "exp": lambda x: call("tl.exp", x), "log": lambda x: call("tl.log", x), "sqrt": lambda x: call("tl.sqrt", x),
+    "abs": lambda x: call("tl.abs", x), "relu": lambda x: call("tl.maximum", x, 0.0),
+    "sigmoid": lambda x: call("tl.sigmoid", x), "silu": lambda x: K.Bin("*", x, call("tl.sigmoid", x)),
+    "tanh": lambda x: K.Bin("-", K.Bin("*", E(2.0), call("tl.sigmoid", K.Bin("*", E(2.0), x))), E(1.0)),
+    "neg": lambda x: K.Unary("-", x),
+}
 
 
 def op_name(e: Op) -> str:
@@ -23,25 +33,25 @@ def op_name(e: Op) -> str:
 
 
 class Compute:
-    """Mixin of _Emitter (emit.py): the value of a tile expression, as lines that compute it."""
+    """Mixin of _Emitter (emit.py): the value of a tile expression, with the kernel-IR statements that compute it."""
 
     def local_pull(self, e) -> bool:
         """A pull from this rank's own memory whose copy solves no rank (one rank: local-in-place removed the copy):
         its pointers walk along a reduction as a load's do."""
         if not isinstance(e, Pull) or isinstance(e, InPlace) or e.source.rank != ME or e.read.rank != ME:
             return False
-        world = self.g.graph["program"].world
+        world = program_of(self.g).world
         loops = {x.name: x for x in e.producer} | {ME: Var(ME, "me", world, 1, e.loc)}
         return all(d.rank_var is None for d in invert(e.write, loops, set(), world, "pull"))
 
     def in_place_steps(self, e: Pull, v: Var) -> tuple[int, int] | None:
         """How far an in-place read's source and buffer pointers move per step of reduction var v, or None when
         they do not move by a constant (v solves a rank, or the copy's tiles leave gaps along v)."""
-        world = self.g.graph["program"].world
+        world = program_of(self.g).world
         dims = invert(e.write, {x.name: x for x in e.producer} | {ME: Var(ME, "me", world, 1, e.loc)}, set(), world,
                       "in place")
         src_st = row_major_strides(tensor(self.g, e.source.tensor).shape)
-        buf = next(t for t in self.g.graph["program"].tensors if t.name == e.read.tensor)  # a pull's is gone
+        buf = next(t for t in program_of(self.g).tensors if t.name == e.read.tensor)  # a pull's is gone
         buf_st = row_major_strides(buf.shape)
         inc_src = inc_buf = 0
         for d, aff in enumerate(e.read.index):
@@ -57,16 +67,18 @@ class Compute:
             inc_src += sum(a.coef(inv.tile_var) * k * v.step * s for a, s in zip(e.source.index, src_st, strict=True))
         return (inc_src, inc_buf) if inc_buf else None
 
-    def expr(self, e, out: list[str], indent: str) -> str:
+    def expr(self, e, out: list, indent: str):
+        """The value of tile expression e (a kernel-IR expression; a tile function's: the tuple of its results),
+        with the statements that compute it placed in `out` at `indent`."""
         if isinstance(e, Const):
-            lit = repr(int(e.value)) if e.dtype == "i32" else repr(float(e.value))
+            lit = E(int(e.value) if e.dtype == "i32" else float(e.value))
             if any(s.value is e for s in self.st.body):  # stored as is: broadcast needs a tensor, not a literal
                 name = self.tmp("const_val")
-                out.append(f"{indent}{name} = tl.full((), {lit}, {TL_DTYPE[e.dtype]})")
-                return name
+                out.append(At(indent, assign(name, call("tl.full", tup(), lit, TL_DTYPE[e.dtype]))))
+                return E(name)
             return lit
         if isinstance(e, Idx):
-            return f"({self.scalar(e.index.terms, e.index.const)})"
+            return self.scalar(e.index.terms, e.index.const)
         if isinstance(e, TupleCall):
             return self.tuple_call(e, out, indent)
         if isinstance(e, Load):
@@ -74,37 +86,38 @@ class Compute:
         if isinstance(e, Pull) and id(e) in self.walked:
             ptrs, mask, _own = self.walked[id(e)]
             name = self.tmp(tile_name(e.read.tensor if isinstance(e, InPlace) else e.source.tensor, e.shape))
-            out.append(f"{indent}{name} = tl.load({ptrs}{f', mask={mask}, other=0' if mask else ''})")
-            return name
+            kw = {"mask": mask, "other": 0} if mask is not None else {}
+            out.append(At(indent, assign(name, call("load", ptrs, **kw))))
+            return E(name)
         if isinstance(e, Pull):
             return self.pull(e, out, indent)
         if isinstance(e, Op):
             args = [self.expr(a, out, indent) for a in e.args]
             if e.dtype == "f32":  # tile math is f32; integer scalars (lengths, offsets) stay integers
-                args = [f"{a}.to(tl.float32)" if isinstance(x, Load | Pull) else a
+                args = [to(a, "tl.float32") if isinstance(x, Load | Pull) else a
                         for a, x in zip(args, e.args, strict=True)]
             if e.op in "+-*/":
-                r = f"({args[0]} {e.op} {args[1]})"
+                r = K.Bin(e.op, args[0], args[1])
             elif e.op in ("max", "min"):
-                r = f"tl.{e.op}imum({args[0]}, {args[1]})"
+                r = call(f"tl.{e.op}imum", args[0], args[1])
             elif e.op.startswith("cast_"):  # a literal has no .to(): make it a scalar tensor first
-                src = f"tl.full((), {args[0]}, tl.float32)" if isinstance(e.args[0], Const) else args[0]
-                r = f"{src}.to({TL_DTYPE[e.dtype]})"
+                src = call("tl.full", tup(), args[0], "tl.float32") if isinstance(e.args[0], Const) else args[0]
+                r = to(src, TL_DTYPE[e.dtype])
             else:
-                r = UNARY[e.op].format(args[0])
+                r = UNARY[e.op](args[0])
             name = self.tmp(op_name(e))
-            out.append(f"{indent}{name} = {r}")
-            return name
+            out.append(At(indent, assign(name, r)))
+            return E(name)
         if isinstance(e, Dot):
             a, b = self.expr(e.lhs, out, indent), self.expr(e.rhs, out, indent)
             name = self.tmp("prod")
-            out.append(f"{indent}{name} = {self.dot(e, a, b, None)}")
-            return name
+            out.append(At(indent, assign(name, self.dot(e, a, b, None))))
+            return E(name)
         if isinstance(e, Sum):
             return self.sum(e, out, indent)
         raise TilecError(f"codegen: unsupported expression {type(e).__name__}")
 
-    def tuple_call(self, e: TupleCall, out: list[str], indent: str) -> str:
+    def tuple_call(self, e: TupleCall, out: list, indent: str) -> tuple[K.Expr, ...]:
         """A tile-library function (tilec.ir.builtins): its device call on canonical shapes, once per task; an attend
         over a long key tile read from memory is streamed instead."""
         if id(e) in self.memo:
@@ -114,9 +127,12 @@ class Compute:
             return self.memo[id(e)]
         args = [self.expr(a, out, indent) for a in e.args]
         o, lse = self.tmp("o"), self.tmp("lse")
-        out.append(f"{indent}{TILE_FNS[e.fn].emit(self, e, args, (o, lse))}")
-        self.memo[id(e)] = (o, lse)
+        out.append(At(indent, TILE_FNS[e.fn].emit(self, e, args, (o, lse))))
+        self.memo[id(e)] = (E(o), E(lse))
         return self.memo[id(e)]
+
+    # the kernel-IR constructors, for the tile functions' emit (tilec.ir.builtins: they do not import codegen)
+    kb = build
 
     def _streamable(self, e: TupleCall) -> bool:
         """attend over a key tile longer than one block, with k and v read straight from memory: stream it."""
@@ -130,7 +146,7 @@ class Compute:
         d = logical_shape(k)[-1]
         return pos.step > self.attend_block and pos.step % self.attend_block == 0 and d >= 16
 
-    def attend_streamed(self, e: TupleCall, out: list[str], indent: str) -> tuple[str, str]:
+    def attend_streamed(self, e: TupleCall, out: list, indent: str) -> tuple[K.Expr, K.Expr]:
         """attend(q, k, v, n) as a loop over blocks of attend_block keys with online softmax: k and v stream
         through the pipelined loop (block loads masked past n, so short sequences read less) instead of one
         tile held whole in registers."""
@@ -142,19 +158,20 @@ class Compute:
         pos = self.scope[[t for t in k.access.tile if t][0]]
         if self.rows_valid(k) is not None:
             clamped = self.tmp("n_keys")
-            out.append(f"{indent}{clamped} = {self.key_count(k, n)}")
-            n = clamped
+            out.append(At(indent, assign(clamped, self.key_count(k, n))))
+            n = E(clamped)
         scale = 1.0 / (self.extent_of_last(k) ** 0.5)
         qp, mx, den, acc = self.tmp("q_pad"), self.tmp("row_max"), self.tmp("den"), self.tmp("acc")
-        out.append(f"{indent}{qp}, {mx}, {den}, {acc} = td.attend_init(tl.reshape({q}, ({mq}, {qs[-1]})))")
+        out.append(At(indent, assign(tup(qp, mx, den, acc), call("td.attend_init", call("tl.reshape", q,
+                                                                                       tup(mq, qs[-1]))))))
         c = self.tmp("kb")
         blk = self.attend_block
         # a one-trip tile shorter than its step stops at its extent: the blocks past it are padding
         span = -(-pos.extent // blk) * blk if pos.extent < pos.step else pos.step
-        out.append(f"{indent}for {c} in range(0, {span}, {blk}):  # blocks of keys")
+        out.append(At(indent, K.For(c, E(0), E(span), E(blk), (), "blocks of keys")))
         inner = indent + "    "
         rng = f"{c}_r"
-        out.append(f"{inner}{rng} = {pos.name} + {c} + tl.arange(0, {blk})")
+        out.append(At(inner, assign(rng, add(pos.name, c, call("tl.arange", 0, blk)))))
         tiles = []
         for x in (k, v):
             a = x.access
@@ -164,29 +181,30 @@ class Compute:
             # [1, 1, keys, D] load before the dot cost the H200 10-15% of its streaming rate once v fed the dot
             # straight from shared memory
             off, mask = self.offsets(a, ranges={pos.name: rng}, squeeze=True)
-            live = f"({c} + tl.arange(0, {blk}) < {n})[:, None]"
-            mask = f"{mask} & {live}" if mask else live
+            live = bcast(cmp(add(c, call("tl.arange", 0, blk)), "<", n), 0, 2)
+            mask = live if mask is None else K.Bin("&", mask, live)
             name = self.tmp(tile_name(a.tensor, (blk,)))
-            out.append(f"{inner}{name} = tl.load({self.param(a.tensor)} + {off}, mask={mask}, other=0)")
+            out.append(At(inner, assign(name, call("load", add(self.param(a.tensor), off), mask=mask, other=0))))
             tiles.append(name)
-        out.append(f"{inner}{mx}, {den}, {acc} = td.attend_step({qp}, {tiles[0]}, {tiles[1]}, {n} - {c}, {mx},"
-                   f" {den}, {acc}, {scale!r}, INTERPRET, True)")  # loads masked past n: rows are 0
+        # loads masked past n: rows are 0
+        out.append(At(inner, assign(tup(mx, den, acc), call("td.attend_step", qp, tiles[0], tiles[1], sub(n, c), mx,
+                                                             den, acc, scale, "INTERPRET", True))))
         o, lse = self.tmp("o"), self.tmp("lse")
-        out.append(f"{indent}{o}, {lse} = td.attend_finish({mx}, {den}, {acc}, {mq})")
-        return o, lse
+        out.append(At(indent, assign(tup(o, lse), call("td.attend_finish", mx, den, acc, mq))))
+        return E(o), E(lse)
 
     def extent_of_last(self, x) -> int:
         """The true (unpadded) extent of a load's last tile dim (e.g. the head dim D)."""
         tv = [t for t in x.access.tile if t][-1]
         return self.scope[tv].extent
 
-    def key_count(self, k, n: str) -> str:
+    def key_count(self, k, n: K.Expr) -> K.Expr:
         """attend's count n of valid keys, clamped to the real rows of a padded key tile k (its masked rows load as
         zeros, which are not keys)."""
         rows = self.rows_valid(k)
-        return n if rows is None else f"tl.minimum({n}, {rows})"
+        return n if rows is None else call("tl.minimum", n, rows)
 
-    def rows_valid(self, x) -> int | str | None:
+    def rows_valid(self, x) -> K.Expr | None:
         """How many rows of a load's first tile dim are real, where the tile is padded: the extent of a one-trip
         tile var shorter than its step (`p in 40 by 64`), `min(step, extent - start)` of a ragged multi-trip one;
         None where every row is. Row-wise reductions (attend's keys, lse_merge's partials) must skip the padding:
@@ -195,23 +213,21 @@ class Compute:
         if v.extent % v.step == 0:
             return None
         if v.extent < v.step:
-            return v.extent
-        return f"tl.minimum({v.extent} - {v.name}, {v.step})"
+            return E(v.extent)
+        return call("tl.minimum", sub(v.extent, v.name), v.step)
 
-    def dot(self, e: Dot, a: str, b: str, acc: str | None) -> str:
+    def dot(self, e: Dot, a: K.Expr, b: K.Expr, acc: K.Expr | None) -> K.Call:
         ieee = e.lhs.dtype == "f32"
-        args = f"{a}, {b}" + (f", {acc}" if acc else "")
-        return f"td.dot({args}, INTERPRET, {ieee})" if acc else f"td.dot({a}, {b}, None, INTERPRET, {ieee})"
+        return call("dot", a, b, K.Const(None) if acc is None else acc, "INTERPRET", ieee)
 
-    def sum(self, e: Sum, out: list[str], indent: str) -> str:
+    def sum(self, e: Sum, out: list, indent: str) -> K.Expr:
         acc = self.tmp("acc")
-        shape = ", ".join(map(str, e.shape)) or "1"
-        out.append(f"{indent}{acc} = tl.zeros(({shape},), dtype=tl.float32)" if len(e.shape) == 1 else
-                   f"{indent}{acc} = tl.zeros(({shape}), dtype=tl.float32)")
+        shape = tup(*e.shape) if e.shape else E(1)
+        out.append(At(indent, assign(acc, call("tl.zeros", shape, dtype="tl.float32"))))
         v = e.var
         self.scope[v.name] = v
         inner = indent + "    "
-        steps: list[str] = []
+        steps: list = []
         if not v.is_rank:
             # local tiles walked along the reduction: pointers set up once, then advanced (as hand-written GEMMs do)
             walked = [x for x in _direct_loads(e.body) if isinstance(x, Load) and not x.access.remote
@@ -219,26 +235,26 @@ class Compute:
             in_place = [(x, inc) for x in _direct_loads(e.body) if isinstance(x, InPlace) or self.local_pull(x)
                         for inc in [self.in_place_steps(x, v)] if inc]
             if walked or in_place:
-                out.append(f"{indent}{v.name}_r = tl.arange(0, {v.step})  # {v.name} = 0")
+                out.append(At(indent, assign(f"{v.name}_r", call("tl.arange", 0, v.step), f"{v.name} = 0")))
             for x, (inc_src, inc_buf) in in_place:  # this rank's rows or a peer's: one pointer walks either
                 ptrs, mask, own = self.pull(x, out, indent, walk=v.name)
                 self.walked[id(x)] = (ptrs, mask, own)
-                inc = str(inc_src) if inc_src == inc_buf or own is None else f"tl.where({own}, {inc_src}, {inc_buf})"
-                steps.append(f"{inner}{ptrs} += {inc}")
+                inc = E(inc_src) if inc_src == inc_buf or own is None else call("tl.where", own, inc_src, inc_buf)
+                steps.append(At(inner, K.AugAssign(K.Name(ptrs), "+", inc)))
             for x in walked:
                 off, _ = self.offsets(x.access, masks=False, at_zero=v.name)
                 pname = self.tmp(f"{x.access.tensor.lower()}_ptrs")
-                out.append(f"{indent}{pname} = {self.param(x.access.tensor)} + {off}")
+                out.append(At(indent, assign(pname, add(self.param(x.access.tensor), off))))
                 self.ptrs[x.access] = pname
                 t = tensor(self.g, x.access.tensor)
                 inc = sum(k * v.step * st for aff, st in zip(x.access.index, row_major_strides(t.shape), strict=True)
                           for var, k in aff.terms if var == v.name)
-                steps.append(f"{inner}{pname} += {inc}")
+                steps.append(At(inner, K.AugAssign(K.Name(pname), "+", E(inc))))
         self.loop_vars.add(v.name)
         if v.is_rank:
-            out.append(f"{indent}for {v.name} in range(0, {self.world}):")
+            out.append(At(indent, K.For(v.name, E(0), E(self.world), None, ())))
         else:
-            out.append(f"{indent}for {v.name} in range(0, {v.extent}, {v.step}):")
+            out.append(At(indent, K.For(v.name, E(0), E(v.extent), E(v.step), ())))
             self.bind_tile(v, out, inner)
         ragged = not v.is_rank and v.extent % v.step != 0
         if isinstance(e.body, Dot):
@@ -247,30 +263,31 @@ class Compute:
             if ragged:  # a computed operand is not zero in the last tile's masked lanes (exp(0) = 1)
                 a = _zero_past(e.body.lhs, a, v, 1, out, inner)
                 b = _zero_past(e.body.rhs, b, v, 0, out, inner)
-            out.append(f"{inner}{acc} = {self.dot(e.body, a, b, acc)}")
+            out.append(At(inner, assign(acc, self.dot(e.body, a, b, E(acc)))))
         else:
             x = self.expr(e.body, out, inner)
             if isinstance(e.body, Load | Pull):
-                x = f"{x}.to(tl.float32)"
+                x = to(x, "tl.float32")
             elif ragged:
                 axes = {d for x in walk(e.body) if isinstance(x, Load | Pull)
                         for d, tv in enumerate((x.access if isinstance(x, Load) else x.read).tile) if tv == v.name}
                 for d in sorted(axes):
                     x = _zero_past(e.body, x, v, d, out, inner)
-            out.append(f"{inner}{acc} += {x}")
+            out.append(At(inner, K.AugAssign(K.Name(acc), "+", x)))
         out += steps
         self.loop_vars.discard(v.name)
-        return acc
+        return E(acc)
 
 
-def _zero_past(e, x: str, v: Var, axis: int, out: list[str], indent: str) -> str:
+def _zero_past(e, x: K.Expr, v: Var, axis: int, out: list, indent: str) -> K.Expr:
     """Tile value x (of expression e) with the lanes past the end of ragged loop v along `axis` set to zero, so the
     last tile's masked lanes add nothing to a sum; a load is zero there already."""
     if isinstance(e, Load | Pull) or len(e.shape) <= axis or e.shape[axis] != v.step:
         return x
-    sel = ", ".join(":" if d == axis else "None" for d in range(len(e.shape)))
-    cond = f"({v.name}_r < {v.extent})" + (f"[{sel}]" if len(e.shape) > 1 else "")
-    out.append(f"{indent}{x} = tl.where({cond}, {x}, 0.0)")
+    cond = cmp(f"{v.name}_r", "<", v.extent)
+    if len(e.shape) > 1:
+        cond = bcast(cond, axis, len(e.shape))
+    out.append(At(indent, K.Assign(x, call("tl.where", cond, x, 0.0))))
     return x
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from tilec.ir.dtypes import ESIZE
-from tilec.ir.graph import InPlace, Pull, tensor
+from tilec.ir.graph import InPlace, Pull, program_of, tensor
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Access, Load, Var
 
-from .text import bcast, row_major_strides
+from . import kir as K
+from .build import At, E, add, assign, bcast, call, cmp, conj, fdiv, mul, plus, sub, to, tup
+from .text import row_major_strides
 
 
 def tile_name(tensor_name: str, shape: tuple[int, ...]) -> str:
@@ -16,10 +18,11 @@ def tile_name(tensor_name: str, shape: tuple[int, ...]) -> str:
 
 
 class Copies:
-    """Mixin of _Emitter (emit.py): reads of tiles, local, remote or pulled through a fused copy."""
+    """Mixin of _Emitter (emit.py): reads of tiles, local, remote or pulled through a fused copy, as kernel-IR nodes
+    (build.py) placed among the task's statements."""
 
     def offsets(self, a: Access, masks: bool = True, at_zero: str | None = None,
-                ranges: dict[str, str] | None = None, squeeze: bool = False) -> tuple[str, str | None]:
+                ranges: dict[str, str] | None = None, squeeze: bool = False) -> tuple[K.Expr, K.Expr | None]:
         """Pointer offset (broadcast over the tile's dims) and mask for an affine access (`at_zero`: that
         variable taken as 0; `ranges`: a tile variable's index vector under another name, e.g. one block;
         `squeeze`: broadcast over the tile dims only, so one-element dims leave no unit axes in the block)."""
@@ -34,74 +37,77 @@ class Copies:
             base = self.scalar(rest, aff.const)
             if tv:
                 r = (ranges or {}).get(tv, f"{tv}_r")
-                e = r if base == "0" else f"({base} + {r})"
-                e = bcast(e, axes.index(d), nd)
+                e = bcast(E(r) if base == K.Const(0) else add(base, r), axes.index(d), nd)
                 m = self.mask_of(self.scope[tv], r)
-                if m and masks:
+                if m is not None and masks:
                     mks.append(bcast(m, axes.index(d), nd))
             else:
-                e = f"({base})"
+                e = base
             if wide and d == 0:
-                e = f"{e}.to(tl.int64)"
-            offs.append(e if st[d] == 1 else f"{e} * {st[d]}")
-        off = " + ".join(offs)
+                e = to(e, "tl.int64")
+            offs.append(e if st[d] == 1 else mul(e, st[d]))
+        off = plus(*offs)
         if not any(a.tile):  # every dim is one element: keep the tile's (1, ..., 1) block shape
-            off = f"{off} + tl.zeros(({', '.join('1' for _ in a.index)},), dtype=tl.int32)"
-        return off, " & ".join(mks) or None
+            off = plus(off, call("tl.zeros", tup(*(1 for _ in a.index)), dtype="tl.int32"))
+        return off, conj(mks)
 
-
-    def load(self, e: Load, out: list[str], indent: str) -> str:
+    def load(self, e: Load, out: list, indent: str) -> K.Expr:
         a = e.access
         for w in self.waits.pop(a, []):  # each tile read is waited for once per task
             self.wait(w, out, indent)
         off, mask = self.offsets(a)
         ptr = self.param(a.tensor)
-        m = f", mask={mask}, other=0" if mask else ""
+        kw = {"mask": mask, "other": 0} if mask is not None else {}
         name = self.tmp(tile_name(a.tensor, e.shape))
         if a in self.ptrs:
-            out.append(f"{indent}{name} = tl.load({self.ptrs[a]}{m})")
+            value = call("load", self.ptrs[a], **kw)
         elif a.remote:
-            delta = self.peer_offset(a.rank, tensor(self.g, a.tensor).dtype, {a.rank}, out, indent)
-            out.append(f"{indent}{name} = tl.load({ptr} + {delta} + {off}{m})")
+            delta = self.peer_offset(E(a.rank), tensor(self.g, a.tensor).dtype, {a.rank}, out, indent)
+            value = call("load", add(ptr, delta, off), **kw)
         else:
-            out.append(f"{indent}{name} = tl.load({ptr} + {off}{m})")
-        return name
+            value = call("load", add(ptr, off), **kw)
+        out.append(At(indent, assign(name, value)))
+        return E(name)
 
-    def peer_offset(self, rank_expr: str, dtype: str, deps: set[str], out: list[str], indent: str) -> str:
-        """Element offset to a peer's copy, computed once per task when the peer does not change inside loops."""
-        line = f"td.peer_offset(heap_bases, rank, {rank_expr}, {ESIZE[dtype]})"
-        if not deps & self.loop_vars and line in self.peers:
-            return self.peers[line]
-        name = self.tmp(f"peer_{rank_expr}" if rank_expr.isidentifier() else "peer")
+    def peer_offset(self, rank_expr: K.Expr, dtype: str, deps: set[str], out: list, indent: str) -> K.Expr:
+        """Element offset to a peer's copy, computed once per task when the peer does not change inside loops (none
+        in a world of one: the peer is this rank)."""
+        if self.world == 1:
+            return K.Const(0)
+        key = (rank_expr, ESIZE[dtype])
+        if not deps & self.loop_vars and key in self.peers:
+            return self.peers[key]
+        name = self.tmp(f"peer_{rank_expr.id}" if isinstance(rank_expr, K.Name) else "peer")
+        node = assign(name, call("peer_offset", "heap_bases", "rank", rank_expr, ESIZE[dtype]))
         if deps & self.loop_vars:
-            out.append(f"{indent}{name} = {line}")
+            out.append(At(indent, node))
         else:
-            self.prologue.append(f"    {name} = {line}")
-            self.peers[line] = name
-        return name
+            self.prologue.append(At("    ", node))
+            self.peers[key] = E(name)
+        return E(name)
 
-    def pull(self, e: Pull, body_out: list[str], body_indent: str, walk: str | None = None):
+    def pull(self, e: Pull, body_out: list, body_indent: str, walk: str | None = None):
         """Read the copy's source directly: solve the copy's variables per element of the buffer tile (an InPlace
         read: only where the copy was local, the rest from the buffer). walk=v (in place only): emit, before the
         loop of reduction var v, the tile's pointers at v = 0 and return (pointers, mask) for the loop to load and
         advance (Compute.sum)."""
-        prog = self.g.graph["program"]
+        prog = program_of(self.g)
         ploops = {v.name: v for v in e.producer} | {ME: Var(ME, "me", prog.world, 1, e.loc)}
         dims = invert(e.write, ploops, set(), prog.world, "fused-pull")
         nd = len(e.read.index)
-        vals: dict[str, str] = {}
+        vals: dict[str, K.Expr] = {}
         if isinstance(e, InPlace):
             self.in_place_wait(e, dims)
             if e.write.rank != ME:  # a pushed copy: its destination is the rank holding the buffer read here
-                vals[e.write.rank] = "rank"
-        scalar_ranks: dict[str, set[str]] = {}  # rank values that are one scalar per tile -> vars they depend on
+                vals[e.write.rank] = E("rank")
+        scalar_ranks: dict[K.Expr, set[str]] = {}  # rank values that are one scalar per tile -> vars they depend on
         masks = []
         gaps = []  # masks of elements past the copy's extent (in place: only where the copy is local)
         for d, (inv, aff, tv) in enumerate(zip(dims, e.read.index, e.read.tile, strict=True)):
             span = e.read.shape[d]
             start = self.scalar(aff.terms, aff.const, {walk: "0"} if walk else None)
             cm = self.mask_of(self.scope[tv]) if tv else None
-            if cm:
+            if cm is not None:
                 masks.append(bcast(cm, d, nd))
             uniform = all(x % span == 0 for x in (aff.const - inv.const, inv.extent)) and \
                 (not inv.rank_var or inv.rank_coef % span == 0) and \
@@ -110,83 +116,87 @@ class Copies:
             # per-tile setup goes to the task prologue unless it moves with an enclosing reduction
             hoist = not (set(aff.vars) & self.loop_vars)
             out, indent = (self.prologue, "    ") if hoist else (body_out, body_indent)
+            rk = f"{x}_rk"
             if uniform or not tv:
-                out.append(f"{indent}{x} = {start} - {inv.const}")
+                out.append(At(indent, assign(x, sub(start, inv.const))))
                 if inv.rank_var:
-                    out.append(f"{indent}{x}_rk = {x} // {inv.rank_coef}")
-                    out.append(f"{indent}{x} = {x} - {inv.rank_coef} * {x}_rk")
-                    vals[inv.rank_var] = f"{x}_rk"
-                    scalar_ranks[f"{x}_rk"] = set(aff.vars)
+                    out += [At(indent, assign(rk, fdiv(x, inv.rank_coef))),
+                            At(indent, assign(x, sub(x, mul(inv.rank_coef, rk))))]
+                    vals[inv.rank_var] = E(rk)
+                    scalar_ranks[E(rk)] = set(aff.vars)
                 if tv:
-                    out.append(f"{indent}{x} = {x} + tl.arange(0, {span})")
+                    out.append(At(indent, assign(x, add(x, call("tl.arange", 0, span)))))
             else:
-                out.append(f"{indent}{x} = {start} + tl.arange(0, {span}) - {inv.const}")
+                out.append(At(indent, assign(x, sub(add(start, call("tl.arange", 0, span)), inv.const))))
                 if inv.rank_var:
-                    out.append(f"{indent}{x}_rk = {x} // {inv.rank_coef}")
-                    out.append(f"{indent}{x} = {x} - {inv.rank_coef} * {x}_rk")
-                    vals[inv.rank_var] = bcast(f"{x}_rk", d, nd)
+                    out += [At(indent, assign(rk, fdiv(x, inv.rank_coef))),
+                            At(indent, assign(x, sub(x, mul(inv.rank_coef, rk))))]
+                    vals[inv.rank_var] = bcast(rk, d, nd)
             if inv.tile_var:
-                vals[inv.tile_var] = bcast(x, d, nd) if tv else x
+                vals[inv.tile_var] = bcast(x, d, nd) if tv else E(x)
                 if inv.extent % span or not uniform:
-                    gaps.append(bcast(f"({x} < {inv.extent})", d, nd) if tv else f"({x} < {inv.extent})")
+                    gap = cmp(x, "<", inv.extent)
+                    gaps.append(bcast(gap, d, nd) if tv else gap)
         out, indent = body_out, body_indent
         t = tensor(self.g, e.source.tensor)
         st = row_major_strides(t.shape)
         # the copy ran on the rank that holds the buffer read here: `rank` in the copy is that rank
-        me_val = vals.get(ME, "rank" if e.read.rank == ME else e.read.rank)
+        me_val = vals.get(ME, E("rank" if e.read.rank == ME else e.read.rank))
         offs = []
         for j, aff in enumerate(e.source.index):
             # a copy loop the buffer index does not solve has one trip (the verifier rejects the rest): it is 0
-            terms = [(me_val if v == ME else vals.get(v, "0"), k) for v, k in aff.terms]
+            terms = [(me_val if v == ME else vals.get(v, K.Const(0)), k) for v, k in aff.terms]
             ex = self.scalar(terms, aff.const)
             if t.numel >= 2**31 and j == 0:
-                ex = f"({ex}).to(tl.int64)"
-            offs.append(f"({ex})" if st[j] == 1 else f"({ex}) * {st[j]}")
+                ex = to(ex, "tl.int64")
+            offs.append(ex if st[j] == 1 else mul(ex, st[j]))
         ptr = self.param(e.source.tensor)
         if isinstance(e, InPlace):
-            return self.in_place_load(e, vals, f"{ptr} + {' + '.join(offs)}", masks, gaps, out, indent, walk)
+            return self.in_place_load(e, vals, plus(ptr, *offs), masks, gaps, out, indent, walk)
         masks += gaps
         if walk:  # a local pull that solves no rank (Compute.local_pull): its pointers at walk = 0
             ptrs = self.tmp(f"{e.source.tensor.lower()}_ptrs")
-            out.append(f"{indent}{ptrs} = {ptr} + {' + '.join(offs)}")
-            return ptrs, " & ".join(masks) or None, None
-        m = f", mask={' & '.join(masks)}, other=0" if masks else ""
+            out.append(At(indent, assign(ptrs, plus(ptr, *offs))))
+            return ptrs, conj(masks), None
+        kw = {"mask": conj(masks), "other": 0} if masks else {}
         name = self.tmp(tile_name(e.source.tensor, e.shape))
         if e.source.rank == ME:
-            src_rank = None if me_val == "rank" else me_val
+            src_rank = None if me_val == E("rank") else me_val
             if src_rank is not None and src_rank not in scalar_ranks:
                 scalar_ranks[src_rank] = {e.read.rank}
         else:
-            src_rank = vals.get(e.source.rank, "rank")
+            src_rank = vals.get(e.source.rank, E("rank"))
         if src_rank is None:
-            out.append(f"{indent}{name} = tl.load({ptr} + {' + '.join(offs)}{m})")
+            value = call("load", plus(ptr, *offs), **kw)
         elif src_rank in scalar_ranks:
             delta = self.peer_offset(src_rank, t.dtype, scalar_ranks[src_rank], out, indent)
-            out.append(f"{indent}{name} = tl.load({ptr} + {delta} + {' + '.join(offs)}{m})")
+            value = call("load", plus(ptr, delta, *offs), **kw)
         else:  # the tile straddles ranks: iris translates each row's address to its own peer
-            out.append(f"{indent}{name} = iris.load({ptr} + {' + '.join(offs)}, rank, {src_rank}, heap_bases{m})")
-        return name
+            value = call("remote_load", plus(ptr, *offs), "rank", src_rank, "heap_bases", **kw)
+        out.append(At(indent, assign(name, value)))
+        return E(name)
 
-    def in_place_load(self, e: InPlace, vals: dict[str, str], src_ptr: str, masks: list[str], gaps: list[str],
-                      out: list[str], indent: str, walk: str | None = None):
+    def in_place_load(self, e: InPlace, vals: dict[str, K.Expr], src_ptr: K.Expr, masks: list, gaps: list,
+                      out: list, indent: str, walk: str | None = None):
         """Per element: the source in place where the copy was local (its source rank is this rank), else the
         buffer the peers' copies filled."""
         own = self.tmp("own")
-        out.append(f"{indent}{own} = {vals[e.source.rank]} == rank  # this rank's own rows: read in place")
+        out.append(At(indent, assign(own, cmp(vals[e.source.rank], "==", "rank"),
+                                     "this rank's own rows: read in place")))
         boff, bmask = self.offsets(e.read, at_zero=walk, ranges={walk: f"{walk}_r"} if walk else None)
-        buf_ptr = f"{self.param(e.read.tensor)} + {boff}"
-        masks = [*masks, *(f"({g} | ({own} == 0))" for g in gaps)]
-        if bmask and not masks:
+        buf_ptr = add(self.param(e.read.tensor), boff)
+        masks = [*masks, *(K.Bin("|", g, cmp(own, "==", 0)) for g in gaps)]
+        if bmask is not None and not masks:
             masks = [bmask]
-        mask = " & ".join(masks) or None
+        mask = conj(masks)
         if walk:
             ptrs = self.tmp(f"{e.read.tensor.lower()}_ptrs")
-            out.append(f"{indent}{ptrs} = tl.where({own}, {src_ptr}, {buf_ptr})")
+            out.append(At(indent, assign(ptrs, call("tl.where", own, src_ptr, buf_ptr))))
             return ptrs, mask, own
-        m = f", mask={mask}, other=0" if mask else ""
+        kw = {"mask": mask, "other": 0} if mask is not None else {}
         name = self.tmp(tile_name(e.read.tensor, e.shape))
-        out.append(f"{indent}{name} = tl.load(tl.where({own}, {src_ptr}, {buf_ptr}){m})")
-        return name
+        out.append(At(indent, assign(name, call("load", call("tl.where", own, src_ptr, buf_ptr), **kw))))
+        return E(name)
 
     def in_place_wait(self, e: InPlace, dims) -> None:
         """The buffer's waits, only in tasks whose tile is a peer's rows (local-in-place keeps a read tile within
@@ -195,17 +205,20 @@ class Copies:
         if not ws:
             return
         d = next(x for x in dims if x.rank_var == e.source.rank)
-        start = self.start(e.read.index[d.dim])
+        aff = e.read.index[d.dim]
         first = len(self.wait_lines)
         for w in ws:
             self.wait(w, [], "    ")
-        lines = self.wait_lines[first:]
-        if not lines:
+        waits = tuple(x.stmt for x in self.wait_lines[first:])
+        if not waits:
             return
-        peer = self.tmp("peer_rows")
+        peer = E(self.tmp("peer_rows"))
         del self.wait_lines[first:]
-        self.wait_lines += [f"    {peer} = ({start} - {d.const}) // {d.rank_coef} != rank",
-                            f"    if {peer}:  # a peer's rows: wait until they have arrived",
-                            *("    " + ln for ln in lines)]
+        rows_rank = fdiv(sub(self.scalar(aff.terms, aff.const), d.const), d.rank_coef)
+        why = "a peer's rows: wait until they have arrived"
+        if len(waits) == 2 and isinstance(waits[0], K.Comment):  # one wait: what it waits for says it all
+            why, waits = f"a peer's rows: {waits[0].text}", waits[1:]
+        self.wait_lines += [At("    ", K.Assign(peer, cmp(rows_rank, "!=", "rank"))),
+                            At("    ", K.If(peer, waits, (), why))]
 
     # -- flags -----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import numpy as np
 
 from tilec.errors import ScheduleError
 from tilec.ir import regions
-from tilec.ir.graph import Flag, dma_stages, flags, tensor
+from tilec.ir.graph import Flag, dma_stages, flags, program_of, tensor
 from tilec.ir.queries import flag_dims
 from tilec.ir.tiling import strides
 from tilec.ir.types import ME, Var
@@ -30,7 +30,7 @@ from .text import ident
 
 def dma_table(g: nx.DiGraph) -> dict[int, list[tuple]]:
     """rank -> its chunks (see the module docstring); empty when no stage runs on the copy engines."""
-    world = g.graph["program"].world
+    world = program_of(g).world
     out: dict[int, list[tuple]] = {}
     for q in range(world):
         chunks: dict[tuple, list] = {}
@@ -93,7 +93,7 @@ def chunk_streams(rows, q: int, world: int, max_streams: int) -> list[int]:
 def _boxes(g: nx.DiGraph, s, st, f, q: int):
     """((flag param, counter, owner), (src, src rank, src starts, dst, dst rank, dst starts, lengths)) per task of
     stage `s` on rank q."""
-    world = g.graph["program"].world
+    world = program_of(g).world
     dom = {v.name: v for v in s.loops}
     env = regions.grid(list(s.loops), f"the copies of stage {s.name}")
     n = len(next(iter(env.values()))) if env else 1

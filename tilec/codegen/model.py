@@ -4,12 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-UNARY = {
-    "exp": "tl.exp({})", "log": "tl.log({})", "sqrt": "tl.sqrt({})", "abs": "tl.abs({})",
-    "relu": "tl.maximum({}, 0.0)", "sigmoid": "tl.sigmoid({})", "silu": "({0} * tl.sigmoid({0}))",
-    "tanh": "(2.0 * tl.sigmoid(2.0 * {}) - 1.0)", "neg": "(-{})",
-}
-
 
 @dataclass(frozen=True)
 class TaskFn:

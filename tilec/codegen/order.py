@@ -44,6 +44,9 @@ from tilec.ir.graph import InPlace, Kernel, Stage, stage
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Sum, Var, walk
 
+from . import kir
+from .build import add, fdiv, mod, mul, sub
+
 
 @dataclass(frozen=True)
 class Overlap:
@@ -115,7 +118,7 @@ def own_rows_last(g: nx.DiGraph, k: Kernel, st: Stage) -> bool:
     return all(s.access.remote and s.access.rank == o.name for s in st.body)
 
 
-def copy_order(copied: str, g: nx.DiGraph, p: Overlap, world: int) -> str:
+def copy_order(copied: kir.Expr, g: nx.DiGraph, p: Overlap, world: int) -> kir.Expr:
     """The copy task to run as the interleaved mix's copy number `copied`: a copy stage whose outermost loop is the
     destination rank it skips numbers its tasks by destination (peers only: j = 0 .. W-2 stands for
     r = j + (j >= rank)), a block of copies / (W-1) each; block i goes to rank - 1 - i (mod W), the peer that reads
@@ -125,4 +128,5 @@ def copy_order(copied: str, g: nx.DiGraph, p: Overlap, world: int) -> str:
     if world < 3 or not cp.loops or cp.loops[0].name not in skip or p.copies % (world - 1):
         return copied
     per = p.copies // (world - 1)
-    return f"((rank + {world - 2} - {copied} // {per}) % {world - 1}) * {per} + {copied} % {per}"
+    block = mod(sub(add("rank", world - 2), fdiv(copied, per)), world - 1)
+    return add(mul(block, per), mod(copied, per))

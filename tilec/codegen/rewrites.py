@@ -467,6 +467,22 @@ def drop_unused_params(k: K.Kernel) -> K.Kernel:
         entry = replace(entry, body=K.map_exprs(entry.body, trim))
 
 
+def bind_constants(k: K.Kernel, values: dict[str, int]) -> K.Kernel:
+    """Parameters whose value is known where the kernel is compiled (`rank` in a world of one is 0) read as that
+    constant in every function; parameters and calls stay (drop_unused_params then trims what no body reads). A name
+    a function binds itself is left alone there."""
+
+    def one(fn: K.Fn) -> K.Fn:
+        bound = {t for s in K.walk(fn.body) for t in K.targets(s)}
+        m = {a: v for a, v in values.items() if a not in bound}
+        if not m:
+            return fn
+        return replace(fn, body=K.map_exprs(fn.body, lambda e: K.const(m[e.id]) if isinstance(e, K.Name)
+                                            and e.id in m else e))
+
+    return K.Kernel(one(k.entry), tuple(one(f) for f in k.tasks))
+
+
 def rename(k: K.Kernel, names: dict[str, str]) -> K.Kernel:
     """Names as a reader expects them (`m_r` -> `rm`), in each function where the new name is not taken."""
 

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
+from tilec.errors import TilecError
 from tilec.ir.dtypes import TL_DTYPE
-from tilec.ir.graph import flags, folds, tensor
-from tilec.ir.types import Const, Idx, Op
+from tilec.ir.graph import flags, folds, program_of, tensor
+from tilec.ir.types import ME, Const, Idx, Op
+
+from . import kir as K
+from .build import At, Block, E, add, assign, call, cmp, fdiv, mod, mul, sub, to, tup
 
 COMMENT_WIDTH = 116  # a stage's comment is cut to this many columns (the statement may be longer)
 
@@ -41,47 +46,46 @@ def _broadcasts(src: tuple, dst: tuple) -> bool:
 
 
 class Tasks:
-    """Mixin of _Emitter (emit.py): the lines of one whole task."""
+    """Mixin of _Emitter (emit.py): one whole task, as kernel-IR statements placed in order (build.At)."""
 
-    def task(self, task_var: str, group_m: int, timeline: tuple[int, int] | None = None) -> list[str]:
-        """The task's lines. timeline=(first slot, stage number): record when the task started, when its waits
+    def task(self, task_var: str, group_m: int, timeline: tuple[int, int] | None = None) -> list[At]:
+        """The task's statements. timeline=(first slot, stage number): record when the task started, when its waits
         were done and when it finished (a debug build for `tilec taxes --timeline`)."""
         st = self.st
-        head = ["    " + stage_comment(self.g.graph["program"], st)]
+        head: list = [At("    ", K.Comment(stage_comment(program_of(self.g), st)[2:]))]
         head += self.decode(task_var, group_m)
-        body: list[str] = []
+        body: list[At] = []
         for s in st.body:
             val = self.expr(s.value, body, "    ")
             a = s.access
             off, mask = self.offsets(a)
             ptr = self.param(a.tensor)
             dt = TL_DTYPE[tensor(self.g, a.tensor).dtype]
-            m = f", mask={mask}" if mask else ""
-            shape = ", ".join(map(str, a.shape))
-            shape = f"({shape},)" if len(a.shape) == 1 else f"({shape})"
+            shape = tup(*a.shape)
             if s.part is not None:  # one result of a tile function, laid out as the target tile
                 val = val[s.part]
                 rshape = s.value.outs[s.part][1]
                 if not rshape:
-                    v = f"(tl.zeros({shape}, dtype=tl.float32) + tl.max(tl.reshape({val}, (1,)), axis=0))"
+                    v = K.Bin("+", call("tl.zeros", shape, dtype="tl.float32"),
+                              call("tl.max", call("tl.reshape", val, tup(1)), axis=0))
                 else:
-                    v = f"tl.reshape({val}, {shape})"
+                    v = call("tl.reshape", val, shape)
             elif isinstance(s.value, Const | Op | Idx) and s.value.shape != a.shape and \
                     _broadcasts(s.value.shape, a.shape):
-                v = f"tl.broadcast_to({val}, {shape})"
+                v = call("tl.broadcast_to", val, shape)
             elif s.value.shape != a.shape:  # same tile up to unit dims, e.g. a [BM, BN] sum into P[r, m, n], or
                 # a [BM, 1] column into a [1, BM] row (Z[r, m] = Y[m, 0] * 2): not a broadcast
-                v = f"tl.reshape({val}, {shape})"
+                v = call("tl.reshape", val, shape)
             else:
                 v = val
             if a.remote:  # one peer per task: offset the local addresses once (iris.store translates every element's
                 # address: a 128x64 copy tile took 16.4 us, 1.6 us with the offset, on the H200)
-                delta = self.peer_offset(a.rank, tensor(self.g, a.tensor).dtype, {a.rank}, body, "    ")
-                body.append(f"    tl.store({ptr} + {delta} + {off}, {v}.to({dt}){m})")
+                delta = self.peer_offset(E(a.rank), tensor(self.g, a.tensor).dtype, {a.rank}, body, "    ")
+                body.append(At("    ", K.Do(call("store", add(ptr, delta, off), to(v, dt), mask=mask))))
             else:
-                body.append(f"    tl.store({ptr} + {off}, {v}.to({dt}){m})")
+                body.append(At("    ", K.Do(call("store", add(ptr, off), to(v, dt), mask=mask))))
         folded = {fo.flag: fo for fo in folds(self.g)}
-        arrivals: list[str] = []  # fold-last: the consumer tasks this one may run, after its own record ends
+        arrivals: list[At] = []  # fold-last: the consumer tasks this one may run, after its own record ends
         for f in flags(self.g):
             if f.producer == st.name:
                 if f.name in folded:
@@ -95,45 +99,63 @@ class Tasks:
             # task's time is never counted twice (the arrival's atomic shows between the two)
             slot, number = timeline
             tp = self.param("TIMELINE")
-            lines = [*head, "    _tl_start = td.clock(INTERPRET)", *self.wait_lines,
-                     "    _tl_waited = td.clock(INTERPRET)", *self.prologue, *body,
-                     f"    td.mark({tp} + ({slot} + {task_var}) * 5, {number}, _tl_start, _tl_waited, INTERPRET)",
+            lines = [*head, At("    ", assign("_tl_start", call("clock", "INTERPRET"))), *self.wait_lines,
+                     At("    ", assign("_tl_waited", call("clock", "INTERPRET"))), *self.prologue, *body,
+                     At("    ", K.Do(call("mark", add(tp, mul(add(slot, task_var), 5)), number, "_tl_start",
+                                      "_tl_waited", "INTERPRET"))),
                      *arrivals]
         return lines
 
-    def decode(self, task_var: str, group_m: int) -> list[str]:
-        loops = list(self.st.loops)
-        out = []
+    def decode(self, task_var: str, group_m: int) -> list[At]:
+        """The task's loop variables from its task number, and its tiles' index vectors. A stage that skips its
+        rank loop's own value (Stage.skip_equal: local-in-place) counts W - 1 values of that variable: r' >= rank
+        stands for r' + 1."""
+        skip = self.skipped_rank()
+        loops = [replace(v, extent=self.world - 1) if v.name == skip else v for v in self.st.loops]
+        b = Block()
         tiles = [v for v in loops if not v.is_rank]
         grouped = group_m > 1 and len(loops) >= 2 and all(not v.is_rank and v.trips > 1 for v in loops[-2:])
         if grouped:  # the last two loops are the output tile's rows and columns; outer loops (e.g. ranks) wrap them
             m, n = loops[-2:]
             tv = task_var if len(loops) == 2 else f"{task_var}_mn"
             if tv != task_var:
-                out.append(f"    {tv} = {task_var} % {m.trips * n.trips}")
-            out += [
-                f"    # grouped order: {group_m} rows of {m.name}-tiles share the {n.name}-tiles in L2",
-                f"    g_size = {group_m} * {n.trips}",
-                f"    g_first = ({tv} // g_size) * {group_m}",
-                f"    g_rows = tl.minimum({m.trips} - g_first, {group_m})",
-                f"    {m.name} = (g_first + ({tv} % g_size) % g_rows) * {m.step}",
-                f"    {n.name} = (({tv} % g_size) // g_rows) * {n.step}",
-            ]
+                b.add(assign(tv, mod(task_var, m.trips * n.trips)))
+            b.add(assign("g_size", mul(group_m, n.trips)),
+                  assign("g_first", mul(fdiv(tv, "g_size"), group_m),
+                         f"grouped order: {group_m} rows of {m.name}-tiles share the {n.name}-tiles in L2"),
+                  assign("g_rows", call("tl.minimum", sub(m.trips, "g_first"), group_m)),
+                  assign(m.name, mul(add("g_first", mod(mod(tv, "g_size"), "g_rows")), m.step)),
+                  assign(n.name, mul(fdiv(mod(tv, "g_size"), "g_rows"), n.step)))
         outer = loops[:-2] if grouped else loops
         if outer:
-            rest = task_var
             multi = [v for v in outer if v.trips > 1]
             for v in outer:
                 if v.trips == 1:  # one-trip loops (and `:` slices) start at 0
-                    out.append(f"    {v.name} = 0")
+                    b.add(assign(v.name, sub(1, "rank") if v.name == skip else 0,
+                                 "the one peer" if v.name == skip else ""))
             # the trips of the loops inside this one: each variable is one division and one remainder
             div = m.trips * n.trips if grouped else 1
             for i, v in enumerate(reversed(multi)):
-                q = rest if div == 1 else f"{rest} // {div}"
-                val = q if i == len(multi) - 1 else f"{q} % {v.trips}"
-                out.append(f"    {v.name} = {val}" if v.step == 1 else f"    {v.name} = ({val}) * {v.step}")
+                q = E(task_var) if div == 1 else fdiv(task_var, div)
+                val = q if i == len(multi) - 1 else mod(q, v.trips)
+                if v.name == skip:
+                    b.add(assign(v.name, add(val, call(K.Attr(cmp(val, ">=", "rank"), "to"), K.Attr(E("tl"), "int32"))),
+                                 f"skips {v.name} == rank: the rows it holds"))
+                else:
+                    b.add(assign(v.name, val if v.step == 1 else mul(val, v.step)))
                 div *= v.trips
+        out = [At("    ", x) for x in b.done()]
         for v in tiles:
             if v.step > 1 or v.name.startswith("_"):  # unit-step loops index like scalars (`:` slices do not)
                 self.bind_tile(v, out, "    ", hint=v.step > 1)
         return out
+
+    def skipped_rank(self) -> str | None:
+        """The rank loop whose value equal to this rank the stage skips (Stage.skip_equal = ((r, rank),)), if any."""
+        if not self.st.skip_equal:
+            return None
+        if len(self.st.skip_equal) != 1 or ME not in self.st.skip_equal[0]:
+            raise TilecError(f"codegen: stage '{self.st.name}' skips {self.st.skip_equal}; only one rank loop against"
+                             " `rank`")
+        a, b = self.st.skip_equal[0]
+        return a if b == ME else b

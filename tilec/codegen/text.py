@@ -1,5 +1,5 @@
-"""Text helpers of the emitter: names for temporaries and small formatters. (Index arithmetic is simplified on the
-kernel IR, rewrites.py, not on text.)"""
+"""Names for the emitter's temporaries and small helpers (the emitters build kernel-IR nodes, build.py; index
+arithmetic is simplified on that tree, rewrites.py, never on text)."""
 
 from __future__ import annotations
 
@@ -47,10 +47,3 @@ def row_major_strides(shape: tuple[int, ...]) -> list[int]:
         s *= n
     return out[::-1]
 
-
-def bcast(e: str, d: int, nd: int) -> str:
-    """`e` (a vector along dim d) indexed to broadcast over nd dims."""
-    if nd == 1:
-        return e
-    idx = ", ".join(":" if i == d else "None" for i in range(nd))
-    return f"{e}[{idx}]"

@@ -6,6 +6,7 @@ Every problem is collected (with its location) and reported together as one Comp
 
 from __future__ import annotations
 
+import math
 import numbers
 import re
 from collections.abc import Mapping
@@ -14,6 +15,7 @@ from fractions import Fraction
 
 from tilec.errors import ArgumentError, CompileError, Diagnostic, Loc
 from tilec.frontend import ast
+from tilec.frontend.affine import NotAffine, affine
 from tilec.frontend.limits import MAX_LOOPS, MAX_SIZE, MAX_TASKS, MAX_TILE, MAX_WORLD, tile_problems
 from tilec.ir.builtins import TILE_FNS
 from tilec.ir.types import (
@@ -34,6 +36,7 @@ from tilec.ir.types import (
     loads,
     logical_shape,
     squeeze,
+    trips,
 )
 
 UNARY_FNS = {"exp", "log", "sqrt", "relu", "silu", "sigmoid", "tanh", "abs"}
@@ -76,48 +79,12 @@ class _Err(Exception):
         self.loc, self.msg = loc, msg
 
 
-def _affine(e: ast.Expr, consts: dict[str, int], vars_: dict[str, Var]) -> tuple[dict[str, Fraction], Fraction]:
-    """Evaluate an index expression to (coefficients, constant) with exact rational arithmetic."""
-    if isinstance(e, ast.Int):
-        return {}, Fraction(e.value)
-    if isinstance(e, ast.Name):
-        if e.id in consts:
-            return {}, Fraction(consts[e.id])
-        if e.id in vars_:
-            return {e.id: Fraction(1)}, Fraction(0)
-        raise _Err(e.loc, f"unknown name '{e.id}'")
-    if isinstance(e, ast.Neg):
-        t, c = _affine(e.operand, consts, vars_)
-        return {v: -k for v, k in t.items()}, -c
-    if isinstance(e, ast.BinOp) and e.op in "+-*/%":
-        lt, lc = _affine(e.lhs, consts, vars_)
-        rt, rc = _affine(e.rhs, consts, vars_)
-        if e.op in "+-":
-            s = 1 if e.op == "+" else -1
-            terms = dict(lt)
-            for v, k in rt.items():
-                terms[v] = terms.get(v, 0) + s * k
-            return {v: k for v, k in terms.items() if k}, lc + s * rc
-        if e.op == "*":
-            if lt and rt:
-                raise _Err(e.loc, "index is not affine: product of two loop variables")
-            if lt:
-                return {v: k * rc for v, k in lt.items() if k * rc}, lc * rc
-            return {v: k * lc for v, k in rt.items() if k * lc}, lc * rc
-        if rt:
-            raise _Err(e.loc, f"index is not affine: '{e.op}' by a loop variable")
-        if rc == 0:
-            raise _Err(e.loc, "division by zero")
-        if e.op == "/":
-            return {v: k / rc for v, k in lt.items()}, lc / rc
-        if lt:
-            raise _Err(e.loc, "index is not affine: '%' of a loop variable")
-        return {}, Fraction(lc % rc)
-    if isinstance(e, ast.Ref):  # `X[idx[m], k]`: a gather, which the tile graph cannot express
-        raise _Err(e.loc, f"'{e.tensor}[...]' reads a tensor: data-dependent indices are not supported yet (hint: an"
-                          " index is affine in loop variables and dims; a value read from an i32 tensor can be a count,"
-                          " such as attend's `n`, or take part in tile math)")
-    raise _Err(e.loc, "only integer arithmetic on dims and loop variables may appear here")
+def _affine(e: ast.Expr, consts: dict[str, int], vars_: dict[str, Var]) -> tuple[dict, Fraction | int]:
+    """An index expression as (coefficients of the loop variables, constant), exact (frontend.affine)."""
+    try:
+        return affine(e, consts, vars_)
+    except NotAffine as x:
+        raise _Err(x.loc, x.msg) from None
 
 
 def _ends_here(source: str, loc: Loc) -> bool:
@@ -229,7 +196,7 @@ class _Checker:
                 except _Err as e:
                     self.err(e.loc, f"{e.msg} in the shape of '{t.name}'" + self._values_hint(s))
                     shape.append(1)
-            numel = _prod(shape)
+            numel = math.prod(shape)
             if numel > MAX_SIZE:
                 self.err(t.loc, f"'{t.name}' has {numel} elements: too many (tilec's limit is 2**40 = {MAX_SIZE})")
                 shape = [1] * len(shape)
@@ -286,7 +253,7 @@ class _Checker:
             if lp.kind != "rank" and (self._placeheld(lp.extent) or self._placeheld(lp.step)):
                 self.tainted.add(lp.var)
             loops.append(v)
-        tasks = _prod(v.trips for v in loops)
+        tasks = trips(loops)
         if tasks > MAX_TASKS:
             self.err(s.loc, f"stage '{s.name}' has {tasks} tasks: too many (tilec's limit is 2**24 = {MAX_TASKS}"
                             " per stage; use larger tiles)")
@@ -605,16 +572,9 @@ def _names(e: ast.Expr):
             yield from _names(getattr(e, f))
 
 
-def _prod(xs) -> int:
-    out = 1
-    for x in xs:
-        out *= x
-    return out
-
-
 def _check_tile(shape, loc: Loc) -> None:
-    if _prod(shape) > MAX_TILE:
-        raise _Err(loc, f"a {_shp(shape)} tile has {_prod(shape)} elements: too many (tilec's limit is 2**24 ="
+    if math.prod(shape) > MAX_TILE:
+        raise _Err(loc, f"a {_shp(shape)} tile has {math.prod(shape)} elements: too many (tilec's limit is 2**24 ="
                         f" {MAX_TILE} per tile; use smaller tiles)")
 
 
@@ -650,9 +610,9 @@ def _broadcast(a: tuple[int, ...], b: tuple[int, ...], scalars: bool = False) ->
     if not a or not b:
         return a or b
     if scalars and len(a) != len(b):
-        if _prod(b) == 1 and len(b) < len(a):
+        if math.prod(b) == 1 and len(b) < len(a):
             return a
-        if _prod(a) == 1 and len(a) < len(b):
+        if math.prod(a) == 1 and len(a) < len(b):
             return b
     if len(a) != len(b):
         return None

@@ -25,8 +25,8 @@ import networkx as nx
 
 from tilec.errors import TilecError
 from tilec.fileio import write_atomic  # whole file or nothing; callers import it from here too
-from tilec.ir.graph import Pull, Stage
-from tilec.ir.types import ME, Var
+from tilec.ir.graph import Pull, Stage, kernels_of, kind_of, node_order, payload_of, program_of
+from tilec.ir.types import ME, Var, trips
 
 LIMIT = 8  # tile-group nodes per stage before loops are collapsed: readable at the examples' default sizes
 FORMATS = ("dot", "svg", "png")
@@ -71,20 +71,13 @@ def tile_groups(st: Stage, limit: int = LIMIT) -> list[TileGroup]:
     order = [v for v in reversed(loops) if not v.is_rank] + [v for v in reversed(loops) if v.is_rank]
     kept = list(loops)
     for v in order:
-        if _prod(x.trips for x in kept) <= limit:
+        if trips(kept) <= limit:
             break
         kept.remove(v)
     collapsed = tuple(v for v in loops if v not in kept)
-    count = _prod(v.trips for v in collapsed)
+    count = trips(collapsed)
     return [TileGroup(st.name, tuple(zip(kept, idx, strict=True)), collapsed, count)
             for idx in itertools.product(*(range(v.trips) for v in kept))]
-
-
-def _prod(xs) -> int:
-    n = 1
-    for x in xs:
-        n *= x
-    return n
 
 
 def _q(s: str) -> str:
@@ -123,7 +116,7 @@ def _mode_label(mode: str, rank: str, group: TileGroup, write: bool) -> str | No
 
 
 def to_dot(g: nx.DiGraph, title: str = "", limit: int = LIMIT) -> str:
-    prog = g.graph["program"]
+    prog = program_of(g)
     head = f"{prog.name}  world={prog.world}  " + " ".join(f"{k}={v}" for k, v in (*prog.dims, *prog.tiles))
     label = f"{title}\n{head}" if title else head
     graph = _attrs(label=label, labelloc="t", rankdir="LR", compound="true", fontname="Helvetica", fontsize="11",
@@ -150,10 +143,10 @@ def to_dot(g: nx.DiGraph, title: str = "", limit: int = LIMIT) -> str:
             a = _attrs(label="barrier", shape="box", style="filled,bold", fillcolor="#f4b6b6")
             out.append(f"  {_q(n)} {a};")
     groups: dict[str, list[TileGroup]] = {}
-    stage_nodes = [n for n in g.graph["order"] if g.nodes[n]["kind"] == "stage"]
+    stage_nodes = [n for n in node_order(g) if kind_of(g, n) == "stage"]
     for n in stage_nodes:
-        groups[n] = tile_groups(g.nodes[n]["payload"], limit)
-    kernels = g.graph.get("kernels", ())
+        groups[n] = tile_groups(payload_of(g, n), limit)
+    kernels = kernels_of(g)
     in_kernel = {s for k in kernels for s in k.stages}
     for i, k in enumerate(kernels):
         attrs = ["persistent" if k.persistent else "one program per task",
@@ -169,7 +162,7 @@ def to_dot(g: nx.DiGraph, title: str = "", limit: int = LIMIT) -> str:
             out += _stage_cluster(g, f"s:{s}", groups[f"s:{s}"], "    ")
         out.append("  }")
     for n in stage_nodes:
-        if g.nodes[n]["payload"].name not in in_kernel:
+        if payload_of(g, n).name not in in_kernel:
             out += _stage_cluster(g, n, groups[n], "  ")
     out += _edges(g, groups)
     out.append("}")
@@ -177,10 +170,10 @@ def to_dot(g: nx.DiGraph, title: str = "", limit: int = LIMIT) -> str:
 
 
 def _stage_cluster(g: nx.DiGraph, n: str, gs: list[TileGroup], ind: str) -> list[str]:
-    st: Stage = g.nodes[n]["payload"]
+    st: Stage = payload_of(g, n)
     loops = ", ".join(f"{v.name} in ranks" if v.is_rank else f"{v.name} in {v.extent} by {v.step}"
                       for v in visible_loops(st)) or "one task"
-    tasks = _prod(v.trips for v in visible_loops(st))
+    tasks = trips(visible_loops(st))
     note = f"\n{st.note}" if st.note else ""
     a = _attrs(label=f"stage {st.name}: {tasks} task(s)\nover {loops}{note}", style="rounded,filled",
                fillcolor="#f6f6f6", color="#888888")
@@ -206,7 +199,7 @@ def _edges(g: nx.DiGraph, groups: dict[str, list[TileGroup]]) -> list[str]:
         out.append(f"  {_q(a)} -> {_q(b)} {_attrs(**kw)};")
 
     for n, gs in groups.items():
-        reads, writes = accesses(g.nodes[n]["payload"])
+        reads, writes = accesses(payload_of(g, n))
         for grp in gs:
             for t, mode, rank in reads:
                 label = _mode_label(mode, rank, grp, False)
@@ -214,14 +207,14 @@ def _edges(g: nx.DiGraph, groups: dict[str, list[TileGroup]]) -> list[str]:
             for t, mode, rank in writes:
                 label = _mode_label(mode, rank, grp, True)
                 out.append(f"  {_q(grp.node)} -> {_q('t:' + t)} {_attrs(label=label, color=_COLOR[mode])};")
-    order = g.graph["order"]
+    order = node_order(g)
     for a, b in zip(order, order[1:], strict=False):
-        near_barrier = "barrier" in (g.nodes[a]["kind"], g.nodes[b]["kind"])
+        near_barrier = "barrier" in (kind_of(g, a), kind_of(g, b))
         edge(a, b, label="barrier" if near_barrier else "program order", style="bold" if near_barrier else "dotted",
              color="#c03030" if near_barrier else "#999999")
     for u, v, d in sorted(g.edges(data=True), key=lambda e: (e[0], e[1])):
         if d["kind"] == "release":
-            f = g.nodes[v]["payload"]
+            f = payload_of(g, v)
             edge(u, v, label=f"flag: release +{f.count}", color="#c08000")
         elif d["kind"] == "wait":
             edge(u, v, label=f"flag: wait ({len(d['waits'])})", color="#c08000", style="dashed")

@@ -18,11 +18,12 @@ folds (tuple of Fold, set by `fold-last`), passes (names applied so far), option
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import networkx as nx
 
 from tilec.errors import Loc
-from tilec.ir.types import Access, Load, Store, Var, walk
+from tilec.ir.types import Access, Load, Store, Var, trips, walk
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,11 @@ class Stage:
     # pairs of rank variables (loop vars or ME): the tasks where the two are equal are not run (local-in-place
     # drops a copy's tasks from a rank to itself)
     skip_equal: tuple[tuple[str, str], ...] = ()
+
+    def tasks(self, world: int) -> int:
+        """The tasks the stage runs: its loops' trips, less those a skip pair drops (one of W values)."""
+        n = trips(self.loops)
+        return n * (world - 1) // world if self.skip_equal else n
 
     def reads(self) -> list[Load | Pull]:
         out, seen = [], set()
@@ -159,6 +165,55 @@ def sync(g: nx.DiGraph) -> str:
     return g.graph.get("sync", BARRIERS)
 
 
+# -- the graph's own state, one accessor each: the modules above read these, not the graph's keys ---------------
+class Program(Protocol):
+    """What the graph keeps of the checked program it was lowered from (frontend.sema.BoundProgram)."""
+
+    name: str
+    file: str
+    source: str
+    world: int
+    tensors: tuple
+    dims: tuple
+    tiles: tuple
+    items: tuple
+
+
+def program_of(g: nx.DiGraph) -> Program:
+    """The checked program the graph was lowered from (None in a hand-made graph without one)."""
+    return g.graph.get("program")
+
+
+def node_order(g: nx.DiGraph) -> tuple[str, ...]:
+    """The stage and barrier nodes in program order."""
+    return tuple(g.graph.get("order", ()))
+
+
+def kernels_of(g: nx.DiGraph) -> tuple[Kernel, ...]:
+    """The kernels persist grouped the stages into (none before persist: see persisted)."""
+    return tuple(g.graph.get("kernels") or ())
+
+
+def persisted(g: nx.DiGraph) -> bool:
+    """Whether persist has run (the graph has its kernels, if none)."""
+    return g.graph.get("kernels") is not None
+
+
+def passes_run(g: nx.DiGraph) -> tuple[str, ...]:
+    """The passes that made the graph, each as its describe() says, in order."""
+    return tuple(g.graph.get("passes", ()))
+
+
+def payload_of(g: nx.DiGraph, n: str):
+    """The payload of node n: a Stage, Tensor, Flag or Barrier (see kind_of)."""
+    return g.nodes[n]["payload"]
+
+
+def kind_of(g: nx.DiGraph, n: str) -> str:
+    """What node n is: "stage", "tensor", "flag" or "barrier"."""
+    return g.nodes[n]["kind"]
+
+
 def sid(name: str) -> str:
     return f"s:{name}"
 
@@ -168,11 +223,11 @@ def tid(name: str) -> str:
 
 
 def stages(g: nx.DiGraph) -> list[Stage]:
-    return [g.nodes[n]["payload"] for n in g.graph["order"] if g.nodes[n]["kind"] == "stage"]
+    return [payload_of(g, n) for n in node_order(g) if kind_of(g, n) == "stage"]
 
 
 def stage(g: nx.DiGraph, name: str) -> Stage:
-    return g.nodes[sid(name)]["payload"]
+    return payload_of(g, sid(name))
 
 
 def tensors(g: nx.DiGraph):
@@ -180,7 +235,7 @@ def tensors(g: nx.DiGraph):
 
 
 def tensor(g: nx.DiGraph, name: str):
-    return g.nodes[tid(name)]["payload"]
+    return payload_of(g, tid(name))
 
 
 def flags(g: nx.DiGraph) -> list[Flag]:
@@ -200,17 +255,17 @@ def folds(g: nx.DiGraph) -> tuple[Fold, ...]:
 
 
 def barriers(g: nx.DiGraph) -> list[str]:
-    return [n for n in g.graph["order"] if g.nodes[n]["kind"] == "barrier"]
+    return [n for n in node_order(g) if kind_of(g, n) == "barrier"]
 
 
 def phases(g: nx.DiGraph) -> list[list[Stage]]:
     """Stages grouped by the barriers that separate them."""
     out: list[list[Stage]] = [[]]
-    for n in g.graph["order"]:
-        if g.nodes[n]["kind"] == "barrier":
+    for n in node_order(g):
+        if kind_of(g, n) == "barrier":
             out.append([])
         else:
-            out[-1].append(g.nodes[n]["payload"])
+            out[-1].append(payload_of(g, n))
     return [p for p in out if p]
 
 
@@ -219,13 +274,13 @@ def rebuild_edges(g: nx.DiGraph) -> None:
     for u, v, d in list(g.edges(data=True)):
         if d["kind"] in ("read", "write", "order"):
             g.remove_edge(u, v)
-    order = g.graph["order"]
+    order = node_order(g)
     for a, b in zip(order, order[1:], strict=False):
         g.add_edge(a, b, kind="order")
     for n in order:
-        if g.nodes[n]["kind"] != "stage":
+        if kind_of(g, n) != "stage":
             continue
-        st: Stage = g.nodes[n]["payload"]
+        st: Stage = payload_of(g, n)
         for s in st.body:
             g.add_edge(n, tid(s.access.tensor), kind="write")
         for r in st.reads():

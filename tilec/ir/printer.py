@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from tilec.ir.graph import InPlace, Pull, flags, waits
+from tilec.ir.graph import InPlace, Pull, flags, kernels_of, node_order, passes_run, payload_of, program_of, waits
 from tilec.ir.types import ME, Const, Dot, Idx, Load, Op, Sum, TExpr, TupleCall, Var
 
 _INFIX = {"+": "+", "-": "-", "*": "*", "/": "/"}
@@ -43,15 +43,15 @@ def fmt_loop(v: Var) -> str:
 
 
 def print_graph(g: nx.DiGraph) -> str:
-    p = g.graph["program"]
+    p = program_of(g)
     out = [f"program {p.name}  world={p.world}  " + " ".join(f"{k}={v}" for k, v in (*p.dims, *p.tiles))]
-    out.append("passes: " + ", ".join(g.graph.get("passes", ())))
+    out.append("passes: " + ", ".join(passes_run(g)))
     for n in sorted(n for n, d in g.nodes(data=True) if d["kind"] == "tensor"):
-        t = g.nodes[n]["payload"]
+        t = payload_of(g, n)
         sym = " symmetric" if t.symmetric else ""
         out.append(f"{t.kind:<3} {t.name} : {t.dtype}[{', '.join(map(str, t.shape))}]{sym}")
-    kernel_of = {s: k for k in g.graph.get("kernels", ()) for s in k.stages}
-    for n in g.graph["order"]:
+    kernel_of = {s: k for k in kernels_of(g) for s in k.stages}
+    for n in node_order(g):
         d = g.nodes[n]
         if d["kind"] == "barrier":
             out.append("barrier")
@@ -86,7 +86,7 @@ def print_graph(g: nx.DiGraph) -> str:
         key = ", ".join(f.key) or "-"
         out.append(f"flag {f.name}: {f.size} counter(s) [{key}] on {owner}, +{f.count} per call from stage"
                    f" {f.producer} ({f.granularity})")
-    for k in g.graph.get("kernels", ()):
+    for k in kernels_of(g):
         attrs = [a for a, on in (("persistent", k.persistent), ("concurrent", k.concurrent),
                                  ("after-barrier", k.barrier_before)) if on]
         if k.groups:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import networkx as nx
 
-from tilec.ir.graph import Flag, InPlace, Pull, Stage, sid, stages
+from tilec.ir.graph import Flag, InPlace, Pull, Stage, payload_of, program_of, sid, stages
 from tilec.ir.tiling import invert
-from tilec.ir.types import ME, Load, Var, reduction_vars
+from tilec.ir.types import ME, Load, Var, reduction_vars, trips
 
 
 def flag_dims(g: nx.DiGraph, f: Flag):
     """The per-dim inverses that define flag `f`'s counters (shared by codegen and the verifier)."""
-    prog = g.graph["program"]
-    p = g.nodes[sid(f.producer)]["payload"]
+    prog = program_of(g)
+    p = payload_of(g, sid(f.producer))
     loops = {v.name: v for v in p.loops} | {ME: Var(ME, "me", prog.world, 1, p.loc)}
     return invert(f.write, loops, set(f.key), prog.world, f"flag {f.name}")
 
@@ -35,10 +35,7 @@ def pull_rereads(g: nx.DiGraph) -> list[tuple[str, Pull, int, tuple[str, ...]]]:
                 continue
             used = r.read.vars | red
             loops = tuple(v.name for v in c.loops if v.name not in used and v.trips > 1)
-            n = 1
-            for v in c.loops:
-                if v.name in loops:
-                    n *= v.trips
+            n = trips(v for v in c.loops if v.name in loops)
             if n > 1:
                 out.append((c.name, r, n, loops))
     return out

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tilec.ir.types import Access, Affine, Var
+from tilec.ir.types import Access, Affine, Var, trips
 
 LIMIT = 1 << 22  # variable-value combinations enumerated at once
 CELLS = 1 << 23  # cells of one rasterized block
@@ -63,9 +63,7 @@ def values(v: Var) -> np.ndarray:
 def grid(vs: list[Var], what=None) -> dict[str, np.ndarray]:
     """Every combination of the variables' values, flattened (C order: the last var varies fastest). `what`
     (text, or a callable giving it, as formatting accesses costs more than enumerating them) names the question."""
-    n = 1
-    for v in vs:
-        n *= v.trips
+    n = trips(vs)
     if n > LIMIT:
         what = what() if callable(what) else what
         raise Undecidable(f"{what}: {n} combinations of {', '.join(v.name for v in vs)} exceed {LIMIT}")

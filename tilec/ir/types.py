@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tilec.errors import Loc
@@ -26,6 +28,11 @@ class Var:
     @property
     def is_rank(self) -> bool:
         return self.kind in ("rank", "me")
+
+
+def trips(loops: Iterable[Var]) -> int:
+    """The iterations of a loop nest (a stage's tasks, a reduction's steps): the product of its loops' trips."""
+    return math.prod(v.trips for v in loops)
 
 
 @dataclass(frozen=True)
@@ -76,10 +83,7 @@ class Tensor:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
+        return math.prod(self.shape)
 
 
 @dataclass(frozen=True)

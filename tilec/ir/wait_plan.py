@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import networkx as nx
 
-from tilec.ir.graph import Flag
+from tilec.ir.graph import Flag, payload_of, program_of
 from tilec.ir.queries import flag_dims
 from tilec.ir.tiling import DimInverse, invert, strides
 from tilec.ir.types import ME, Access, Var
@@ -189,8 +189,8 @@ def plan_fold(g: nx.DiGraph, fold) -> FoldPlan:
     from tilec.ir.graph import stage
 
     c = stage(g, fold.consumer)
-    f0: Flag = g.nodes[f"f:{fold.flag}"]["payload"]
-    scope = task_scope(c, g.graph["program"].world)
+    f0: Flag = payload_of(g, f"f:{fold.flag}")
+    scope = task_scope(c, program_of(g).world)
     reads = fold_reads(g, fold.consumer, fold.flag)
     if not reads:
         raise ScheduleError(f"fold: stage '{fold.consumer}' does not wait on {fold.flag}")

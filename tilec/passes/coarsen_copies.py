@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.ir.dtypes import ESIZE
-from tilec.ir.graph import SM, InPlace, Stage, flags, sid, stages, tid
+from tilec.ir.graph import SM, InPlace, Stage, flags, payload_of, sid, stages, tid
 from tilec.ir.types import Access, map_expr
 
 from .base import Pass
@@ -77,7 +77,7 @@ def _factor(g: nx.DiGraph, cp: Stage):
         return 1, v
     if any(aff.coef(v.name) not in (0, 1) for x in (a, b) for aff in x.index):
         return 1, v
-    tile_bytes = ESIZE[g.nodes[tid(a.tensor)]["payload"].dtype]
+    tile_bytes = ESIZE[payload_of(g, tid(a.tensor)).dtype]
     for n in a.shape:
         tile_bytes *= n
     c = 1

@@ -30,9 +30,9 @@ import networkx as nx
 
 from tilec.errors import ScheduleError
 from tilec.ir.builtins import TILE_FNS
-from tilec.ir.graph import Flag, Fold, sid, stage, stages, waits
+from tilec.ir.graph import Flag, Fold, kernels_of, payload_of, persisted, program_of, sid, stage, stages, waits
 from tilec.ir.tiling import flag_size, invert
-from tilec.ir.types import ME, Dot, TupleCall, Var, reduction_vars, walk
+from tilec.ir.types import ME, Dot, TupleCall, Var, reduction_vars, trips, walk
 from tilec.ir.wait_plan import plan_wait, release_signature, task_scope
 
 from .base import Pass
@@ -53,11 +53,11 @@ class FoldLast(Pass):
     name = "fold-last"
 
     def apply(self, g: nx.DiGraph) -> nx.DiGraph:
-        kernels = g.graph.get("kernels")
-        if kernels is None:
+        kernels = kernels_of(g)
+        if not persisted(g):
             raise ScheduleError("fold-last runs after persist: it folds stages of one persistent kernel")
         kernel_of = {s: i for i, k in enumerate(kernels) for s in k.stages}
-        world = g.graph["program"].world
+        world = program_of(g).world
         folds = list(g.graph.get("folds", ()))
         for c in stages(g):
             ws = waits(g, c.name)
@@ -66,7 +66,7 @@ class FoldLast(Pass):
             k = kernels[kernel_of[c.name]]
             if not ws or not k.persistent or len({w.flag for w in ws}) != 1 or not _tail_work(c):
                 continue
-            f: Flag = g.nodes[f"f:{ws[0].flag}"]["payload"]
+            f: Flag = payload_of(g, f"f:{ws[0].flag}")
             p = f.producer
             if kernel_of.get(p) != kernel_of[c.name] or k.stages.index(p) >= k.stages.index(c.name):
                 continue
@@ -90,7 +90,7 @@ class FoldLast(Pass):
     @staticmethod
     def _arrival(g: nx.DiGraph, f: Flag, c, ws) -> Flag:
         """The flag whose counters are the groups: f's key without the vars of dims every read takes whole."""
-        world = g.graph["program"].world
+        world = program_of(g).world
         p = stage(g, f.producer)
         scope = task_scope(c, world)
         red = {v.name for s in c.body for v in reduction_vars(s.value)}
@@ -111,10 +111,7 @@ class FoldLast(Pass):
             key = tuple(v for v in m.key if v not in whole)
             members.append((m.write, key))
         (write, key), *others = members
-        count = 1
-        for v in p.loops:
-            if v.name not in key and v.name != write.rank:
-                count *= v.trips
+        count = trips(v for v in p.loops if v.name not in key and v.name != write.rank)
         size = flag_size(invert(write, loops, set(key), world, f"fold of stage '{c.name}'"))
         arrival = Flag(f"{f.name}:{c.name}", write.tensor, p.name, write, key, size, count, f.granularity, f.loc,
                        tuple(others))

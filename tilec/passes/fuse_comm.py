@@ -22,7 +22,19 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.errors import ScheduleError
-from tilec.ir.graph import Pull, Stage, phases, rebuild_edges, sid, stages, tid
+from tilec.ir.graph import (
+    Pull,
+    Stage,
+    kind_of,
+    node_order,
+    payload_of,
+    phases,
+    program_of,
+    rebuild_edges,
+    sid,
+    stages,
+    tid,
+)
 from tilec.ir.queries import copy_stages, pull_rereads
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Access, Load, Var, map_expr
@@ -46,7 +58,7 @@ class FuseComm(Pass):
         return self._pull(g) if self.mode == "pull" else self._push(g)
 
     def _pull(self, g: nx.DiGraph) -> nx.DiGraph:
-        prog = g.graph["program"]
+        prog = program_of(g)
         fused, why, seen = 0, [], set()
         while True:  # re-scan after each fusion: a fused copy can turn its consumer into a non-copy
             todo = [s for s in copy_stages(g, single=False) if s.name not in seen]
@@ -55,7 +67,7 @@ class FuseComm(Pass):
             cp = todo[0]
             seen.add(cp.name)
             computed = [x.value.access.tensor for x in cp.body
-                        if g.nodes[tid(x.value.access.tensor)]["payload"].kind != "in"]
+                        if payload_of(g, tid(x.value.access.tensor)).kind != "in"]
             if computed:
                 why.append(f"stage '{cp.name}' copies '{computed[0]}', which the program computes; pulling it"
                            " straight from the peers would need flags on it (use fused-push or flags)")
@@ -67,11 +79,11 @@ class FuseComm(Pass):
             buf, src = st.access, st.value.access
             remote_readers = [r for c in stages(g) for r in c.reads()
                               if isinstance(r, Load) and r.access.tensor == buf.tensor and r.access.remote]
-            if remote_readers and not g.nodes[tid(src.tensor)]["payload"].symmetric:
+            if remote_readers and not payload_of(g, tid(src.tensor)).symmetric:
                 why.append(f"'{buf.tensor}' is read on peers, so pulling its source '{src.tensor}' means reading"
                            f" '{src.tensor}' on a peer, and '{src.tensor}' is not symmetric")
                 continue
-            tb = g.nodes[tid(buf.tensor)]["payload"]
+            tb = payload_of(g, tid(buf.tensor))
             writers = [s for s in stages(g) if any(x.access.tensor == buf.tensor for x in s.body)]
             if tb.kind != "buf" or len(writers) != 1 or buf.remote:
                 why.append(f"'{buf.tensor}' is not a buffer written only locally by stage '{cp.name}'")
@@ -94,13 +106,13 @@ class FuseComm(Pass):
                         note = f"pulls {buf.tensor} from {src.tensor}@{src.rank}"
                         g.nodes[sid(c.name)]["payload"] = replace(c, body=body, note=_join(c.note, note))
             for c, _p, n, loops in pull_rereads(g):  # said where `tilec show` prints the stage (perf/auto.py acts)
-                st = g.nodes[sid(c)]["payload"]
+                st = payload_of(g, sid(c))
                 note = f"re-reads each tile of {_p.source.tensor} {n} times (once per {', '.join(loops)})"
                 if note not in st.note:
                     g.nodes[sid(c)]["payload"] = replace(st, note=_join(st.note, note))
             g.remove_node(sid(cp.name))
             g.remove_node(tid(buf.tensor))
-            g.graph["order"] = _drop_dangling_barriers([n for n in g.graph["order"] if n != sid(cp.name)], g)
+            g.graph["order"] = _drop_dangling_barriers([n for n in node_order(g) if n != sid(cp.name)], g)
             fused += 1
         if not fused:
             raise ScheduleError("fused-pull does not apply: " + ("; ".join(why) or "no stage is a pure tile copy"))
@@ -116,7 +128,7 @@ class FuseComm(Pass):
             if not ok:
                 why.append(f"stage '{cp.name}' does not pull from a peer chosen by a rank loop into local tiles")
                 continue
-            bad = [st.access.tensor for st in cp.body if not g.nodes[tid(st.access.tensor)]["payload"].symmetric]
+            bad = [st.access.tensor for st in cp.body if not payload_of(g, tid(st.access.tensor)).symmetric]
             if bad:
                 why.append(f"'{bad[0]}' is not symmetric, so peers cannot store into it")
                 continue
@@ -152,7 +164,7 @@ def _same_phase_readers(g: nx.DiGraph, cp: Stage) -> tuple[Stage, str] | None:
 
 
 def src_dtype(g: nx.DiGraph, a: Access) -> str:
-    return g.nodes[tid(a.tensor)]["payload"].dtype
+    return payload_of(g, tid(a.tensor)).dtype
 
 
 def _join(a: str, b: str) -> str:
@@ -163,10 +175,10 @@ def _drop_dangling_barriers(order: list[str], g: nx.DiGraph) -> tuple[str, ...]:
     """Barriers with no stage before them (or doubled) separate nothing once a stage is gone."""
     out: list[str] = []
     for n in order:
-        if g.nodes[n]["kind"] == "barrier" and (not out or g.nodes[out[-1]]["kind"] == "barrier"):
+        if kind_of(g, n) == "barrier" and (not out or kind_of(g, out[-1]) == "barrier"):
             g.remove_node(n)
             continue
         out.append(n)
-    while out and g.nodes[out[-1]]["kind"] == "barrier":
+    while out and kind_of(g, out[-1]) == "barrier":
         g.remove_node(out.pop())
     return tuple(out)

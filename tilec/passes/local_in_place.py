@@ -30,7 +30,21 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.errors import ScheduleError
-from tilec.ir.graph import FLAGS, InPlace, Pull, Stage, flags, rebuild_edges, sid, stages, sync, tid
+from tilec.ir.graph import (
+    FLAGS,
+    InPlace,
+    Pull,
+    Stage,
+    flags,
+    node_order,
+    payload_of,
+    program_of,
+    rebuild_edges,
+    sid,
+    stages,
+    sync,
+    tid,
+)
 from tilec.ir.queries import copy_stages
 from tilec.ir.tiling import DimInverse, invert
 from tilec.ir.types import ME, Access, Affine, Load, Store, Var, map_expr, reduction_vars, walk
@@ -46,9 +60,9 @@ class LocalInPlace(Pass):
     def apply(self, g: nx.DiGraph) -> nx.DiGraph:
         if sync(g) != FLAGS:
             return g  # barrier schedules copy in their own kernel: nothing overlaps, nothing to gain
-        prog = g.graph["program"]
+        prog = program_of(g)
         for name in [s.name for s in copy_stages(g, single=True)]:
-            cp = g.nodes[sid(name)]["payload"] if sid(name) in g else None  # as an earlier rewrite left it
+            cp = payload_of(g, sid(name)) if sid(name) in g else None  # as an earlier rewrite left it
             if cp is None or cp.skip_equal or not isinstance(cp.body[0].value, Load):
                 continue  # (a dma stage qualifies too: the copy engines then copy only the peers' tiles)
             if why_not(g, cp, prog.world):
@@ -96,8 +110,8 @@ def why_not(g: nx.DiGraph, cp: Stage, world: int) -> str | None:
     pair = rank_pair(st, loops)
     if pair is None:
         return "it does not copy between `rank` and a rank loop"
-    src = g.nodes[tid(st.value.access.tensor)]["payload"]
-    buf = g.nodes[tid(st.access.tensor)]["payload"]
+    src = payload_of(g, tid(st.value.access.tensor))
+    buf = payload_of(g, tid(st.access.tensor))
     if src.kind != "in":
         return f"its source '{src.name}' is computed, and an in-place read would need its flag"
     if buf.kind != "buf":
@@ -159,7 +173,7 @@ def _readers_rewritten(g: nx.DiGraph, cp: Stage, make) -> None:
 def _skip_local(g: nx.DiGraph, cp: Stage) -> None:
     st = cp.body[0]
     pair = rank_pair(st, {v.name: v for v in cp.loops})
-    dtype = g.nodes[tid(st.value.access.tensor)]["payload"].dtype
+    dtype = payload_of(g, tid(st.value.access.tensor)).dtype
     _readers_rewritten(g, cp, lambda e: InPlace(e.access, st.access, st.value.access, cp.loops, dtype, e.shape,
                                                 e.loc))
     g.nodes[sid(cp.name)]["payload"] = replace(cp, skip_equal=(pair,),
@@ -173,14 +187,14 @@ def _fuse_all(g: nx.DiGraph, cp: Stage) -> None:
     loop = s if d == ME else d  # the rank loop is the rank itself
     write = _rank_to_me(st.access, loop)
     source = _rank_to_me(st.value.access, loop)
-    dtype = g.nodes[tid(source.tensor)]["payload"].dtype
+    dtype = payload_of(g, tid(source.tensor)).dtype
     _readers_rewritten(g, cp, lambda e: Pull(e.access, write, source, cp.loops, dtype, e.shape, e.loc))
     for f in flags(g):
         if f.producer == cp.name:
             g.remove_node(f"f:{f.name}")
     g.remove_node(sid(cp.name))
     g.remove_node(tid(st.access.tensor))
-    g.graph["order"] = tuple(n for n in g.graph["order"] if n != sid(cp.name))
+    g.graph["order"] = tuple(n for n in node_order(g) if n != sid(cp.name))
 
 
 def _rank_to_me(a: Access, var: str) -> Access:

@@ -23,9 +23,9 @@ import networkx as nx
 
 from tilec.errors import ScheduleError
 from tilec.ir.builtins import TILE_FNS
-from tilec.ir.graph import DMA, FLAGS, Kernel, stage, sync
+from tilec.ir.graph import DMA, FLAGS, Kernel, kind_of, node_order, payload_of, stage, sync
 from tilec.ir.queries import copy_stages
-from tilec.ir.types import Sum, TupleCall, walk
+from tilec.ir.types import Sum, TupleCall, trips, walk
 
 from .base import Pass
 
@@ -36,13 +36,6 @@ def _moves_data(g: nx.DiGraph, name: str, copies: set[str]) -> bool:
     return name in copies or any(
         (isinstance(x, Sum) and x.var.is_rank) or (isinstance(x, TupleCall) and TILE_FNS[x.fn].moves_data)
         for s in stage(g, name).body for x in walk(s.value))
-
-
-def _tasks(g: nx.DiGraph, name: str) -> int:
-    n = 1
-    for v in stage(g, name).loops:
-        n *= v.trips
-    return n
 
 
 @dataclass(frozen=True)
@@ -56,7 +49,7 @@ class Persist(Pass):
         flagged = sync(g) == FLAGS
         groups: list[tuple[list[str], bool]] = []  # (stage names, barrier before)
         pending_barrier = False
-        for n in g.graph["order"]:
+        for n in node_order(g):
             d = g.nodes[n]
             if d["kind"] == "barrier":
                 pending_barrier = True
@@ -70,7 +63,7 @@ class Persist(Pass):
                 groups.append(([name], pending_barrier))
             pending_barrier = False
         kernels = []
-        dma = any(g.nodes[n]["kind"] == "stage" and g.nodes[n]["payload"].transport == DMA for n in g.graph["order"])
+        dma = any(kind_of(g, n) == "stage" and payload_of(g, n).transport == DMA for n in node_order(g))
         for i, (names, barrier) in enumerate(groups):
             # a kernel beside the copy engines is persistent too: its programs take tiles in order as they arrive
             persistent = flagged and (self.merge or len(groups) > 1 or dma)
@@ -90,7 +83,7 @@ class Persist(Pass):
         if len(names) < 2 or not (set(names) & comm) or not (set(names) - comm):
             return ()
         ncomm = len(set(names) & comm)
-        work = {n: _tasks(g, n) for n in names if n not in comm}
+        work = {n: trips(stage(g, n).loops) for n in names if n not in comm}
         total = sum(work.values())
         return tuple(round(1000 * self.comm_share / ncomm) if n in comm else
                      round(1000 * (1 - self.comm_share) * work[n] / total) for n in names)

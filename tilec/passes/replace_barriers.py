@@ -32,9 +32,23 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.errors import ScheduleError
-from tilec.ir.graph import FLAGS, Flag, Pull, Wait, flags, phases, rebuild_edges, sid, stages
+from tilec.ir.graph import (
+    FLAGS,
+    Flag,
+    Pull,
+    Wait,
+    flags,
+    kind_of,
+    node_order,
+    payload_of,
+    phases,
+    program_of,
+    rebuild_edges,
+    sid,
+    stages,
+)
 from tilec.ir.tiling import flag_size, invert
-from tilec.ir.types import ME, Var, reduction_vars
+from tilec.ir.types import ME, Var, reduction_vars, trips
 from tilec.ir.wait_plan import release_signature
 
 from .base import Pass
@@ -50,7 +64,7 @@ class ReplaceBarriers(Pass):
     def apply(self, g: nx.DiGraph) -> nx.DiGraph:
         if self.granularity not in GRANULARITIES:
             raise ScheduleError(f"replace-barriers: granularity must be one of {', '.join(GRANULARITIES)}")
-        prog = g.graph["program"]
+        prog = program_of(g)
         writer: dict[str, str] = {}
         # writers of one phase of a tensor no stage reads need no flag: they store disjoint elements (sema and the
         # verifier prove it), so no order between them matters; writers across a barrier need that barrier
@@ -75,7 +89,7 @@ class ReplaceBarriers(Pass):
                 t = r.access.tensor
                 if t not in writer or writer[t] == c.name:
                     continue
-                p = g.nodes[sid(writer[t])]["payload"]
+                p = payload_of(g, sid(writer[t]))
                 st, fname = _covering_store(p, c, r.access, prog)
                 deps.append((c, r, p, st, fname))
                 reduced.setdefault(fname, set()).update(
@@ -92,25 +106,25 @@ class ReplaceBarriers(Pass):
             else:
                 g.add_edge(fn, sid(c.name), kind="wait", waits=(w,))
         self._share(g, [n for n in made if n not in before])
-        for n in [n for n in g.graph["order"] if g.nodes[n]["kind"] == "barrier"]:
+        for n in [n for n in node_order(g) if kind_of(g, n) == "barrier"]:
             g.remove_node(n)
-        g.graph["order"] = tuple(n for n in g.graph["order"] if n in g)
+        g.graph["order"] = tuple(n for n in node_order(g) if n in g)
         g.graph["sync"] = FLAGS
         rebuild_edges(g)
         return g
 
     def _share(self, g: nx.DiGraph, names: list[str]) -> None:
         """Merge the flags of one producer whose releases are the same counter from the same task."""
-        world = g.graph["program"].world
+        world = program_of(g).world
         groups: dict[tuple, list[Flag]] = {}
         for n in names:
-            f = g.nodes[f"f:{n}"]["payload"]
-            p = g.nodes[sid(f.producer)]["payload"]
+            f = payload_of(g, f"f:{n}")
+            p = payload_of(g, sid(f.producer))
             groups.setdefault(release_signature(f, p, world), []).append(f)
         for fs in groups.values():
             if len(fs) < 2 or len({f.tensor for f in fs}) < len(fs):  # one store per tensor: Flag.member(tensor)
                 continue
-            p = g.nodes[sid(fs[0].producer)]["payload"]
+            p = payload_of(g, sid(fs[0].producer))
             order = [st.access.tensor for st in p.body]
             fs.sort(key=lambda f: order.index(f.tensor))
             first = fs[0]
@@ -140,10 +154,7 @@ class ReplaceBarriers(Pass):
         dims = invert(write, loops, set(key), world, f"replace-barriers for stage '{p.name}'")
         # counters are bumped by every producer task that maps onto them; the destination rank var only selects
         # which rank's counters, so it does not multiply the count
-        count = 1
-        for v in p.loops:
-            if v.name not in key and v.name != write.rank:
-                count *= v.trips
+        count = trips(v for v in p.loops if v.name not in key and v.name != write.rank)
         if write.rank != ME and ME not in key:  # every rank pushes into the same counters of the peer
             count *= world
         return Flag(name, write.tensor, p.name, write, tuple(key), flag_size(dims), count, self.granularity, p.loc)

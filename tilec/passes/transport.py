@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.errors import ScheduleError
-from tilec.ir.graph import DMA, FLAGS, SM, Flag, Stage, flags, sid, stages, sync
+from tilec.ir.graph import DMA, FLAGS, SM, Flag, Stage, flags, payload_of, program_of, sid, stages, sync
 from tilec.ir.tiling import flag_size, invert
 from tilec.ir.types import ME, Load, Var
 from tilec.ir.wait_plan import release_signature
@@ -133,10 +133,10 @@ def one_sender(g: nx.DiGraph, f: Flag) -> Flag:
     """Flag `f` of a copy-engine stage with every counter set by one rank's chunk: a push flag whose key leaves
     out the sending rank (`rank`) gets it in its key, so each sender sets counters of its own; a ScheduleError
     where the written index does not name the sender."""
-    world = g.graph["program"].world
+    world = program_of(g).world
     if world == 1 or f.write.rank == ME:  # pulls: the rank that copies owns the counters, one chunk each
         return f
-    p = g.nodes[sid(f.producer)]["payload"]
+    p = payload_of(g, sid(f.producer))
     members = [(f.write, f.key), *f.also]
     if all(ME in key for _w, key in members):
         return f

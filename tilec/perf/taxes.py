@@ -38,9 +38,22 @@ from tilec.codegen.flags import fold_share
 from tilec.codegen.text import ident
 from tilec.errors import ArgumentError, CompileError, ScheduleError, TilecError, VerifyError
 from tilec.ir.dtypes import ESIZE
-from tilec.ir.graph import DMA, InPlace, Pull, flags, folds, sid, stages, tensor, waits
+from tilec.ir.graph import (
+    DMA,
+    InPlace,
+    Pull,
+    flags,
+    folds,
+    kernels_of,
+    payload_of,
+    program_of,
+    sid,
+    stages,
+    tensor,
+    waits,
+)
 from tilec.ir.tiling import invert
-from tilec.ir.types import ME, Dot, Load, Sum, Var
+from tilec.ir.types import ME, Dot, Load, Sum, Var, trips
 from tilec.ir.wait_plan import WaitPlan, plan_wait
 from tilec.passes.schedules import SCHEDULES
 from tilec.perf.model import Machine, Prediction, predict
@@ -176,11 +189,8 @@ def _index_vars(a) -> set[str]:
 
 def _repeats(a, scope: dict[str, Var]) -> int:
     """Loop variables that do not index the access repeat it (the access's rank var: once per rank)."""
-    n, used = 1, _index_vars(a)
-    for name, v in scope.items():
-        if name not in used and v.kind != "me":
-            n *= v.trips
-    return n
+    used = _index_vars(a)
+    return trips(v for name, v in scope.items() if name not in used and v.kind != "me")
 
 
 def _count(a, scope, q, world) -> tuple[int, int]:
@@ -208,13 +218,6 @@ def _walk_red(e, red: tuple[Var, ...] = ()):
     inner = (*red, e.var) if isinstance(e, Sum) else red
     for c in _children(e):
         yield from _walk_red(c, inner)
-
-
-def _trips(vs) -> int:
-    n = 1
-    for v in vs:
-        n *= v.trips
-    return n
 
 
 def _values_of(st) -> list:
@@ -265,9 +268,7 @@ def _wait_count(g, w, red: tuple[Var, ...], scope, q: int, world: int, plan: Wai
         top = r.fixed + (np.minimum(r.tile.step, r.tile.extent - tval) - 1 if r.tile else 0)
         counters = d.lin(lo + top, clamp=False) - d.lin(lo, clamp=False) + 1
         total *= int(np.sum(-(-counters // plan.block) if i == plan.block_dim else counters))
-    for name, v in scope.items():
-        if name not in used and name not in rednames and v.kind != "me":
-            total *= v.trips
+    total *= trips(v for name, v in scope.items() if name not in used and name not in rednames and v.kind != "me")
     if read.rank in rednames:  # a wait inside a sum over ranks: one per rank
         total *= world
     return total
@@ -278,10 +279,9 @@ def _stage_cost(g, st, kernel: str, rt: set[str], q: int, world: int,
     """Cost of one stage on rank q, and its buffer traffic: tensor -> [written, read, distinct read] bytes;
     scopes: flag_scopes(g), which wait plans are keyed by."""
     base = {v.name: v for v in st.loops} | {ME: Var(ME, "me", world, 1, st.loc)}
-    tasks = _trips(st.loops)
+    tasks = st.tasks(world)
     # a stage that skips its rank loop's own value (local-in-place) runs (W-1)/W of its tasks and stores
     skip = (lambda n: n * (world - 1) // world) if st.skip_equal else (lambda n: n)
-    tasks = skip(tasks)
     flops = flops32 = hbm = rread = rwrite = 0
     bufs: dict[str, list[int]] = {}
     for s in st.body:
@@ -300,7 +300,7 @@ def _stage_cost(g, st, kernel: str, rt: set[str], q: int, world: int,
         for e, red in _walk_red(value):
             scope = base | {v.name: v for v in red}
             if isinstance(e, Dot):
-                n = 2 * int(np.prod(e.shape or (1,))) * (e.lhs.shape[-1] if e.lhs.shape else 1) * _trips(red) * tasks
+                n = 2 * int(np.prod(e.shape or (1,))) * (e.lhs.shape[-1] if e.lhs.shape else 1) * trips(red) * tasks
                 if e.lhs.dtype == "f32":
                     flops32 += n
                 else:
@@ -348,7 +348,7 @@ def _stage_cost(g, st, kernel: str, rt: set[str], q: int, world: int,
             continue
         red = red_of.get(str(w.read), ())
         scope = base | {v.name: v for v in red}
-        f = g.nodes[f"f:{w.flag}"]["payload"]
+        f = payload_of(g, f"f:{w.flag}")
         plan = plan_wait(g, f, w.read, {v.name for v in red}, scope, scopes[f.name])
         if plan.key in covered:  # the emitter drops it too
             continue
@@ -393,7 +393,7 @@ def static(prog) -> Static:
     """Exact per-rank, per-call accounting of one compiled program (tilec.compile(...))."""
     g = prog.graph
     world = prog.world
-    kernels = g.graph["kernels"]
+    kernels = kernels_of(g)
     kernel_of = {s: k.name for k in kernels for s in k.stages}
     dma = {st.name for st in stages(g) if st.transport == DMA}
     kernel_of |= {s: COPY_ENGINES for s in dma}
@@ -446,7 +446,7 @@ def static(prog) -> Static:
         copy_engine_stages=tuple(sorted(dma)),
         copy_engine_chunks=tuple(_copy_chunks(g, chunks.get(q, ()), q) for q in range(world)) if dma else (),
         copy_engine_consumers=tuple(sorted({st.name for st in stages(g) for w in waits(g, st.name)
-                                            if g.nodes[f"f:{w.flag}"]["payload"].producer in dma})),
+                                            if payload_of(g, f"f:{w.flag}").producer in dma})),
     )
 
 
@@ -461,12 +461,12 @@ def _with_fold_waits(g, costs: tuple) -> tuple:
     folded = {fo.consumer for fo in folds(g)}
     by_name = {c.name: i for i, c in enumerate(costs)}
     out = list(costs)
-    for k in g.graph["kernels"]:
+    for k in kernels_of(g):
         loop_tasks = sum(costs[by_name[s]].tasks for s in k.stages if s not in folded)
         if not k.persistent or k.groups or loop_tasks > resident:
             continue
         for fo in folds(g):
-            f = g.nodes[f"f:{fo.flag}"]["payload"]
+            f = payload_of(g, f"f:{fo.flag}")
             if fo.producer not in k.stages or f.count == 1:
                 continue
             i = by_name[fo.producer]
@@ -480,7 +480,7 @@ def _copy_chunks(g, rows, q: int) -> tuple[CopyChunk, ...]:
     from tilec.runtime.dma import MAX_STREAMS
 
     out = []
-    for (param, _counter, _owner, copies), stream in zip(rows, chunk_streams(rows, q, g.graph["program"].world,
+    for (param, _counter, _owner, copies), stream in zip(rows, chunk_streams(rows, q, program_of(g).world,
                                                                             MAX_STREAMS), strict=True):
         nbytes = sum(c[8] * c[9] * ESIZE[tensor(g, c[0]).dtype] for c in copies)
         far = any(c[1] != q or c[5] != q for c in copies)

@@ -60,22 +60,19 @@ def decode(loops, t: int, grouped_m: int) -> dict[str, int]:
 def tasks(prog) -> list[Task]:
     """What each record slot of a timeline build of `prog` (a CompiledProgram) is: kernels in launch order, their
     stages in order, each stage's tasks by task number (the slot layout of tilec.codegen.emit.build_model)."""
-    from tilec.ir.graph import stage, waits
-    from tilec.ir.types import Sum
+    from tilec.ir.graph import kernels_of, stage, waits
+    from tilec.ir.types import Sum, trips
 
     g = prog.graph
     gm = _group_m(prog.source)
     out = []
-    for k in g.graph["kernels"]:
+    for k in kernels_of(g):
         for sname in k.stages:
             st = stage(g, sname)
             has_sum = any(isinstance(s.value, Sum) for s in st.body)  # as the kernel: grouped order for reductions
             flags = tuple(sorted({w.flag for w in waits(g, sname)}))
             shown = [v for v in st.loops if v.trips > 1]
-            n = 1
-            for v in st.loops:
-                n *= v.trips
-            for t in range(n):
+            for t in range(trips(st.loops)):
                 vals = decode(st.loops, t, gm if has_sum else 1)
                 out.append(Task(k.name, k.persistent, sname, " ".join(f"{v.name}={vals[v.name]}" for v in shown),
                                 flags))

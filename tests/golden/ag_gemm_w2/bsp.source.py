@@ -4,8 +4,6 @@
 # dims: M=256 N=192 K=128   tiles: BM=64 BN=64 BK=32
 # launch: num_warps=4 num_stages=3 group_m=8
 # settings: fold=on pdl=on wait_sleep_ns=0 programs_per_sm=2 dma_streams=4 wait_timeout=60 claim=auto
-# The kernels are persistent loops over tile tasks; flags are epoch counters on the symmetric heap, so repeated calls
-# need no zeroing. tilec.compile(...)(...) runs it: tilec.runtime.launch reads the tables at the end of this file.
 import triton
 import triton.language as tl
 
@@ -28,11 +26,9 @@ FLAGS = {}  # flag parameter: (counters, releases per counter per call, producer
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
 def k0_gather(A, Ag, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr, INTERPRET: tl.constexpr,
               GRAPH: tl.constexpr, PDL: tl.constexpr, CLAIM: tl.constexpr = False):
-    # stages: gather; 16 tasks
-    pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
     claim = EPOCH_AT + 2  # this kernel's task counter (read where CLAIM)
-    task = td.first_task(pid, claim, CLAIM)
+    task = td.first_task(tl.program_id(0), claim, CLAIM)
     while task < 16:
         t = task
         # stage gather (examples/ag_gemm.tile:14): Ag[r*M/W + m, k] = A@r[m, k]
@@ -52,16 +48,13 @@ def k0_gather(A, Ag, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: 
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
 def k1_gemm(Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr, INTERPRET: tl.constexpr,
             GRAPH: tl.constexpr, PDL: tl.constexpr, CLAIM: tl.constexpr = False):
-    # stages: gemm; 12 tasks
-    pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
     claim = EPOCH_AT + 4  # this kernel's task counter (read where CLAIM)
-    task = td.first_task(pid, claim, CLAIM)
+    task = td.first_task(tl.program_id(0), claim, CLAIM)
     while task < 12:
         t = task
         # stage gemm (examples/ag_gemm.tile:17): C[m, n] = sum k in K by BK: Ag[m, k] @ B[k, n]
-        # grouped order: 8 rows of m-tiles share the n-tiles in L2
-        g_first = t // 24 * 8
+        g_first = t // 24 * 8  # grouped order: 8 rows of m-tiles share the n-tiles in L2
         g_rows = tl.minimum(4 - g_first, 8)
         m = (g_first + t % 24 % g_rows) * 64
         n = t % 24 // g_rows * 64

@@ -5,8 +5,6 @@
 # dims: M=256 N=192 K=128   tiles: BM=64 BN=64 BK=32
 # launch: num_warps=4 num_stages=3 group_m=8
 # settings: fold=on pdl=on wait_sleep_ns=0 programs_per_sm=2 dma_streams=4 wait_timeout=60 claim=auto
-# The kernels are persistent loops over tile tasks; flags are epoch counters on the symmetric heap, so repeated calls
-# need no zeroing. tilec.compile(...)(...) runs it: tilec.runtime.launch reads the tables at the end of this file.
 import triton
 import triton.language as tl
 
@@ -44,25 +42,20 @@ DMA_COPIES = {
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
 def k0_gemm(F_Ag_gather, A, Ag, B, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr,
             INTERPRET: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr, CLAIM: tl.constexpr = False):
-    # stages: gemm; 12 tasks; persistent
-    pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
     claim = EPOCH_AT + 2  # this kernel's task counter (read where CLAIM)
-    task = td.first_task(pid, claim, CLAIM)
+    task = td.first_task(tl.program_id(0), claim, CLAIM)
     while task < 12:
         t = (task + rank * 6) % 12
         # stage gemm (examples/ag_gemm.tile:17): C[m, n] = sum k in K by BK: Ag[m, k] @ B[k, n]
-        # grouped order: 2 rows of m-tiles share the n-tiles in L2
-        g_first = t // 6 * 2
+        g_first = t // 6 * 2  # grouped order: 2 rows of m-tiles share the n-tiles in L2
         g_rows = tl.minimum(4 - g_first, 2)
         m = (g_first + t % 6 % g_rows) * 64
         n = t % 6 // g_rows * 64
         rm = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
         rn = tl.max_contiguous(tl.multiple_of(n + tl.arange(0, 64), 64), 64)
-        if m // 128 != rank:  # a peer's rows: wait until they have arrived
-            # wait until stage gather has written the tiles of Ag[m, k] this call
-            for ctr in range(m // 64, (m + 63) // 64 + 1):
-                td.wait(F_Ag_gather + ctr, epoch, rank, rank, heap_bases, ERR, timeout_ns, 1, ctr, "gpu", INTERPRET)
+        if m // 128 != rank:  # a peer's rows: wait until stage gather has written the tiles of Ag[m, k] this call
+            td.wait(F_Ag_gather + m // 64, epoch, rank, rank, heap_bases, ERR, timeout_ns, 1, m // 64, "gpu", INTERPRET)
         idx_rk = m // 128
         acc = tl.zeros((64, 64), dtype=tl.float32)
         rk = tl.arange(0, 32)  # k = 0

@@ -5,8 +5,6 @@
 # dims: M=256 N=192 K=128   tiles: BM=64 BN=64 BK=32
 # launch: num_warps=4 num_stages=3 group_m=8
 # settings: fold=on pdl=on wait_sleep_ns=0 programs_per_sm=2 dma_streams=4 wait_timeout=60 claim=auto
-# The kernels are persistent loops over tile tasks; flags are epoch counters on the symmetric heap, so repeated calls
-# need no zeroing. tilec.compile(...)(...) runs it: tilec.runtime.launch reads the tables at the end of this file.
 import triton
 import triton.language as tl
 
@@ -31,9 +29,8 @@ FLAGS = {  # flag parameter: (counters, releases per counter per call, producer 
 @triton.jit
 def gather_task(t, A, Ag, F_Ag_gather, heap_bases, rank):
     # stage gather (examples/ag_gemm.tile:14): Ag[r*M/W + m, k] = A@r[m, k]
-    t_all = (t // 2 + (t // 2 >= rank).to(tl.int32)) * 2 + t % 2  # skips r == rank: the rows it holds
-    m = t_all % 2 * 64
-    r = t_all // 2
+    r = 1 - rank  # the one peer
+    m = t * 64
     rm = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
     rk = tl.max_contiguous(tl.multiple_of(tl.arange(0, 128), 128), 128)
     peer_r = td.peer_offset(heap_bases, rank, r, 2)
@@ -45,17 +42,14 @@ def gather_task(t, A, Ag, F_Ag_gather, heap_bases, rank):
 @triton.jit
 def gemm_task(t, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns, INTERPRET: tl.constexpr):
     # stage gemm (examples/ag_gemm.tile:17): C[m, n] = sum k in K by BK: Ag[m, k] @ B[k, n]
-    # grouped order: 2 rows of m-tiles share the n-tiles in L2
-    g_first = t // 6 * 2
+    g_first = t // 6 * 2  # grouped order: 2 rows of m-tiles share the n-tiles in L2
     g_rows = tl.minimum(4 - g_first, 2)
     m = (g_first + t % 6 % g_rows) * 64
     n = t % 6 // g_rows * 64
     rm = tl.max_contiguous(tl.multiple_of(m + tl.arange(0, 64), 64), 64)
     rn = tl.max_contiguous(tl.multiple_of(n + tl.arange(0, 64), 64), 64)
-    if m // 128 != rank:  # a peer's rows: wait until they have arrived
-        # wait until stage gather has written the tiles of Ag[m, k] this call
-        for ctr in range(m // 64, (m + 63) // 64 + 1):
-            td.wait(F_Ag_gather + ctr, epoch, rank, rank, heap_bases, ERR, timeout_ns, 1, ctr, "sys", INTERPRET)
+    if m // 128 != rank:  # a peer's rows: wait until stage gather has written the tiles of Ag[m, k] this call
+        td.wait(F_Ag_gather + m // 64, epoch, rank, rank, heap_bases, ERR, timeout_ns, 1, m // 64, "sys", INTERPRET)
     idx_rk = m // 128
     rk = tl.arange(0, 32)
     acc = tl.zeros((64, 64), dtype=tl.float32)
@@ -75,26 +69,16 @@ def gemm_task(t, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout
 @triton.jit(do_not_specialize=["epoch", "timeout_ns"])  # one compiled kernel serves every call
 def k0_gather_gemm(A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr,
                    INTERPRET: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr, CLAIM: tl.constexpr = False):
-    # stages: gather, gemm; 14 tasks; persistent
-    pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
     claim = EPOCH_AT + 2  # this kernel's task counter (read where CLAIM)
-    task = td.first_task(pid, claim, CLAIM)
+    task = td.first_task(tl.program_id(0), claim, CLAIM)
     while task < 14:
-        # copies to the peers spread among this rank's own gemm tiles (in place, no waits), then the peers' tiles
-        tile = task - 2  # the consumer's task before the rotation; < 0: none (a copy)
-        if task < 8:
-            at = task  # claimed tasks (CLAIM) run the mix in task order: the running programs' tiles adjoin
-            if not CLAIM:  # a stride: program-major, a program's tasks are one stretch of the mix
-                if task < NPROG * (8 // NPROG):
-                    at = task % NPROG * (8 // NPROG) + task // NPROG
-            copied = at * 2 // 8  # copies before this task
-            tile = at - copied
-            if (at + 1) * 2 // 8 > copied:
-                tile = -1
-                gather_task(copied, A, Ag, F_Ag_gather, heap_bases, rank)
-        if tile >= 0:
-            gemm_task((tile + rank * 6) % 12, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns,
+        at = td.program_major(task, 8, NPROG, CLAIM)  # own gemm tiles (no waits) with the copies, then the peers'
+        copied = tl.minimum(at * 2 // 8, 2)  # copies before this task
+        if (at < 8) & ((at + 1) * 2 // 8 > copied):
+            gather_task(copied, A, Ag, F_Ag_gather, heap_bases, rank)
+        else:
+            gemm_task((at - copied + rank * 6) % 12, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns,
                       INTERPRET)
         task = td.next_task(task, claim, NPROG, CLAIM)
     td.claims_done(claim, NPROG, CLAIM)

@@ -5,8 +5,6 @@
 # dims: B=2 HKV=2 G=4 D=64 S=280 NS=3 L=96   tiles: BS=128
 # launch: num_warps=4 num_stages=3 group_m=8
 # settings: fold=on pdl=on wait_sleep_ns=0 programs_per_sm=2 dma_streams=4 wait_timeout=60 claim=auto
-# The kernels are persistent loops over tile tasks; flags are epoch counters on the symmetric heap, so repeated calls
-# need no zeroing. tilec.compile(...)(...) runs it: tilec.runtime.launch reads the tables at the end of this file.
 import triton
 import triton.language as tl
 
@@ -61,18 +59,16 @@ def split_task(t, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_
     tl.store(Os + j * 1024 + b * 512 + (4 * g + rq)[None, None, :, None] * 64 + _a0_r[None, None, None, :],
              tl.reshape(o, (1, 1, 4, 64)).to(tl.float32))
     tl.store(Ls + j * 16 + b * 8 + (4 * g + rq)[None, None, :], tl.reshape(lse, (1, 1, 4)).to(tl.float32))
-    # the last 3 of the 3 split tasks of this group share local's tasks that read them
-    # when all 28 tasks have a program (else the last runs them all); the others first wait for the group
+    # the last 3 of the group's 3 split tasks share local's tasks (the last runs all where < 28 programs)
     left = td.arrive_left(F_Os_Ls_split_local + b * 2 + g, epoch * 3)  # arrivals still to come
     share = tl.where(tl.num_programs(0) >= 28, 3, 1)
     if left < share:
-        if left > 0:
+        if left > 0:  # the others wait for the whole group first
             td.wait(F_Os_Ls_split_local + b * 2 + g, epoch * 3, rank, rank, heap_bases, ERR, timeout_ns, 3, b * 2 + g,
                     "gpu", INTERPRET)
-        for h_2 in range(4 * g, 4 * g + 4):
-            t_9 = b * 8 + h_2
-            if t_9 % share == left:
-                local_task(t_9, Os, Ls, Ol, Ll, Og, Lg, F_Og_Lg_exchange, heap_bases, rank)
+        for t_local in range(b * 8 + 4 * g, b * 8 + 4 * g + 4):
+            if t_local % share == left:
+                local_task(t_local, Os, Ls, Ol, Ll, Og, Lg, F_Og_Lg_exchange, heap_bases, rank)
 
 
 @triton.jit
@@ -89,8 +85,7 @@ def local_task(t, Os, Ls, Ol, Ll, Og, Lg, F_Og_Lg_exchange, heap_bases, rank):
     tl.store(Ol + b * 512 + h * 64 + _a1_r[None, None, :], tl.reshape(o, (1, 1, 64)).to(tl.float32))
     tl.store(Ll + b * 8 + h + tl.zeros((1, 1), dtype=tl.int32),
              (tl.zeros((1, 1), dtype=tl.float32) + tl.max(tl.reshape(lse, (1,)), axis=0)).to(tl.float32))
-    # exchange's tasks that read this tile run right here (a group of one)
-    tl.debug_barrier()  # every thread's stores of the tile are done before they read it
+    tl.debug_barrier()  # every thread's stores are done before exchange's tasks read the tile, right here
     for r_2 in range(0, 2):
         exchange_task((r_2 * 2 + b) * 8 + h, Ol, Ll, Og, Lg, F_Og_Lg_exchange, heap_bases, rank)
 
@@ -134,11 +129,9 @@ def k0_split_local_exchange_combine(Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, 
                                     ERR, heap_bases, rank, epoch, timeout_ns, EPOCH_AT, NPROG: tl.constexpr,
                                     INTERPRET: tl.constexpr, GRAPH: tl.constexpr, PDL: tl.constexpr,
                                     CLAIM: tl.constexpr = False):
-    # stages: split, local, exchange, combine; 28 tasks; persistent
-    pid = tl.program_id(0)
     epoch = td.enter(epoch, EPOCH_AT, GRAPH, PDL)
     claim = EPOCH_AT + 2  # this kernel's task counter (read where CLAIM)
-    task = td.first_task(pid, claim, CLAIM)
+    task = td.first_task(tl.program_id(0), claim, CLAIM)
     while task < 28:
         if task < 12:
             split_task(task, Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, Ol, Ll, Og, Lg, F_Og_Lg_exchange, ERR,
@@ -151,7 +144,6 @@ def k0_split_local_exchange_combine(Q, lens, K, V, Os, Ls, F_Os_Ls_split_local, 
 
 
 KERNELS = [  # kernel, tasks, persistent, concurrent, barrier before, share of the programs, groups, buffers
-    (k0_split_local_exchange_combine, 28, True, False, False, 1.0, 0, ["Q", "lens", "K", "V", "Os", "Ls",
-                                                                       "F_Os_Ls_split_local", "Ol", "Ll", "Og", "Lg",
-                                                                       "F_Og_Lg_exchange", "O"]),
+    (k0_split_local_exchange_combine, 28, True, False, False, 1.0, 0,
+     ["Q", "lens", "K", "V", "Os", "Ls", "F_Os_Ls_split_local", "Ol", "Ll", "Og", "Lg", "F_Og_Lg_exchange", "O"]),
 ]

@@ -42,9 +42,10 @@ def _emit(em, call, args, results):
     mq = q[0] if len(q) == 2 else 1
     scale = 1.0 / (em.extent_of_last(call.args[1]) ** 0.5)  # the true head dim, not the padded tile
     n = em.key_count(call.args[1], args[3])  # clamped to a padded key tile's real rows
-    o, lse = results
-    return (f"{o}, {lse} = td.attend(tl.reshape({args[0]}, ({mq}, {q[-1]})), tl.reshape({args[1]}, {k}),"
-            f" tl.reshape({args[2]}, {v}), {n}, {scale!r}, INTERPRET)")
+    b = em.kb
+    return b.assign(b.tup(*results), b.call("td.attend", b.call("tl.reshape", args[0], b.tup(mq, q[-1])),
+                                            b.call("tl.reshape", args[1], b.tup(*k)),
+                                            b.call("tl.reshape", args[2], b.tup(*v)), n, scale, "INTERPRET"))
 
 
 ATTEND = TileFn("attend", "attend(q, k, v, n)", 2, _check, _reference, _emit,

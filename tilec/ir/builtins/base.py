@@ -16,9 +16,11 @@ class TileFn:
         (sema puts the statement's location in front). `shapes` are the arguments' logical shapes (ir.types.
         logical_shape), `args` the typed argument expressions.
     reference(*tiles) -> the results as torch tensors (the reference interpreter; f32).
-    emit(em, call, args, results) -> the Triton source line computing the results, given the emitter (for the true
-        extents of padded tiles: em.rows_valid / em.key_count / em.extent_of_last), the TupleCall, the arguments'
-        value names and the results' names. It calls the device functions named in `device` (tilec.device, as td.NAME).
+    emit(em, call, args, results) -> the kernel-IR statement computing the results (built with em.kb, the emitter's
+        constructors: codegen/build.py, which this layer does not import), given the emitter (for the true extents
+        of padded tiles: em.rows_valid / em.key_count / em.extent_of_last), the TupleCall, the arguments' values
+        (kernel-IR expressions) and the results' names. It calls the device functions named in `device`
+        (tilec.device, as td.NAME).
     moves_data: a stage built on it is data movement rather than compute (persist(specialize) gives it the
         communication programs).
     """
@@ -28,6 +30,6 @@ class TileFn:
     results: int
     check: Callable[[list[Shape], tuple], tuple[tuple[str, Shape], ...] | str]
     reference: Callable[..., tuple]
-    emit: Callable[[object, object, list[str], tuple[str, ...]], str]
+    emit: Callable[[object, object, list, tuple[str, ...]], object]
     device: tuple[str, ...]
     moves_data: bool = False

@@ -33,9 +33,9 @@ def _emit(em, call, args, results):
         m *= x
     n_valid = em.rows_valid(call.args[1])  # partials past the true count are padding
     n_valid = lv[0] if n_valid is None else n_valid
-    o, lse = results
-    return (f"{o}, {lse} = td.lse_merge(tl.reshape({args[0]}, ({ov[0]}, {m}, {ov[-1]})),"
-            f" tl.reshape({args[1]}, ({lv[0]}, {m})), {n_valid})")
+    b = em.kb
+    return b.assign(b.tup(*results), b.call("td.lse_merge", b.call("tl.reshape", args[0], b.tup(ov[0], m, ov[-1])),
+                                            b.call("tl.reshape", args[1], b.tup(lv[0], m)), n_valid))
 
 
 # a merge of partials that other tasks computed moves data more than it computes

@@ -12,7 +12,21 @@ import numpy as np
 
 from tilec.errors import Diagnostic, Loc, ScheduleError
 from tilec.ir import regions
-from tilec.ir.graph import FLAGS, InPlace, Kernel, Pull, Stage, Wait, sid, stages, sync
+from tilec.ir.graph import (
+    FLAGS,
+    InPlace,
+    Kernel,
+    Pull,
+    Stage,
+    Wait,
+    kind_of,
+    node_order,
+    payload_of,
+    program_of,
+    sid,
+    stages,
+    sync,
+)
 from tilec.ir.regions import Undecidable
 from tilec.ir.tiling import DimInverse, invert
 from tilec.ir.types import ME, Access, Dot, Load, Op, Store, Sum, Tensor, TupleCall, Var
@@ -42,7 +56,7 @@ class Stop(Exception):
 class Ctx:
     def __init__(self, g: nx.DiGraph):
         self.g = g
-        self.prog = g.graph.get("program")
+        self.prog = program_of(g)
         self.world = self.prog.world
         self.flagged = sync(g) == FLAGS
         self.problems: list[Diagnostic] = []
@@ -71,11 +85,11 @@ class Ctx:
         self.phase: dict[str, int] = {}
         self.barrier_before: dict[str, bool] = {}
         p, pending = 0, False
-        for n in g.graph["order"]:
-            if g.nodes[n]["kind"] == "barrier":
+        for n in node_order(g):
+            if kind_of(g, n) == "barrier":
                 p, pending = p + 1, True
             else:
-                name = g.nodes[n]["payload"].name
+                name = payload_of(g, n).name
                 self.phase[name], self.barrier_before[name], pending = p, pending, False
         self.tensors = {d["payload"].name: d["payload"] for _, d in g.nodes(data=True) if d["kind"] == "tensor"}
         self.flags = {d["payload"].name: d["payload"] for _, d in g.nodes(data=True) if d["kind"] == "flag"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 
 from tilec.ir import regions
-from tilec.ir.graph import InPlace, Pull, Stage
+from tilec.ir.graph import InPlace, Pull, Stage, program_of
 
 from .context import Ctx, decide, read_access, reads_of, stores_of
 
@@ -42,7 +42,7 @@ def check(ctx: Ctx) -> None:
     # a program may leave parts of an output alone (they keep what the caller put there); a pass may not: every
     # element the program as written stores must still be stored
     written = {}
-    for it in ctx.g.graph["program"].items:
+    for it in program_of(ctx.g).items:
         for st in getattr(it, "body", ()):
             if ctx.tensors.get(st.access.tensor) is not None and ctx.tensors[st.access.tensor].kind == "out":
                 src = Stage(it.name, it.loops, it.body, it.loc)
