@@ -20,7 +20,7 @@ import torch
 import tilec
 from tests._util import PROGRAMS, ROOT, cat_shards, check_close, make_calls, rel_err
 from tilec.errors import ScheduleError
-from tilec.ir.graph import flags, stages, waits
+from tilec.ir.graph import flags, stages, state_of, waits
 from tilec.passes.schedules import SCHEDULES
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.tile"))
@@ -55,7 +55,7 @@ def missing_waits(prog) -> list[str]:
     by_name = {f.name: f for f in flags(g)}
     blocks = stage_sources(prog.source)
     problems = []
-    folded = {(fo.consumer, fo.flag): fo for fo in g.graph.get("folds", ())}
+    folded = {(fo.consumer, fo.flag): fo for fo in state_of(g).folds}
     for (consumer, flag), fo in folded.items():  # fold-last: the producer's completing arrival runs the consumer
         text = blocks.get(fo.producer, "")
         fp = f"{pname(flag)} + "

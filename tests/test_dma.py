@@ -21,7 +21,7 @@ from tests._util import cat_shards, check_close, compile_example, compile_progra
 from tests.test_new_programs import all_to_all, all_to_all_offset, place_gather, push_scale
 from tilec.codegen.dma import dma_table
 from tilec.errors import ArgumentError, ScheduleError, VerifyError
-from tilec.ir.graph import DMA, InPlace, copy_graph, flags, sid, stage, stages
+from tilec.ir.graph import DMA, InPlace, copy_graph, flags, sid, stage, stages, state_of, update_state
 from tilec.passes.verify import verify
 
 pytestmark = pytest.mark.usefixtures("no_shm_leftovers")
@@ -45,8 +45,8 @@ def test_the_copy_stage_leaves_the_kernels_and_its_flag_counts_one():
     prog = _dma()
     g = prog.graph
     assert stage(g, "gather").transport == DMA and stage(g, "gemm").transport == "sm"
-    assert [k.stages for k in g.graph["kernels"]] == [("gemm",)]
-    assert g.graph["kernels"][0].persistent  # takes the chunks' tiles as they arrive
+    assert [k.stages for k in state_of(g).kernels] == [("gemm",)]
+    assert state_of(g).kernels[0].persistent  # takes the chunks' tiles as they arrive
     assert [(f.name, f.count) for f in flags(g)] == [("Ag.gather", 1)]
     assert "[transport dma]" in prog.show() and "+1 per call" in prog.show()
     mod = prog.module
@@ -108,7 +108,7 @@ def test_fused_push_pushes_on_the_copy_engines():
     """fused-push's copy stores into peers: rank q's copy engines write its rows into every peer's Ag, then set
     that rank's counter (a peer's flag, over the peer mapping); its own rows the GEMM reads in place from A."""
     prog = _dma(3, "fused-push", {"M": 96, "N": 32, "K": 32, "BM": 16})
-    assert prog.graph.graph["kernels"][0].stages == ("gemm",)
+    assert state_of(prog.graph).kernels[0].stages == ("gemm",)
     chunks = dma_table(prog.graph)[1]  # rank 1: 2 m-tiles into each peer, the nearest (2) first, then 0
     assert [c[2] for c in chunks] == [2, 2, 0, 0]
     assert all(cp[1] == 1 and cp[5] == c[2] and cp[4] == "Ag" for c in chunks for cp in c[3])
@@ -116,7 +116,7 @@ def test_fused_push_pushes_on_the_copy_engines():
 
 def test_auto_keeps_the_sms_until_the_model_knows_copy_engines():
     auto, sm = compile_example(2, "flags", transport="auto"), compile_example(2, "flags")
-    assert auto.graph.graph["kernels"] == sm.graph.graph["kernels"]
+    assert state_of(auto.graph).kernels == state_of(sm.graph).kernels
     assert "DMA_COPIES" not in auto.source and "transport(mode=auto)" in auto.source
 
 
@@ -150,8 +150,8 @@ def test_per_stage_transport():
         "transport(mode=gather=dma)", "transport(mode=dma)")
     both = compile_program("place_gather_sym", 2, "flags", transport="place=dma,collect=sm")
     assert [(s.name, s.transport) for s in stages(both.graph)] == [("place", "dma"), ("collect", "sm")]
-    assert compile_program("place_gather_sym", 2, "flags", transport="collect=sm").graph.graph["kernels"] == \
-        compile_program("place_gather_sym", 2, "flags").graph.graph["kernels"]
+    assert state_of(compile_program("place_gather_sym", 2, "flags", transport="collect=sm").graph).kernels == \
+        state_of(compile_program("place_gather_sym", 2, "flags").graph).kernels
     with pytest.raises(ScheduleError, match=r"stage 'collect' cannot run on the copy engines: it reads 'S', which a"
                                             r" stage writes in the same call"):
         compile_program("place_gather_sym", 2, "flags", transport="collect=dma")
@@ -179,8 +179,8 @@ def _mutant(g, name, **changes):
 def test_verifier_rejects_a_dma_stage_that_reads_computed_tiles():
     prog = compile_program("chain", 2, "flags", {"M": 16})  # gather copies Y, which stage `relu` computes
     g = _mutant(prog.graph, "gather", transport=DMA)
-    g.graph["kernels"] = tuple(replace(k, stages=tuple(s for s in k.stages if s != "gather"))
-                               for k in g.graph["kernels"] if k.stages != ("gather",))
+    update_state(g, kernels=tuple(replace(k, stages=tuple(s for s in k.stages if s != "gather"))
+                               for k in state_of(g).kernels if k.stages != ("gather",)))
     with pytest.raises(VerifyError, match=r"stage 'gather' cannot run on the copy engines: it reads 'Y'"):
         verify(g, "mutant")
 
@@ -210,7 +210,7 @@ def test_verifier_rejects_an_unknown_transport():
 
 def test_verifier_rejects_a_dma_stage_under_barriers():
     g = _mutant(compile_example(2, "bsp").graph, "gather", transport=DMA)
-    g.graph["kernels"] = tuple(k for k in g.graph["kernels"] if k.stages != ("gather",))
+    update_state(g, kernels=tuple(k for k in state_of(g).kernels if k.stages != ("gather",)))
     with pytest.raises(VerifyError, match=r"cannot run on the copy engines: its consumers are ordered by barriers"):
         verify(g, "mutant")
 

@@ -6,6 +6,7 @@ import pytest
 
 import tilec
 from tilec.errors import ArgumentError, ScheduleError
+from tilec.ir.graph import state_of
 from tilec.runtime import spawn
 
 EXAMPLE = "examples/flash_decode.tile"
@@ -47,7 +48,7 @@ def test_fused_pull_says_why_it_does_not_apply():
 
 def test_single_persistent_kernel_is_verified():
     prog = tilec.compile(EXAMPLE, world=4, schedule="fused-push")
-    kernels = prog.graph.graph["kernels"]
+    kernels = state_of(prog.graph).kernels
     assert len(kernels) == 1 and kernels[0].persistent
     assert kernels[0].stages == ("split", "local", "exchange", "combine")
     assert not any(entry[4] for entry in prog.module.KERNELS)  # only the entry barrier: none between stages

@@ -20,6 +20,7 @@ from tests._util import (
     program_source,
 )
 from tilec.errors import ScheduleError
+from tilec.ir.graph import state_of
 from tilec.runtime import spawn
 
 pytestmark = pytest.mark.usefixtures("no_shm_leftovers")
@@ -294,9 +295,9 @@ def test_chain_graphs():
 
     g = compile_program("chain", 2, "flags").graph
     assert [f.name for f in flags(g)] == ["Y.act", "Yg.gather"]
-    assert [k.stages for k in g.graph["kernels"]] == [("act",), ("gather",), ("gemm",)]
+    assert [k.stages for k in state_of(g).kernels] == [("act",), ("gather",), ("gemm",)]
     g = compile_program("chain", 2, "fused-push").graph
-    assert [(k.stages, k.persistent) for k in g.graph["kernels"]] == [(("act", "gather", "gemm"), True)]
+    assert [(k.stages, k.persistent) for k in state_of(g).kernels] == [(("act", "gather", "gemm"), True)]
 
 
 # -- bugs ------------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import pytest
 import tilec
 from tests._util import ROOT
 from tilec.errors import ScheduleError
+from tilec.ir.graph import state_of
 from tilec.passes.schedules import SCHEDULES
 
 EXAMPLES = ("gemm_rs", "gemm_ar", "flash_decode", "flash_decode_splits")
@@ -48,9 +49,9 @@ def test_lower_is_a_pass_the_pipeline_runs_first():
     bound = check(parse((ROOT / "examples" / "gemm_rs.tile").read_text(), "gemm_rs.tile"), 2)
     g0 = program_graph(bound)
     g = Lower()(g0)
-    assert isinstance(Lower(), Pass) and g0.number_of_nodes() == 0 and g.graph["passes"] == ("lower",)
+    assert isinstance(Lower(), Pass) and g0.number_of_nodes() == 0 and state_of(g).passes == ("lower",)
     assert [s.name for s in stages(g)] == [it.name for it in bound.items if hasattr(it, "loops")]
-    assert Lower()(bound).graph["order"] == g.graph["order"]
+    assert state_of(Lower()(bound)).order == state_of(g).order
     with pytest.raises(TilecError, match="lowered already"):
         Lower()(g)
     seen = []

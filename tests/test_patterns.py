@@ -8,6 +8,7 @@ import torch
 
 import tilec
 from tilec.errors import ScheduleError
+from tilec.ir.graph import state_of
 from tilec.passes.schedules import SCHEDULES
 from tilec.runtime import spawn
 
@@ -114,7 +115,7 @@ def test_specialized_applies_to_every_example():
     merges) of one persistent kernel get programs of their own, 25% for data movement."""
     for example in ("ag_gemm", "gemm_rs", "gemm_ar", "flash_decode"):
         prog = tilec.compile(f"examples/{example}.tile", world=2, schedule="specialized")
-        (k,) = [k for k in prog.graph.graph["kernels"] if k.groups]
+        (k,) = [k for k in state_of(prog.graph).kernels if k.groups]
         assert k.persistent and len(k.groups) == len(k.stages)
         compute = {"ag_gemm": {"gemm"}, "gemm_rs": {"gemm"}, "gemm_ar": {"gemm"}, "flash_decode": {"split"}}[example]
         moving = [g for s, g in zip(k.stages, k.groups, strict=True) if s not in compute]

@@ -17,7 +17,7 @@ import tilec
 from tilec.cli import main
 from tilec.errors import ScheduleError, TilecError
 from tilec.ir import dot
-from tilec.ir.graph import Pull, stages
+from tilec.ir.graph import Pull, stages, state_of
 from tilec.passes.schedules import SCHEDULES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,7 +123,7 @@ def expected_counts(g) -> tuple[int, int, int, int]:
     """(nodes, edges, flag edges, barrier edges) of the picture of g."""
     kinds = [d["kind"] for _, d in g.nodes(data=True)]
     nodes = sum(k in ("tensor", "flag", "barrier") for k in kinds)
-    edges = len(g.graph["order"]) - 1
+    edges = len(state_of(g).order) - 1
     for st in stages(g):
         k = expected_groups(st)
         nodes += k
@@ -132,7 +132,7 @@ def expected_counts(g) -> tuple[int, int, int, int]:
         writes = {(s.access.tensor, s.access.remote) for s in st.body}
         edges += k * (len(reads) + len(writes))
     flag_edges = sum(d["kind"] in ("release", "wait") for _, _, d in g.edges(data=True))
-    order = g.graph["order"]
+    order = state_of(g).order
     barrier_edges = sum("barrier" in (g.nodes[a]["kind"], g.nodes[b]["kind"]) for a, b in itertools.pairwise(order))
     return nodes, edges + flag_edges, flag_edges, barrier_edges
 
@@ -153,7 +153,7 @@ def _check_picture(g, text: str) -> None:
             total *= v.trips
         assert sum(counts) == total, st.name
         assert f"cluster_s:{st.name}" in clusters
-    for k in g.graph.get("kernels", ()):
+    for k in (state_of(g).kernels or ()):
         assert f"cluster_kernel_{k.name}" in clusters
     # peer traffic carries a rank on every group edge that crosses ranks
     remote = sum(expected_groups(st) * len({(s.access.tensor) for s in st.body if s.access.remote}

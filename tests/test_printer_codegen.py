@@ -17,7 +17,7 @@ import tilec
 from tests._util import ROOT, SCHEDULES, compile_example
 from tilec.cli import main as cli_main
 from tilec.errors import TilecError
-from tilec.ir.graph import barriers, flags, stages, tensors
+from tilec.ir.graph import barriers, flags, stages, state_of, tensors
 from tilec.passes.schedules import pipeline
 
 PASSES = {
@@ -94,27 +94,27 @@ def test_passes_do_not_mutate_earlier_snapshots(progs):
     lower = progs["fused-pull"].snapshots["lower"]
     assert [st.name for st in stages(lower)] == ["gather", "gemm"] and len(barriers(lower)) == 1
     assert "Ag" in {t.name for t in tensors(lower)}
-    assert progs["fused-pull"].snapshots["lower"].graph["passes"] == ("lower",)
+    assert state_of(progs["fused-pull"].snapshots["lower"]).passes == ("lower",)
 
 
 def test_graph_shape_per_schedule(progs):
     g = {s: p.graph for s, p in progs.items()}
     # bsp: the barrier stays, no flags, two kernels with a barrier before the second
     assert len(barriers(g["bsp"])) == 1 and flags(g["bsp"]) == []
-    assert [(k.stages, k.persistent, k.concurrent, k.barrier_before) for k in g["bsp"].graph["kernels"]] == [
+    assert [(k.stages, k.persistent, k.concurrent, k.barrier_before) for k in state_of(g["bsp"]).kernels] == [
         (("gather",), False, False, False), (("gemm",), False, False, True)]
     # flags: the barrier became a flag; two persistent kernels launched concurrently
     assert barriers(g["flags"]) == [] and [f.name for f in flags(g["flags"])] == ["Ag.gather"]
-    assert [(k.stages, k.persistent, k.concurrent, k.barrier_before) for k in g["flags"].graph["kernels"]] == [
+    assert [(k.stages, k.persistent, k.concurrent, k.barrier_before) for k in state_of(g["flags"]).kernels] == [
         (("gather",), True, True, False), (("gemm",), True, True, False)]
     # fused-pull: the copy stage and its buffer are gone; one kernel
     assert [st.name for st in stages(g["fused-pull"])] == ["gemm"] and flags(g["fused-pull"]) == []
     assert "Ag" not in {t.name for t in tensors(g["fused-pull"])}
-    assert [k.stages for k in g["fused-pull"].graph["kernels"]] == [("gemm",)]
+    assert [k.stages for k in state_of(g["fused-pull"]).kernels] == [("gemm",)]
     # fused-push: owners push, the flags live on the destination rank; one persistent kernel for both stages
     (f,) = flags(g["fused-push"])
     assert f.write.rank == "r" and f.producer == "gather"  # the counters live on the destination rank
-    assert [(k.stages, k.persistent) for k in g["fused-push"].graph["kernels"]] == [(("gather", "gemm"), True)]
+    assert [(k.stages, k.persistent) for k in state_of(g["fused-push"]).kernels] == [(("gather", "gemm"), True)]
 
 
 def test_cli_show_and_compile_match_the_api(progs, tmp_path, capsys, monkeypatch):

@@ -10,7 +10,7 @@ import torch
 
 import tilec
 from tilec.errors import VerifyError
-from tilec.ir.graph import copy_graph, flags
+from tilec.ir.graph import copy_graph, flags, state_of, update_state
 from tilec.ir.types import Affine
 from tilec.passes.verify import verify
 
@@ -131,7 +131,7 @@ def test_folded_flash_decode_matches_torch(world, monkeypatch):
     cases = []
     for sched in ("fused-push", "specialized"):
         prog = tilec.compile(EXAMPLE, world=world, schedule=sched, dims=FD_CASES[world])
-        assert prog.graph.graph.get("folds"), sched
+        assert state_of(prog.graph).folds, sched
         cases.append((prog, "f16", 7 * world))
     results = spawn("tests.fd_workers:run_cases", world, args=(cases, 3), heap_bytes=1 << 22, timeout=600)
     bad = [row for rows in results for row in rows if not all(math.isfinite(e) and e <= 2e-3 for e in row[3])]
@@ -234,7 +234,7 @@ def test_folded_split_k_matches_torch(world):
         # K = 48: three partials per tile; N = 24: a ragged last column tile; BN2 = 8: merges shared (2 a group)
         for name, extra in ((sched, {}), (f"{sched} BN2=8", {"BN2": 8})):
             prog = _splitk(world, sched, K=48, N=24, **extra)
-            assert prog.graph.graph.get("folds"), name
+            assert state_of(prog.graph).folds, name
             calls[name] = make_calls(prog, 2, seed=5 + world)
             cases.append((name, prog, calls[name], ()))
     results = spawn(_workers.run_cases, world, heap_bytes=1 << 22, timeout=600, args=(cases,))
@@ -270,14 +270,14 @@ def _forced_fold(graph, consumer: str, producer: str):
     arrival = FoldLast._arrival(g, f, c, ws)
     fold = Fold(consumer, producer, arrival.name, c.loc)
     g = FoldLast._rewrite(g, f, arrival, c, fold)
-    g.graph["folds"] = (*g.graph["folds"], fold)
+    update_state(g, folds=(*state_of(g).folds, fold))
     return g
 
 
 def test_fold_of_a_consumer_reading_two_groups_is_rejected():
     # merge tiles of 32 columns: each reads the partials of two output tiles, two groups: fold-last leaves it alone
     prog = _splitk(2, "fused-push", N=64, BN2=32)
-    assert "merge" not in [f.consumer for f in prog.graph.graph["folds"]]
+    assert "merge" not in [f.consumer for f in state_of(prog.graph).folds]
     g = _forced_fold(prog.graph, "merge", "part")  # the fold it refused: run when the first of its groups completes
     assert "stage 'merge' folded into stage 'part': its task 0 waits on counters 0..1 of dim 2 before reading" \
         " P[s, m, n]: more than one group" in problems(g)
@@ -291,7 +291,7 @@ def test_fold_into_a_producer_that_skips_tasks_is_rejected():
 
     gp = generate(10, 2, focus=False)
     prog = tilec.compile(f"tests/generated/{gp.name}.tile", world=2, schedule="fused-push", source=gp.text)
-    assert stage(prog.graph, "s0").skip_equal and "s1" not in [f.consumer for f in prog.graph.graph["folds"]]
+    assert stage(prog.graph, "s0").skip_equal and "s1" not in [f.consumer for f in state_of(prog.graph).folds]
     g = _forced_fold(prog.graph, "s1", "s0")
     assert "stage 's1' folded into stage 's0': stage 's0' skips some of its tasks (local-in-place)" in problems(g)
 
@@ -308,8 +308,8 @@ def test_fold_into_a_later_stage_is_rejected(fd):
     from tilec.ir.graph import Fold
 
     g = copy_graph(fd.graph)
-    g.graph["folds"] = (*g.graph["folds"], Fold("split", "combine", "Og+Lg.exchange", fd.graph.nodes["s:split"][
-        "payload"].loc))
+    update_state(g, folds=(*state_of(g).folds, Fold("split", "combine", "Og+Lg.exchange", fd.graph.nodes["s:split"][
+        "payload"].loc)))
     assert "stage 'split' folded into stage 'combine'" in problems(g)
 
 
@@ -334,7 +334,7 @@ def test_generated_seeds_still_fold():
                     prog = tilec.compile(f"tests/generated/{g.name}.tile", world=world, schedule=s, source=g.text)
                 except ScheduleError:
                     continue
-                folded += prog.graph.graph.get("folds", ())
+                folded += state_of(prog.graph).folds
             assert folded, (g.name, "pick the seeds again: the generator draws other programs")
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests._util import SCHEDULES, compile_example, compile_program
 from tilec.errors import ScheduleError, VerifyError
-from tilec.ir.graph import Barrier, Flag, Wait, copy_graph, flags, sid, stage
+from tilec.ir.graph import Barrier, Flag, Wait, copy_graph, flags, sid, stage, state_of, update_state
 from tilec.ir.types import ME, Access, Affine
 from tilec.passes.verify import RULES, verify
 
@@ -85,9 +85,9 @@ def test_read_before_flag_when_the_wait_is_removed(graphs, schedule):
 
 def _drop_barrier(g):
     g.remove_node("b:0")
-    g.graph["order"] = tuple(n for n in g.graph["order"] if n != "b:0")
-    if "kernels" in g.graph:
-        g.graph["kernels"] = tuple(dataclasses.replace(k, barrier_before=False) for k in g.graph["kernels"])
+    update_state(g, order=tuple(n for n in state_of(g).order if n != "b:0"))
+    if state_of(g).kernels is not None:
+        update_state(g, kernels=tuple(dataclasses.replace(k, barrier_before=False) for k in state_of(g).kernels))
     return g
 
 
@@ -100,7 +100,7 @@ def test_read_needs_the_barrier_without_flags(graphs):
 
 def test_kernels_must_wait_where_the_program_has_a_barrier(graphs):
     g = broken(graphs, "bsp")
-    g.graph["kernels"] = tuple(dataclasses.replace(k, barrier_before=False) for k in g.graph["kernels"])
+    update_state(g, kernels=tuple(dataclasses.replace(k, barrier_before=False) for k in state_of(g).kernels))
     text = problems(g)
     assert "kernel k1_gemm does not wait at a global barrier before it, but the program has barrier before stage" \
         " 'gemm'" in text
@@ -154,31 +154,31 @@ def test_wait_on_own_flag(graphs):
 def test_barrier_left_after_replace_barriers(graphs):
     g = broken(graphs, "flags")
     g.add_node("b:7", kind="barrier", payload=Barrier(7, stage(g, "gemm").loc))
-    order = list(g.graph["order"])
-    g.graph["order"] = (order[0], "b:7", *order[1:])
+    order = list(state_of(g).order)
+    update_state(g, order=(order[0], "b:7", *order[1:]))
     assert "a global barrier is left after replace-barriers" in problems(g)
 
 
 def test_self_waiting_kernel_must_be_persistent(graphs):
     g = broken(graphs, "fused-push")
-    (k,) = g.graph["kernels"]
-    g.graph["kernels"] = (dataclasses.replace(k, persistent=False),)
+    (k,) = state_of(g).kernels
+    update_state(g, kernels=(dataclasses.replace(k, persistent=False),))
     assert "kernel k0_gather_gemm waits on its own programs but is not persistent" in problems(g)
 
 
 def test_stage_order_reversed(graphs):
     g = broken(graphs, "bsp")
-    g.graph["order"] = tuple(reversed(g.graph["order"]))
+    update_state(g, order=tuple(reversed(state_of(g).order)))
     assert "stage 'gemm' reads 'Ag' before stage 'gather' writes it" in problems(g)
 
 
 def test_structure_problems(graphs):
     g = broken(graphs, "fused-push")
-    (k,) = g.graph["kernels"]
-    g.graph["kernels"] = (dataclasses.replace(k, stages=(*k.stages, "ghost")),)
+    (k,) = state_of(g).kernels
+    update_state(g, kernels=(dataclasses.replace(k, stages=(*k.stages, "ghost")),))
     assert problems(g) == "examples/ag_gemm.tile: error: kernel k0_gather_gemm runs unknown stage 'ghost'"
     g = broken(graphs, "bsp")
-    g.graph["order"] = tuple(n for n in g.graph["order"] if n != sid("gemm"))
+    update_state(g, order=tuple(n for n in state_of(g).order if n != sid("gemm")))
     assert "stage 'gemm' is not in the program order" in problems(g)
 
 
@@ -202,7 +202,7 @@ def test_a_stage_reading_its_own_output(graphs):
 
 
 def _order_names_a_ghost(g):
-    g.graph["order"] = (*g.graph["order"], "s:ghost")
+    update_state(g, order=(*state_of(g).order, "s:ghost"))
     return "program order names 's:ghost', which is not a stage or barrier of the graph"
 
 

@@ -22,7 +22,7 @@ import pytest
 from tilec.errors import CompileError, ScheduleError, VerifyError
 from tilec.frontend.parser import parse
 from tilec.frontend.sema import check
-from tilec.ir.graph import Pull, copy_graph, flags, sid, stages
+from tilec.ir.graph import Pull, copy_graph, flags, sid, stages, state_of, update_state
 from tilec.ir.types import ME, Affine, Load, Var, map_expr
 from tilec.passes.base import run_pipeline
 from tilec.passes.lower import Lower
@@ -113,7 +113,7 @@ def _waits_of(g, s):
 
 def mutants(g0):
     """(name, mutated copy) for every single mutation of the family."""
-    prog = g0.graph["program"]
+    prog = state_of(g0).program
     tens = {d["payload"].name: d["payload"] for _, d in g0.nodes(data=True) if d["kind"] == "tensor"}
 
     def fresh():
@@ -204,22 +204,22 @@ def mutants(g0):
                 if t != w.tensor:
                     yield f"wait {w.flag} in {v} of tensor {t}", with_wait(dataclasses.replace(w, tensor=t))
     g = fresh()
-    g.graph["sync"] = "never"
+    update_state(g, sync="never")
     yield "unknown sync", g
     # -- kernels
-    ks = g0.graph.get("kernels", ())
+    ks = (state_of(g0).kernels or ())
     for i in range(len(ks) - 1):
         g = fresh()
         new = list(ks)
         new[i], new[i + 1] = new[i + 1], new[i]
-        g.graph["kernels"] = tuple(new)
+        update_state(g, kernels=tuple(new))
         yield f"swap kernels {i} {i + 1}", g
     for i, k in enumerate(ks):
         if len(k.stages) > 1:
             g = fresh()
             new = list(ks)
             new[i] = dataclasses.replace(k, stages=tuple(reversed(k.stages)))
-            g.graph["kernels"] = tuple(new)
+            update_state(g, kernels=tuple(new))
             yield f"reverse stages of {k.name}", g
         for j in (i - 1, i + 1):
             if 0 <= j < len(ks):
@@ -228,13 +228,13 @@ def mutants(g0):
                     new = list(ks)
                     new[i] = dataclasses.replace(k, stages=tuple(x for x in k.stages if x != s))
                     new[j] = dataclasses.replace(ks[j], stages=(*ks[j].stages, s) if j < i else (s, *ks[j].stages))
-                    g.graph["kernels"] = tuple(new)
+                    update_state(g, kernels=tuple(new))
                     yield f"move {s} to kernel {j}", g
         if k.barrier_before:
             g = fresh()
             new = list(ks)
             new[i] = dataclasses.replace(k, barrier_before=False)
-            g.graph["kernels"] = tuple(new)
+            update_state(g, kernels=tuple(new))
             yield f"drop barrier before {k.name}", g
         waiting = {x for s in k.stages for x in [s]
                    if any(d["kind"] == "wait" for _, _, d in g0.in_edges(sid(s), data=True))}
@@ -243,27 +243,27 @@ def mutants(g0):
             g = fresh()
             new = list(ks)
             new[i] = dataclasses.replace(k, persistent=False)
-            g.graph["kernels"] = tuple(new)
+            update_state(g, kernels=tuple(new))
             yield f"{k.name} not persistent", g
         if k.groups:
             g = fresh()
             new = list(ks)
             new[i] = dataclasses.replace(k, groups=k.groups[:-1])
-            g.graph["kernels"] = tuple(new)
+            update_state(g, kernels=tuple(new))
             yield f"{k.name} loses a program group", g
-    for n in g0.graph["order"]:
+    for n in state_of(g0).order:
         if g0.nodes[n]["kind"] == "barrier":
             g = fresh()
             g.remove_node(n)
-            g.graph["order"] = tuple(x for x in g.graph["order"] if x != n)
+            update_state(g, order=tuple(x for x in state_of(g).order if x != n))
             yield f"drop {n} from the order only", g
-    order = list(g0.graph["order"])
+    order = list(state_of(g0).order)
     for i in range(len(order) - 1):
         if g0.nodes[order[i]]["kind"] == g0.nodes[order[i + 1]]["kind"] == "stage":
             g = fresh()
             o = list(order)
             o[i], o[i + 1] = o[i + 1], o[i]
-            g.graph["order"] = tuple(o)
+            update_state(g, order=tuple(o))
             yield f"swap {order[i]} {order[i + 1]} in the order", g
     # -- stages: stores, reads, pulls, loops
     for s in stages(g0):
@@ -379,10 +379,10 @@ def test_mutations_are_rejected_for_the_reason_they_break():
 
 
 def _without_barriers(g):
-    for n in [n for n in g.graph["order"] if g.nodes[n]["kind"] == "barrier"]:
+    for n in [n for n in state_of(g).order if g.nodes[n]["kind"] == "barrier"]:
         g.remove_node(n)
-    g.graph["order"] = tuple(n for n in g.graph["order"] if n in g)
-    g.graph["kernels"] = tuple(dataclasses.replace(k, barrier_before=False) for k in g.graph["kernels"])
+    update_state(g, order=tuple(n for n in state_of(g).order if n in g))
+    update_state(g, kernels=tuple(dataclasses.replace(k, barrier_before=False) for k in state_of(g).kernels))
     return g
 
 

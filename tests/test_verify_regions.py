@@ -17,6 +17,7 @@ from tests._util import SCHEDULES, check_close, make_calls
 from tilec.errors import CompileError, ScheduleError, VerifyError
 from tilec.frontend.parser import parse
 from tilec.frontend.sema import check
+from tilec.ir.graph import state_of, update_state
 from tilec.passes.base import run_pipeline
 from tilec.passes.lower import Lower
 from tilec.passes.schedules import pipeline
@@ -205,10 +206,10 @@ def test_a_reader_of_two_writers_under_flags_cannot_be_proved_not_a_race():
     g = Lower()(check(parse(src, "two.tile"), 2))
     verify(g, "lower")
     g = run_pipeline(copy_graph(g), pipeline("bsp", "auto"), verify)
-    g.graph["sync"] = "flags"  # as if barriers were replaced with no flag for the second writer
-    for n in [n for n in g.graph["order"] if g.nodes[n]["kind"] == "barrier"]:
+    update_state(g, sync="flags")  # as if barriers were replaced with no flag for the second writer
+    for n in [n for n in state_of(g).order if g.nodes[n]["kind"] == "barrier"]:
         g.remove_node(n)
-    g.graph["order"] = tuple(n for n in g.graph["order"] if n in g)
+    update_state(g, order=tuple(n for n in state_of(g).order if n in g))
     with pytest.raises(VerifyError) as e:
         verify(g, "test")
     text = str(e.value)

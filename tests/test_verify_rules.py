@@ -12,7 +12,7 @@ import pytest
 from tilec.errors import VerifyError
 from tilec.frontend.parser import parse
 from tilec.frontend.sema import check
-from tilec.ir.graph import Barrier, Kernel, Wait, copy_graph, sid, stage
+from tilec.ir.graph import Barrier, Kernel, Wait, copy_graph, sid, stage, state_of, update_state
 from tilec.ir.types import Affine
 from tilec.passes.base import run_pipeline
 from tilec.passes.lower import Lower
@@ -97,7 +97,7 @@ def test_every_rule_passes_the_sound_graph(graphs, schedule, name, rule):
 
 def test_structure_names_an_order_that_is_not_the_graphs(graphs):
     g = copy_graph(graphs["bsp"])
-    g.graph["order"] = (*g.graph["order"], "s:ghost")
+    update_state(g, order=(*state_of(g).order, "s:ghost"))
     ctx = Ctx(g)
     structure.check(ctx)
     (d,) = ctx.problems
@@ -122,13 +122,13 @@ def test_accesses_finds_a_store_out_of_bounds(graphs):
 def test_barriers_finds_a_barrier_left_under_flags(graphs):
     g = copy_graph(graphs["flags"])
     g.add_node("b:9", kind="barrier", payload=Barrier(9, stage(g, "scale").loc))
-    g.graph["order"] = (g.graph["order"][0], "b:9", *g.graph["order"][1:])
+    update_state(g, order=(state_of(g).order[0], "b:9", *state_of(g).order[1:]))
     expect(g, barriers, "barriers", "a global barrier is left after replace-barriers")
 
 
 def test_kernels_finds_stages_out_of_program_order(graphs):
     g = copy_graph(graphs["bsp"])
-    g.graph["kernels"] = tuple(reversed(g.graph["kernels"]))
+    update_state(g, kernels=tuple(reversed(state_of(g).kernels)))
     expect(g, kernels, "kernels", "kernels run the stages in the order scale, gather, not in program order")
 
 
@@ -161,7 +161,7 @@ def test_reads_finds_a_read_with_no_barrier(graphs):
         s, loops=(*s.loops, next(v for v in stage(g, "gather").loops if v.is_rank)),
         body=(dataclasses.replace(st, value=dataclasses.replace(st.value, args=(far, *st.value.args[1:]))),))
     g.remove_node("b:0")
-    g.graph["order"] = tuple(n for n in g.graph["order"] if n != "b:0")
+    update_state(g, order=tuple(n for n in state_of(g).order if n != "b:0"))
     expect(g, reads, "reads", "read before flag: stage 'scale' reads Ag@r[m, n] (written by stage 'gather')", 11)
 
 
@@ -185,7 +185,7 @@ def test_waits_finds_a_wait_that_is_never_emitted(graphs):
 
 def test_folds_finds_a_fold_list_of_something_else(graphs):
     g = copy_graph(graphs["flags"])
-    g.graph["folds"] = ("not a fold",)
+    update_state(g, folds=("not a fold",))
     expect(g, folds, "folds", "the fold list holds something that is not a fold")
 
 
@@ -202,8 +202,8 @@ def test_deadlock_finds_a_wait_on_a_later_stage(graphs):
 def test_kernel_payloads_are_kernels(graphs):
     """A kernel list holding something else is a structure problem, found before the kernels rule runs."""
     g = copy_graph(graphs["bsp"])
-    g.graph["kernels"] = (*g.graph["kernels"][:1], "k9")
-    assert isinstance(graphs["bsp"].graph["kernels"][0], Kernel)
+    update_state(g, kernels=(*state_of(g).kernels[:1], "k9"))
+    assert isinstance(state_of(graphs["bsp"]).kernels[0], Kernel)
     ctx = Ctx(g)
     structure.check(ctx)
     assert [d.message for d in ctx.problems] == ["the kernel list holds something that is not a kernel"]

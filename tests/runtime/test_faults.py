@@ -18,6 +18,7 @@ from pathlib import Path
 import fault_workers
 import pytest
 
+from tilec.ir.graph import state_of
 from tilec.program import WaitTimeout
 from tilec.runtime import PeerLost, RankError, liveness, spawn
 from tilec.runtime.liveness import proc_state
@@ -334,7 +335,7 @@ def test_wait_timeout_tiles_partition_what_producers_write(example):
         except tilec.errors.TilecError:
             continue  # not a schedule of this example
         # fold-last's arrival counters are bumped, never waited on: no WaitTimeout names them
-        arrivals = {fo.flag for fo in prog.graph.graph.get("folds", ())}
+        arrivals = {fo.flag for fo in state_of(prog.graph).folds}
         for no, f in enumerate(flags(prog.graph), 1):
             if f.name in arrivals:
                 continue

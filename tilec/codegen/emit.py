@@ -31,6 +31,7 @@ from tilec.ir.graph import (
     stage,
     stages,
     tensor,
+    tensors,
     waits,
 )
 from tilec.ir.types import ME, Access, Sum, Var, trips, walk
@@ -144,11 +145,8 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
         if slots is not None:
             kernel_slots.append(sum(trips(stage(g, s).loops) for s in k.stages))  # folded stages record too
             slots += kernel_slots[-1]
-    tensors_used = []
-    for _, d in sorted(g.nodes(data=True)):
-        if d["kind"] == "tensor":
-            t = d["payload"]
-            tensors_used.append(TensorModel(t.name, t.kind, t.dtype, t.shape, t.symmetric))
+    tensors_used = [TensorModel(t.name, t.kind, t.dtype, t.shape, t.symmetric)
+                    for t in sorted(tensors(g), key=lambda t: t.name)]
     silent = silent_flags(g)
     fms = tuple(FlagModel(f.name, f"F_{ident(f.name)}", f.size, f.count, f.producer, ", ".join(f.key),
                           flag_no[f.name]) for f in flags(g) if f.name not in silent)

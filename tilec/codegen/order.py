@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from tilec.ir.graph import InPlace, Kernel, Stage, stage
+from tilec.ir.graph import InPlace, Kernel, Stage, program_of, stage
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Sum, Var, walk
 
@@ -66,7 +66,7 @@ class Overlap:
 def overlap_plan(g: nx.DiGraph, k: Kernel, group_m: int, tasks) -> Overlap | None:
     """The interleaved order for kernel k when its consumer's first 1/W tiles (rotated by rank) are provably this
     rank's own rows; `tasks(stage)` counts a stage's tasks. None: keep the written order."""
-    world = g.graph["program"].world
+    world = program_of(g).world
     if k.groups or len(k.stages) != 2 or world < 2 or not k.persistent:
         return None
     cp, c = stage(g, k.stages[0]), stage(g, k.stages[1])
@@ -83,7 +83,7 @@ def own_rows_first(g: nx.DiGraph, c: Stage, group_m: int, buf: str | None = None
     """When stage c's in-place reads (of `buf`, or of any buffer) make its first 1/W tasks, rotated by rank * 1/W,
     exactly the tiles over this rank's own rows (which wait for nothing): the rows of tiles per group of its grouped
     order that keep a group within one rank's rows. None: no such rotation is known to hold."""
-    world = g.graph["program"].world
+    world = program_of(g).world
     reads = [x for st in c.body for x in walk(st.value) if isinstance(x, InPlace) and buf in (None, x.read.tensor)]
     if world < 2 or not reads or len(c.loops) != 2 or any(v.is_rank for v in c.loops):
         return None
@@ -107,7 +107,7 @@ def own_rows_last(g: nx.DiGraph, k: Kernel, st: Stage) -> bool:
     """Whether stage st of kernel k pushes every tile to the rank its outermost loop names (a loop over the W ranks,
     each value a whole 1/W of its tasks), for a consumer in the same persistent kernel: rotated by (rank + 1) / W of
     its tasks, it then pushes to the peers first and to this rank last."""
-    world = g.graph["program"].world
+    world = program_of(g).world
     if world < 2 or not k.persistent or k.groups or len(k.stages) < 2 or st.name not in k.stages[:-1]:
         return False
     if not st.loops or st.skip_equal or not st.body:

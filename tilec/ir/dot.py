@@ -124,22 +124,23 @@ def to_dot(g: nx.DiGraph, title: str = "", limit: int = LIMIT) -> str:
     out = [f"digraph {_q(prog.name)} {{", f"  graph {graph};",
            "  node [fontname=\"Helvetica\", fontsize=\"9\"];",
            "  edge [fontname=\"Helvetica\", fontsize=\"8\"];"]
-    for n, d in sorted(g.nodes(data=True)):
-        if d["kind"] == "tensor":
-            t = d["payload"]
+    for n in sorted(g):
+        kind = kind_of(g, n)
+        if kind == "tensor":
+            t = payload_of(g, n)
             sym = " symmetric" if t.symmetric else ""
             shape = ", ".join(map(str, t.shape))
             a = _attrs(label=f"{t.kind} {t.name}\n{t.dtype}[{shape}]{sym}", style="filled",
                        shape="cylinder" if t.kind == "buf" else "box",
                        fillcolor="#eeeeee" if t.kind == "buf" else "#dde8f4")
             out.append(f"  {_q(n)} {a};")
-        elif d["kind"] == "flag":
-            f = d["payload"]
+        elif kind == "flag":
+            f = payload_of(g, n)
             key = ", ".join(f.key) or "-"
             a = _attrs(label=f"flag {f.name}\n{f.size} counter(s) [{key}]\n+{f.count} per call", shape="diamond",
                        style="filled", fillcolor="#fde6b0")
             out.append(f"  {_q(n)} {a};")
-        elif d["kind"] == "barrier":
+        elif kind == "barrier":
             a = _attrs(label="barrier", shape="box", style="filled,bold", fillcolor="#f4b6b6")
             out.append(f"  {_q(n)} {a};")
     groups: dict[str, list[TileGroup]] = {}

@@ -9,10 +9,8 @@ Edges:
   tensor -> stage  kind=read      ;  stage -> tensor  kind=write
   stage/barrier -> stage/barrier  kind=order (program order)
   stage -> flag  kind=release     ;  flag -> stage  kind=wait, waits=(Wait, ...)
-Graph attributes: program (BoundProgram: name, world, dims, source), order (tuple of stage/barrier ids in program
-order), sync (how stages are ordered across ranks: BARRIERS, global barriers between phases, as written; or
-FLAGS, per-tile ready counters only, once replace-barriers ran), kernels (tuple of Kernel, set by `persist`),
-folds (tuple of Fold, set by `fold-last`), passes (names applied so far), options.
+Graph-level state: one typed GraphState at g.graph["state"] (state_of reads it, update_state replaces fields): the
+program, the node order, how ranks are ordered (sync), the folds, the kernels and the passes run so far.
 """
 
 from __future__ import annotations
@@ -151,7 +149,7 @@ class Fold:
     loc: Loc = field(compare=False, repr=False)
 
 
-BARRIERS, FLAGS = "barriers", "flags"  # g.graph["sync"]
+BARRIERS, FLAGS = "barriers", "flags"  # GraphState.sync
 SM, DMA = "sm", "dma"  # Stage.transport
 
 
@@ -162,7 +160,7 @@ def dma_stages(g: nx.DiGraph) -> list[Stage]:
 
 def sync(g: nx.DiGraph) -> str:
     """BARRIERS or FLAGS: what orders a stage after the stages it reads from on other ranks."""
-    return g.graph.get("sync", BARRIERS)
+    return state_of(g).sync
 
 
 # -- the graph's own state, one accessor each: the modules above read these, not the graph's keys ---------------
@@ -179,34 +177,74 @@ class Program(Protocol):
     items: tuple
 
 
+@dataclass(frozen=True)
+class GraphState:
+    """What the graph holds beside its nodes, one typed object (g.graph["state"]): passes replace fields, never
+    mutate them.
+
+    program: the checked program the graph was lowered from (None in a hand-made graph without one);
+    order: the stage and barrier node ids in program order;
+    sync: BARRIERS (global barriers between phases, as written) or FLAGS (per-tile ready counters only, once
+      replace-barriers ran);
+    folds: the Folds fold-last made; kernels: the Kernels persist grouped the stages into (None before persist);
+    passes: each pass that made the graph, as its describe() says, in order."""
+
+    program: Program | None = None
+    order: tuple[str, ...] = ()
+    sync: str = BARRIERS
+    folds: tuple[Fold, ...] = ()
+    kernels: tuple[Kernel, ...] | None = None
+    passes: tuple[str, ...] = ()
+
+
+def state_of(g: nx.DiGraph) -> GraphState:
+    """The graph's state (a default one for a graph made without any)."""
+    return g.graph.get("state") or GraphState()
+
+
+def update_state(g: nx.DiGraph, **changes) -> None:
+    """Replace fields of the graph's state (GraphState's field names)."""
+    g.graph["state"] = replace(state_of(g), **changes)
+
+
+def new_graph(program: Program | None = None) -> nx.DiGraph:
+    """An empty graph of `program`, in sync BARRIERS, no pass run."""
+    return nx.DiGraph(state=GraphState(program=program))
+
+
 def program_of(g: nx.DiGraph) -> Program:
     """The checked program the graph was lowered from (None in a hand-made graph without one)."""
-    return g.graph.get("program")
+    return state_of(g).program
 
 
 def node_order(g: nx.DiGraph) -> tuple[str, ...]:
     """The stage and barrier nodes in program order."""
-    return tuple(g.graph.get("order", ()))
+    return tuple(state_of(g).order or ())
 
 
 def kernels_of(g: nx.DiGraph) -> tuple[Kernel, ...]:
     """The kernels persist grouped the stages into (none before persist: see persisted)."""
-    return tuple(g.graph.get("kernels") or ())
+    return tuple(state_of(g).kernels or ())
 
 
 def persisted(g: nx.DiGraph) -> bool:
     """Whether persist has run (the graph has its kernels, if none)."""
-    return g.graph.get("kernels") is not None
+    return state_of(g).kernels is not None
 
 
 def passes_run(g: nx.DiGraph) -> tuple[str, ...]:
     """The passes that made the graph, each as its describe() says, in order."""
-    return tuple(g.graph.get("passes", ()))
+    return tuple(state_of(g).passes)
 
 
 def payload_of(g: nx.DiGraph, n: str):
     """The payload of node n: a Stage, Tensor, Flag or Barrier (see kind_of)."""
     return g.nodes[n]["payload"]
+
+
+def set_payload(g: nx.DiGraph, n: str, payload) -> None:
+    """Replace node n's payload (payloads are frozen: a pass makes a new one with dataclasses.replace)."""
+    g.nodes[n]["payload"] = payload
 
 
 def kind_of(g: nx.DiGraph, n: str) -> str:
@@ -231,7 +269,7 @@ def stage(g: nx.DiGraph, name: str) -> Stage:
 
 
 def tensors(g: nx.DiGraph):
-    return [d["payload"] for _, d in g.nodes(data=True) if d["kind"] == "tensor"]
+    return [payload_of(g, n) for n in g if kind_of(g, n) == "tensor"]
 
 
 def tensor(g: nx.DiGraph, name: str):
@@ -239,7 +277,7 @@ def tensor(g: nx.DiGraph, name: str):
 
 
 def flags(g: nx.DiGraph) -> list[Flag]:
-    return sorted((d["payload"] for _, d in g.nodes(data=True) if d["kind"] == "flag"), key=lambda f: f.name)
+    return sorted((payload_of(g, n) for n in g if kind_of(g, n) == "flag"), key=lambda f: f.name)
 
 
 def waits(g: nx.DiGraph, stage_name: str) -> list[Wait]:
@@ -251,7 +289,7 @@ def waits(g: nx.DiGraph, stage_name: str) -> list[Wait]:
 
 
 def folds(g: nx.DiGraph) -> tuple[Fold, ...]:
-    return tuple(g.graph.get("folds", ()))
+    return tuple(state_of(g).folds)
 
 
 def barriers(g: nx.DiGraph) -> list[str]:

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import networkx as nx
 
-from tilec.ir.graph import InPlace, Pull, flags, kernels_of, node_order, passes_run, payload_of, program_of, waits
+from tilec.ir.graph import (
+    InPlace,
+    Pull,
+    flags,
+    kernels_of,
+    kind_of,
+    node_order,
+    passes_run,
+    payload_of,
+    program_of,
+    waits,
+)
 from tilec.ir.types import ME, Const, Dot, Idx, Load, Op, Sum, TExpr, TupleCall, Var
 
 _INFIX = {"+": "+", "-": "-", "*": "*", "/": "/"}
@@ -52,11 +63,10 @@ def print_graph(g: nx.DiGraph) -> str:
         out.append(f"{t.kind:<3} {t.name} : {t.dtype}[{', '.join(map(str, t.shape))}]{sym}")
     kernel_of = {s: k for k in kernels_of(g) for s in k.stages}
     for n in node_order(g):
-        d = g.nodes[n]
-        if d["kind"] == "barrier":
+        if kind_of(g, n) == "barrier":
             out.append("barrier")
             continue
-        st = d["payload"]
+        st = payload_of(g, n)
         k = kernel_of.get(st.name)
         where = f"  [kernel {k.name}]" if k else ""
         if st.transport != "sm":

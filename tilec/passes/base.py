@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 
 import networkx as nx
 
-from tilec.ir.graph import copy_graph
+from tilec.ir.graph import copy_graph, passes_run, update_state
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class Pass:
 
     def __call__(self, g: nx.DiGraph) -> nx.DiGraph:
         h = self.apply(copy_graph(g))
-        h.graph["passes"] = (*g.graph.get("passes", ()), self.describe())
+        update_state(h, passes=(*passes_run(g), self.describe()))
         return h
 
     def describe(self) -> str:

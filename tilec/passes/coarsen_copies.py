@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.ir.dtypes import ESIZE
-from tilec.ir.graph import SM, InPlace, Stage, flags, payload_of, sid, stages, tid
+from tilec.ir.graph import SM, InPlace, Stage, flags, payload_of, set_payload, sid, stages, tid
 from tilec.ir.types import Access, map_expr
 
 from .base import Pass
@@ -47,8 +47,8 @@ class CoarsenCopies(Pass):
                 shape=tuple(n * c if tv == v.name else n for n, tv in zip(st.value.shape, st.value.access.tile,
                                                                          strict=True)))),)
             loops = tuple(wide if x.name == v.name else x for x in cp.loops)
-            g.nodes[sid(cp.name)]["payload"] = replace(cp, loops=loops, body=body,
-                                                       note=f"{cp.note}; {c} tiles of {v.name} per task")
+            set_payload(g, sid(cp.name), replace(cp, loops=loops, body=body,
+                                                       note=f"{cp.note}; {c} tiles of {v.name} per task"))
             def fix(e, old=st, new=body[0], loops=loops):  # in-place reads name the copy they read through
                 if isinstance(e, InPlace) and e.write == old.access and e.source == old.value.access:
                     return replace(e, write=new.access, source=new.value.access, producer=loops)
@@ -57,11 +57,11 @@ class CoarsenCopies(Pass):
             for c2 in stages(g):
                 new_body = tuple(replace(x, value=map_expr(x.value, fix)) for x in c2.body)
                 if new_body != c2.body:
-                    g.nodes[sid(c2.name)]["payload"] = replace(c2, body=new_body)
+                    set_payload(g, sid(c2.name), replace(c2, body=new_body))
             for f in flags(g):
                 if f.producer == cp.name:
-                    g.nodes[f"f:{f.name}"]["payload"] = replace(f, write=body[0].access,
-                                                                count=f.count // v.trips * wide.trips)
+                    set_payload(g, f"f:{f.name}", replace(f, write=body[0].access,
+                                                                count=f.count // v.trips * wide.trips))
         return g
 
 

@@ -30,7 +30,21 @@ import networkx as nx
 
 from tilec.errors import ScheduleError
 from tilec.ir.builtins import TILE_FNS
-from tilec.ir.graph import Flag, Fold, kernels_of, payload_of, persisted, program_of, sid, stage, stages, waits
+from tilec.ir.graph import (
+    Flag,
+    Fold,
+    kernels_of,
+    payload_of,
+    persisted,
+    program_of,
+    set_payload,
+    sid,
+    stage,
+    stages,
+    state_of,
+    update_state,
+    waits,
+)
 from tilec.ir.tiling import flag_size, invert
 from tilec.ir.types import ME, Dot, TupleCall, Var, reduction_vars, trips, walk
 from tilec.ir.wait_plan import plan_wait, release_signature, task_scope
@@ -58,7 +72,7 @@ class FoldLast(Pass):
             raise ScheduleError("fold-last runs after persist: it folds stages of one persistent kernel")
         kernel_of = {s: i for i, k in enumerate(kernels) for s in k.stages}
         world = program_of(g).world
-        folds = list(g.graph.get("folds", ()))
+        folds = list(state_of(g).folds)
         for c in stages(g):
             ws = waits(g, c.name)
             if c.name not in kernel_of:  # a stage on the copy engines (transport=dma) is in no kernel
@@ -83,8 +97,8 @@ class FoldLast(Pass):
                 continue
             g = trial
             folds.append(fold)
-            g.graph["folds"] = tuple(folds)
-        g.graph["folds"] = tuple(folds)
+            update_state(g, folds=tuple(folds))
+        update_state(g, folds=tuple(folds))
         return g
 
     @staticmethod
@@ -135,5 +149,5 @@ class FoldLast(Pass):
                 arrival.count > 1 else f"folded into {f.producer}: the producer task runs it after its stores")
         if shared and arrival.count > 1:  # codegen/flags.Flags.arrive (a specialized kernel's program groups: never)
             note += " (its last few share it where every task of the kernel has a program)"
-        g.nodes[sid(c.name)]["payload"] = replace(c, note="; ".join(x for x in (c.note, note) if x))
+        set_payload(g, sid(c.name), replace(c, note="; ".join(x for x in (c.note, note) if x)))
         return g

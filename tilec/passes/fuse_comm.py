@@ -31,9 +31,11 @@ from tilec.ir.graph import (
     phases,
     program_of,
     rebuild_edges,
+    set_payload,
     sid,
     stages,
     tid,
+    update_state,
 )
 from tilec.ir.queries import copy_stages, pull_rereads
 from tilec.ir.tiling import invert
@@ -104,15 +106,15 @@ class FuseComm(Pass):
                     body = tuple(replace(s, value=map_expr(s.value, to_pull)) for s in c.body)
                     if body != c.body:
                         note = f"pulls {buf.tensor} from {src.tensor}@{src.rank}"
-                        g.nodes[sid(c.name)]["payload"] = replace(c, body=body, note=_join(c.note, note))
+                        set_payload(g, sid(c.name), replace(c, body=body, note=_join(c.note, note)))
             for c, _p, n, loops in pull_rereads(g):  # said where `tilec show` prints the stage (perf/auto.py acts)
                 st = payload_of(g, sid(c))
                 note = f"re-reads each tile of {_p.source.tensor} {n} times (once per {', '.join(loops)})"
                 if note not in st.note:
-                    g.nodes[sid(c)]["payload"] = replace(st, note=_join(st.note, note))
+                    set_payload(g, sid(c), replace(st, note=_join(st.note, note)))
             g.remove_node(sid(cp.name))
             g.remove_node(tid(buf.tensor))
-            g.graph["order"] = _drop_dangling_barriers([n for n in node_order(g) if n != sid(cp.name)], g)
+            update_state(g, order=_drop_dangling_barriers([n for n in node_order(g) if n != sid(cp.name)], g))
             fused += 1
         if not fused:
             raise ScheduleError("fused-pull does not apply: " + ("; ".join(why) or "no stage is a pure tile copy"))
@@ -142,7 +144,7 @@ class FuseComm(Pass):
             body = tuple(replace(st, access=_swap_rank(st.access, rv),
                                  value=replace(st.value, access=_swap_rank(st.value.access, rv))) for st in cp.body)
             dsts = ", ".join(f"{st.access.tensor}@{rv}" for st in cp.body)
-            g.nodes[sid(cp.name)]["payload"] = replace(cp, body=body, note=_join(cp.note, f"pushes to {dsts}"))
+            set_payload(g, sid(cp.name), replace(cp, body=body, note=_join(cp.note, f"pushes to {dsts}")))
             pushed += 1
         if not pushed:
             if any(st.access.remote for s in stages(g) for st in s.body):

@@ -40,10 +40,12 @@ from tilec.ir.graph import (
     payload_of,
     program_of,
     rebuild_edges,
+    set_payload,
     sid,
     stages,
     sync,
     tid,
+    update_state,
 )
 from tilec.ir.queries import copy_stages
 from tilec.ir.tiling import DimInverse, invert
@@ -167,7 +169,7 @@ def _readers_rewritten(g: nx.DiGraph, cp: Stage, make) -> None:
         body = tuple(replace(x, value=map_expr(x.value, fn)) for x in c.body)
         if body != c.body:
             note = f"reads {buf} rows of this rank in place from {st.value.access.tensor}"
-            g.nodes[sid(c.name)]["payload"] = replace(c, body=body, note=_join(c.note, note))
+            set_payload(g, sid(c.name), replace(c, body=body, note=_join(c.note, note)))
 
 
 def _skip_local(g: nx.DiGraph, cp: Stage) -> None:
@@ -176,8 +178,8 @@ def _skip_local(g: nx.DiGraph, cp: Stage) -> None:
     dtype = payload_of(g, tid(st.value.access.tensor)).dtype
     _readers_rewritten(g, cp, lambda e: InPlace(e.access, st.access, st.value.access, cp.loops, dtype, e.shape,
                                                 e.loc))
-    g.nodes[sid(cp.name)]["payload"] = replace(cp, skip_equal=(pair,),
-                                               note=_join(cp.note, "copies only between peers (local rows in place)"))
+    set_payload(g, sid(cp.name), replace(cp, skip_equal=(pair,),
+                                               note=_join(cp.note, "copies only between peers (local rows in place)")))
 
 
 def _fuse_all(g: nx.DiGraph, cp: Stage) -> None:
@@ -194,7 +196,7 @@ def _fuse_all(g: nx.DiGraph, cp: Stage) -> None:
             g.remove_node(f"f:{f.name}")
     g.remove_node(sid(cp.name))
     g.remove_node(tid(st.access.tensor))
-    g.graph["order"] = tuple(n for n in node_order(g) if n != sid(cp.name))
+    update_state(g, order=tuple(n for n in node_order(g) if n != sid(cp.name)))
 
 
 def _rank_to_me(a: Access, var: str) -> Access:

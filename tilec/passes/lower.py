@@ -16,14 +16,14 @@ import networkx as nx
 
 from tilec.errors import TilecError
 from tilec.frontend.sema import BarrierIR, BoundProgram
-from tilec.ir.graph import BARRIERS, Barrier, Stage, program_of, rebuild_edges, sid, tid
+from tilec.ir.graph import Barrier, Stage, new_graph, program_of, rebuild_edges, sid, tid, update_state
 
 from .base import Pass
 
 
 def program_graph(prog: BoundProgram) -> nx.DiGraph:
     """The graph before lower: no nodes yet, the checked program as its state."""
-    return nx.DiGraph(program=prog, passes=(), options={}, sync=BARRIERS)
+    return new_graph(prog)
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,6 @@ class Lower(Pass):
                 n = sid(it.name)
                 g.add_node(n, kind="stage", payload=Stage(it.name, it.loops, it.body, it.loc))
             order.append(n)
-        g.graph["order"] = tuple(order)
+        update_state(g, order=tuple(order))
         rebuild_edges(g)
         return g

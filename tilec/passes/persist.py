@@ -23,7 +23,7 @@ import networkx as nx
 
 from tilec.errors import ScheduleError
 from tilec.ir.builtins import TILE_FNS
-from tilec.ir.graph import DMA, FLAGS, Kernel, kind_of, node_order, payload_of, stage, sync
+from tilec.ir.graph import DMA, FLAGS, Kernel, kind_of, node_order, payload_of, stage, sync, update_state
 from tilec.ir.queries import copy_stages
 from tilec.ir.types import Sum, TupleCall, trips, walk
 
@@ -50,13 +50,13 @@ class Persist(Pass):
         groups: list[tuple[list[str], bool]] = []  # (stage names, barrier before)
         pending_barrier = False
         for n in node_order(g):
-            d = g.nodes[n]
-            if d["kind"] == "barrier":
+            if kind_of(g, n) == "barrier":
                 pending_barrier = True
                 continue
-            if d["payload"].transport == DMA:  # the copy engines run it (runtime/dma.py), no kernel
+            st = payload_of(g, n)
+            if st.transport == DMA:  # the copy engines run it (runtime/dma.py), no kernel
                 continue
-            name = d["payload"].name
+            name = st.name
             if self.merge and groups and not pending_barrier:
                 groups[-1][0].append(name)
             else:
@@ -74,7 +74,7 @@ class Persist(Pass):
         if self.specialize and not any(k.groups for k in kernels):
             raise ScheduleError("specialized does not apply: no kernel has both a data-movement stage (tile copies,"
                                 " sums over ranks, merges) and a compute stage to give programs of their own")
-        g.graph["kernels"] = tuple(kernels)
+        update_state(g, kernels=tuple(kernels))
         return g
 
     def _shares(self, g: nx.DiGraph, names: list[str]) -> tuple[float, ...]:

@@ -46,6 +46,7 @@ from tilec.ir.graph import (
     rebuild_edges,
     sid,
     stages,
+    update_state,
 )
 from tilec.ir.tiling import flag_size, invert
 from tilec.ir.types import ME, Var, reduction_vars, trips
@@ -108,8 +109,7 @@ class ReplaceBarriers(Pass):
         self._share(g, [n for n in made if n not in before])
         for n in [n for n in node_order(g) if kind_of(g, n) == "barrier"]:
             g.remove_node(n)
-        g.graph["order"] = tuple(n for n in node_order(g) if n in g)
-        g.graph["sync"] = FLAGS
+        update_state(g, order=tuple(n for n in node_order(g) if n in g), sync=FLAGS)
         rebuild_edges(g)
         return g
 

@@ -32,7 +32,21 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.errors import ScheduleError
-from tilec.ir.graph import DMA, FLAGS, SM, Flag, Stage, flags, payload_of, program_of, sid, stages, sync
+from tilec.ir.graph import (
+    DMA,
+    FLAGS,
+    SM,
+    Flag,
+    Stage,
+    flags,
+    kind_of,
+    payload_of,
+    program_of,
+    set_payload,
+    sid,
+    stages,
+    sync,
+)
 from tilec.ir.tiling import flag_size, invert
 from tilec.ir.types import ME, Load, Var
 from tilec.ir.wait_plan import release_signature
@@ -119,13 +133,13 @@ class Transport(Pass):
         if not picked:
             raise ScheduleError("transport=dma: no copy stage can run on the copy engines"
                                 + (f" ({'; '.join(why)})" if why else " (the schedule left no copy stage)"))
-        for _n, d in g.nodes(data=True):
-            p = d["payload"]
-            if d["kind"] == "stage" and p.name in picked:
-                d["payload"] = replace(p, transport=DMA)
-            elif d["kind"] == "flag" and p.producer in picked:
+        for n in list(g):
+            p, kind = payload_of(g, n), kind_of(g, n)
+            if kind == "stage" and p.name in picked:
+                set_payload(g, n, replace(p, transport=DMA))
+            elif kind == "flag" and p.producer in picked:
                 # one counter write per chunk (a chunk is one counter), one chunk per counter
-                d["payload"] = replace(one_sender(g, p), count=1)
+                set_payload(g, n, replace(one_sender(g, p), count=1))
         return g
 
 

@@ -342,7 +342,7 @@ def _stage_cost(g, st, kernel: str, rt: set[str], q: int, world: int,
     releases = tasks * sum(1 for _, _, d in g.out_edges(sid(st.name), data=True) if d["kind"] == "release")
     nwait = nremote = 0
     covered = set()
-    folded = {fo.flag for fo in g.graph.get("folds", ()) if fo.consumer == st.name}  # no wait: run when complete
+    folded = {fo.flag for fo in folds(g) if fo.consumer == st.name}  # no wait: run when complete
     for w in {(w.flag, str(w.read)): w for w in waits(g, st.name)}.values():  # one wait per counter range read
         if w.flag in folded:
             continue

@@ -24,6 +24,7 @@ from __future__ import annotations
 import networkx as nx
 
 from tilec.errors import NOWHERE, Diagnostic, VerifyError
+from tilec.ir.graph import program_of
 
 from . import accesses, barriers, deadlock, flags, folds, kernels, reads, structure, transport, waits, writes
 from .context import Ctx, Stop, reads_of
@@ -39,7 +40,7 @@ RULES = [("accesses", accesses.check), ("barriers", barriers.check), ("kernels",
 
 def verify(g: nx.DiGraph, after: str = "?") -> None:
     """Raise VerifyError (every problem found, each located) unless graph g, as left by pass `after`, is sound."""
-    prog = g.graph.get("program")
+    prog = program_of(g)
     if prog is None:
         raise VerifyError(after, [Diagnostic(NOWHERE, "the graph has no program", "structure")])
     ctx = Ctx(g)

@@ -25,6 +25,7 @@ from tilec.ir.graph import (
     program_of,
     sid,
     stages,
+    state_of,
     sync,
 )
 from tilec.ir.regions import Undecidable
@@ -93,7 +94,7 @@ class Ctx:
                 self.phase[name], self.barrier_before[name], pending = p, pending, False
         self.tensors = {d["payload"].name: d["payload"] for _, d in g.nodes(data=True) if d["kind"] == "tensor"}
         self.flags = {d["payload"].name: d["payload"] for _, d in g.nodes(data=True) if d["kind"] == "flag"}
-        self.kernels: tuple[Kernel, ...] | None = g.graph.get("kernels")
+        self.kernels: tuple[Kernel, ...] | None = state_of(g).kernels
         self.kernel_of = {s: i for i, k in enumerate(self.kernels or ()) if isinstance(k, Kernel) for s in k.stages}
 
     def me(self, loc) -> Var:

@@ -12,7 +12,7 @@ import numpy as np
 
 from tilec.errors import ScheduleError
 from tilec.ir import regions
-from tilec.ir.graph import Stage
+from tilec.ir.graph import Stage, folds
 from tilec.ir.regions import Undecidable
 from tilec.ir.tiling import strides
 from tilec.ir.types import ME
@@ -28,7 +28,7 @@ def check(ctx: Ctx) -> None:
     from tilec.ir.wait_plan import fold_reads, plan_fold
 
     seen: set[str] = set()
-    for fo in ctx.g.graph.get("folds", ()):
+    for fo in folds(ctx.g):
         if not isinstance(fo, Fold):
             ctx.err(None, "the fold list holds something that is not a fold")
             continue

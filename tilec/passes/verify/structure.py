@@ -6,7 +6,7 @@ var with coefficient 1); wait and release edges join flags and stages; kernels n
 
 from __future__ import annotations
 
-from tilec.ir.graph import Barrier, Flag, Kernel, Pull, Stage, Wait
+from tilec.ir.graph import Barrier, Flag, Kernel, Pull, Stage, Wait, state_of
 from tilec.ir.types import ME, Access, Store, Tensor
 
 from .context import Ctx, reads_of
@@ -26,7 +26,7 @@ def _nodes(ctx: Ctx) -> None:
     """Every node is the payload its kind says, named as its id says; the program order names stages and
     barriers of the graph, each once, every stage among them."""
     g = ctx.g
-    order = g.graph.get("order")
+    order = state_of(g).order
     if not isinstance(order, tuple | list):
         ctx.err(None, "the graph has no program order")
         return
