@@ -142,10 +142,10 @@ def test_prediction_adds_up(ag_w2):
 
 @pytest.fixture(scope="module")
 def recorded_world1() -> list[tuple[dict, float]]:
-    """tests/data/h200_ag_gemm_eager_events_2026-11-29.json (the world-1 bench of 2026-11-29,
+    """tests/data/h200_ag_gemm_eager_events.json (the world-1 bench of 2026-11-29,
     timed as events around eager calls, which is what the model predicts): every tilec row of the recorded All-Gather +
     GEMM bench with the model's prediction for it (the bench calls without entry barrier; bf16 has f16's sizes)."""
-    data = json.loads((ROOT / "tests/data/h200_ag_gemm_eager_events_2026-11-29.json").read_text())
+    data = json.loads((ROOT / "tests/data/h200_ag_gemm_eager_events.json").read_text())
     out = []
     for row in data["rows"]:
         if row["kind"] != "tilec":

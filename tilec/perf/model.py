@@ -50,7 +50,7 @@ from tilec.errors import TilecError
 @dataclass(frozen=True)
 class Machine:
     """Rates of one GPU and its links. Defaults: one H200 (docs/GPU.md); barrier_us and flag_us are fitted to the
-    world-1 H200 bench of eager calls (tests/data/h200_ag_gemm_eager_events_2026-11-29.json): bsp minus fused-pull
+    world-1 H200 bench of eager calls (tests/data/h200_ag_gemm_eager_events.json): bsp minus fused-pull
     leaves ~100 us per host barrier beyond the copies, and the flags schedule's 663k satisfied waits on 66 programs cost
     ~2 ms (~0.2 us each)."""
 
