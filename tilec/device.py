@@ -406,3 +406,30 @@ def barrier(bar, err, heap_bases, rank, timeout_ns, WORLD: tl.constexpr, INTERPR
     for peer in tl.static_range(WORLD):
         iris.atomic_add(bar, 1, rank, peer, heap_bases, sem="release", scope="sys")
     wait(bar, n * WORLD, rank, rank, heap_bases, err, timeout_ns, 0, n, "sys", INTERPRET)
+
+
+@triton.jit
+def rows_ok(rows, pos, live, n, err, number):
+    # data-dependent rows (tilec/codegen/gathers.py): the live lanes of index tile `rows` (read at elements `pos` of
+    # its tensor) that are rows 0..n-1; the first call's first offence (check `number`, its element and value) goes
+    # to the error word for the host's IndexRangeError, and the lanes out of range are masked, never read
+    bad = live & ((rows < 0) | (rows >= n))
+    if tl.sum(bad.to(tl.int32), axis=0) > 0:
+        p = tl.max(tl.where(bad, pos, -1), axis=0)
+        v = tl.sum(tl.where(bad & (pos == p), rows, 0), axis=0)
+        if tl.atomic_cas(err, 0, 2) == 0:
+            tl.store(err + 1, number)
+            tl.store(err + 2, p)
+            tl.store(err + 3, v)
+    return live & (bad == 0)
+
+
+@triton.jit
+def count_ok(count, pos, extent, err, number):
+    # a loop's count of valid rows (element `pos` of its tensor) clamped to 0..extent; out of it, recorded as rows_ok
+    if (count < 0) | (count > extent):
+        if tl.atomic_cas(err, 0, 2) == 0:
+            tl.store(err + 1, number)
+            tl.store(err + 2, pos)
+            tl.store(err + 3, count)
+    return tl.minimum(tl.maximum(count, 0), extent)

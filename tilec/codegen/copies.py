@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from tilec.ir.dtypes import ESIZE
+from tilec.ir.gather import Gathered
 from tilec.ir.graph import InPlace, Pull, program_of, tensor
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Access, Load, Var
 
+from . import gathers
 from . import kir as K
 from .build import At, E, add, assign, bcast, call, cmp, conj, fdiv, mul, plus, sub, to, tup
 from .text import row_major_strides
@@ -53,6 +55,8 @@ class Copies:
 
     def load(self, e: Load, out: list, indent: str) -> K.Expr:
         a = e.access
+        if isinstance(a, Gathered):  # data-dependent rows
+            return gathers.load(self, e, out, indent)
         for w in self.waits.pop(a, []):  # each tile read is waited for once per task
             self.wait(w, out, indent)
         off, mask = self.offsets(a)

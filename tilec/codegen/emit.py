@@ -34,9 +34,10 @@ from tilec.ir.graph import (
     tensors,
     waits,
 )
+from tilec.ir.gather import Counted
 from tilec.ir.types import ME, Access, Sum, Var, trips, walk
 
-from . import kir
+from . import gathers, kir
 from .build import At, E, add, assemble, assign, call, cmp, fdiv, mod, mul, sub
 from .compute import Compute
 from .copies import Copies
@@ -118,7 +119,10 @@ class _Emitter(Copies, Compute, Flags, Tasks):
         return add(*parts)
 
     def mask_of(self, v: Var, r: str | None = None) -> kir.Expr | None:
-        """The lanes of tile var v's index vector (its `_r`, or r) inside its extent, where its last tile overhangs."""
+        """The lanes of tile var v's index vector (its `_r`, or r) inside its extent, where its last tile overhangs
+        (below its count of valid rows, for a counted loop)."""
+        if isinstance(v, Counted):
+            return gathers.count_mask(self, v, r)
         return cmp(r or v.name + "_r", "<", v.extent) if v.extent % v.step else None
 
     def bind_tile(self, v: Var, out: list, indent: str, hint: bool = False) -> None:

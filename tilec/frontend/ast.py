@@ -112,6 +112,7 @@ class Loop:
     extent: Expr | None
     step: Expr | None
     loc: Loc
+    count: Ref | None = None  # `upto cnt[e]`: rows past the count are not valid (frontend/rows.py)
 
 
 @dataclass(frozen=True)

@@ -134,6 +134,10 @@ class _ToAst(Transformer):
         return ast.Loop(str(children[0]), "tile", children[1], children[2], self._loc(meta))
 
     @v_args(meta=True)
+    def counted_loop(self, meta, children):
+        return ast.Loop(str(children[0]), "tile", children[1], children[2], self._loc(meta), children[3])
+
+    @v_args(meta=True)
     def assign(self, meta, children):
         return ast.Assign(tuple(children[:-1]), children[-1], self._loc(meta))
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from tilec.errors import ArgumentError, CompileError, Diagnostic, Loc
-from tilec.frontend import ast
+from tilec.frontend import ast, rows
 from tilec.frontend.affine import NotAffine, affine
 from tilec.frontend.limits import MAX_LOOPS, MAX_SIZE, MAX_TASKS, MAX_TILE, MAX_WORLD, tile_problems
 from tilec.ir.builtins import TILE_FNS
@@ -246,6 +246,11 @@ class _Checker:
                     v = Var(lp.var, "rank", self.world, 1, lp.loc)
                 else:
                     v = self._tile_var(lp.var, lp.extent, lp.step, lp.loc)
+                    if lp.count is not None:  # `upto cnt[e]`: rows past the count are not valid
+                        v = rows.counted(self, v, lp.count, vars_)
+            except NotAffine as e:
+                self.err(e.loc, e.msg)
+                v = Var(lp.var, lp.kind, 1, 1, lp.loc)
             except _Err as e:
                 self.err(e.loc, e.msg)
                 v = Var(lp.var, lp.kind, 1, 1, lp.loc)  # placeholder keeps later uses from cascading
@@ -348,8 +353,18 @@ class _Checker:
             rank = r.rank
         if len(r.index) != len(t.shape):
             raise _Err(r.loc, f"'{t.name}' has {len(t.shape)} dims but is indexed with {len(r.index)}")
-        index, tiles, shape = [], [], []
+        index, tiles, shape, gathered = [], [], [], []
         for d, e in enumerate(r.index):
+            if isinstance(e, ast.Ref):  # a row index read from an i32 tensor (frontend/rows.py)
+                try:
+                    aff, tv, ext, row = rows.row_dim(self, e, t, d, vars_, write)
+                except NotAffine as x:
+                    raise _Err(x.loc, x.msg) from None
+                index.append(aff)
+                tiles.append(tv)
+                shape.append(ext)
+                gathered.append(row)
+                continue
             if isinstance(e, ast.Full):
                 n = t.shape[d]
                 v = Var(f"_a{len(self.implicit)}", "tile", n, 1 << (n - 1).bit_length(), e.loc)
@@ -384,7 +399,7 @@ class _Checker:
             tiles.append(tv)
             shape.append(ext)
         _check_tile(shape, r.loc)
-        return Access(t.name, rank, tuple(index), tuple(tiles), tuple(shape), r.loc)
+        return rows.gathered(Access(t.name, rank, tuple(index), tuple(tiles), tuple(shape), r.loc), gathered)
 
     def expr(self, e: ast.Expr, vars_: dict[str, Var], top: bool = False) -> TExpr:
         x = self._expr(e, vars_, top)

@@ -6,6 +6,7 @@ enumerated per component of variables, not per task or element). One module per 
 (each module's docstring says what it proves):
   structure  nodes, payloads, names, program order, accesses well formed, kernels name known stages
   accesses   variables in scope, tile extents, in bounds, peers only of symmetric tensors, no stores into inputs
+  rows       data-dependent rows: index and count elements in bounds, gathered dims span their whole dim
   barriers   the sync mode; no barrier left under flags
   kernels    every stage in exactly one kernel, in program order, global barriers only between kernels
   transport  a dma stage copies tiles whose sources no stage writes, in a graph ordered by flags
@@ -26,14 +27,14 @@ import networkx as nx
 from tilec.errors import NOWHERE, Diagnostic, VerifyError
 from tilec.ir.graph import program_of
 
-from . import accesses, barriers, deadlock, flags, folds, kernels, reads, structure, transport, waits, writes
+from . import accesses, barriers, deadlock, flags, folds, kernels, reads, rows, structure, transport, waits, writes
 from .context import Ctx, Stop, reads_of
 from .folds import fold_problem
 
 __all__ = ["RULES", "fold_problem", "reads_of", "verify"]
 
 # (name, check): the order matters; the rules after `accesses` assume accesses in scope and in bounds
-RULES = [("accesses", accesses.check), ("barriers", barriers.check), ("kernels", kernels.check),
+RULES = [("accesses", accesses.check), ("rows", rows.check), ("barriers", barriers.check), ("kernels", kernels.check),
          ("transport", transport.check), ("writes", writes.check), ("reads", reads.check), ("flags", flags.check),
          ("waits", waits.check), ("folds", folds.check), ("deadlock", deadlock.check)]
 
@@ -51,7 +52,7 @@ def verify(g: nx.DiGraph, after: str = "?") -> None:
             for name, rule in RULES:
                 ctx.rule = name
                 rule(ctx)
-                if ctx.problems and name == "accesses":
+                if ctx.problems and name in ("accesses", "rows"):
                     break
     except Stop as e:
         ctx.problems.append(e.diagnostic)

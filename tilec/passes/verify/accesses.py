@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from tilec.errors import ScheduleError
 from tilec.ir import regions
+from tilec.ir.gather import tile_extent
 from tilec.ir.graph import InPlace, Pull, Stage
 from tilec.ir.regions import Undecidable
 from tilec.ir.tiling import invert
@@ -50,7 +51,7 @@ def _in_scope(ctx: Ctx, a: Access, dom: dict[str, Var], loc, what: str) -> bool:
         ctx.err(loc, f"{what} {a} on '{a.rank}', which is not a rank variable")
         ok = False
     for d, tv in enumerate(a.tile):
-        want = dom[tv].step if tv else 1
+        want = tile_extent(a, d, dom)
         if tv and dom[tv].is_rank:
             ctx.err(loc, f"{what} {a}: '{tv}' spans dim {d} as a tile but is a rank variable")
             ok = False

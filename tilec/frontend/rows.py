@@ -1,0 +1,74 @@
+"""Sema of data-dependent rows (ir/gather.py): `X[idx[t], :]`, a row index read from an i32 tensor, and
+`c in C by BC upto cnt[e]`, a loop whose rows past a count are not valid.
+
+What is proven here: the index and count tensors are 1-D i32 inputs, read at affine, in-bounds elements; a gathered
+dim covers its whole range for every dependence (a one-trip variable over the dim, as `:` makes). What is left to
+run time: every index value is a row of its dim and every count is within its loop's extent (codegen/gathers.py).
+Stores through an index (scatter) are rejected: distinct rows cannot be proven from the program, and the rule that
+would check them at run time is not there; write the inverse permutation as a gather instead.
+"""
+
+from __future__ import annotations
+
+from tilec.frontend import ast
+from tilec.frontend.affine import NotAffine
+from tilec.ir.gather import Counted, Gathered, Rows
+from tilec.ir.types import Access, Affine, Var
+
+
+class RowError(NotAffine):
+    """A located problem with a row index or a count (sema reports it like its own)."""
+
+
+def _index_tensor(chk, r: ast.Ref, what: str):
+    t = chk.tensors.get(r.tensor)
+    if t is None:
+        raise RowError(r.loc, f"unknown tensor '{r.tensor}'")
+    if t.dtype != "i32":
+        raise RowError(r.loc, f"{what} '{t.name}' must be an i32 tensor, not {t.dtype}")
+    if len(t.shape) != 1:
+        raise RowError(r.loc, f"{what} '{t.name}' must be 1-D, not {len(t.shape)}-D (flatten it: `{t.name}[e*C + c]`)")
+    if t.kind != "in":
+        raise RowError(r.loc, f"{what} '{t.name}' must be an input ('in'): a tensor a stage writes cannot index rows")
+    if r.rank is not None:
+        raise RowError(r.loc, f"{what} '{t.name}' must be this rank's own copy (no '@{r.rank}')")
+    return t
+
+
+def row_dim(chk, e: ast.Ref, target, dim: int, vars_: dict[str, Var], write: bool):
+    """Dim `dim` of an access of `target` indexed by the values of `e`: (affine start, tile var, tile extent, Rows)
+    with the start and tile var spanning the whole dim (the conservative region)."""
+    _index_tensor(chk, e, "row index")
+    if write:
+        raise RowError(e.loc, f"cannot prove that the rows '{e.tensor}[...]' a store into '{target.name}' writes are"
+                              " distinct (a scatter); write it as a gather of the inverse index instead:"
+                              f" `{target.name}[i, ...] = X[inverse[i], ...]`")
+    ia = chk.access(e, vars_)
+    if isinstance(ia, Gathered):
+        raise RowError(e.loc, f"row index '{e.tensor}' is itself indexed by a tensor: one level of indexing only")
+    n = target.shape[dim]
+    v = Var(f"_a{len(chk.implicit)}", "tile", n, 1 << (n - 1).bit_length(), e.loc)
+    chk.implicit.append(v)
+    vars_[v.name] = v
+    rows = ia.shape[0]
+    return Affine(((v.name, 1),), 0), v.name, rows, Rows(dim, ia, n, e.loc)
+
+
+def gathered(a: Access, rows: list[Rows]) -> Access:
+    if not rows:
+        return a
+    return Gathered(a.tensor, a.rank, a.index, a.tile, a.shape, a.loc, tuple(rows))
+
+
+def counted(chk, v: Var, count: ast.Ref, vars_: dict[str, Var]) -> Counted:
+    """Loop v with its count of valid rows read from `count` (one element, indexed by earlier loops)."""
+    _index_tensor(chk, count, "row count")
+    if any(isinstance(i, ast.Full | ast.Ref) for i in count.index):
+        raise RowError(count.loc, f"the count of loop '{v.name}' must be one element of '{count.tensor}'")
+    a = chk.access(count, vars_)
+    if isinstance(a, Gathered) or any(a.shape[d] != 1 or tv is not None for d, tv in enumerate(a.tile)):
+        raise RowError(count.loc, f"the count of loop '{v.name}' must be one element of '{count.tensor}' (index it"
+                                  " with earlier loops, not a tile)")
+    if v.name in a.vars:
+        raise RowError(count.loc, f"the count of loop '{v.name}' cannot depend on '{v.name}' itself")
+    return Counted(v.name, v.kind, v.extent, v.step, v.loc, a)
