@@ -94,3 +94,15 @@ class VerifyError(TilecError):
 
 class ArgumentError(TilecError):
     """A runtime argument (tensor) does not match the program's declaration."""
+
+
+class IndexRangeError(TilecError, IndexError):
+    """A row index or count read from an i32 tensor was out of range during a call (checked on the device, or by
+    the reference interpreter): the message names the tensor, the element and its value. The fields are attributes
+    too (tensor, element, value, target, rank)."""
+
+    def __init__(self, message: str, **fields):
+        super().__init__(message)
+        self.fields = fields
+        for k, v in fields.items():
+            setattr(self, k, v)

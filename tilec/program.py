@@ -15,6 +15,7 @@ import networkx as nx
 from tilec import settings
 from tilec.errors import ArgumentError, TilecError
 from tilec.frontend.sema import BoundProgram
+from tilec.ir.gather import INDEX_RANGE, index_range_error
 from tilec.ir.graph import flags
 from tilec.ir.printer import print_graph
 from tilec.runtime import launch
@@ -496,6 +497,8 @@ class CompiledProgram:
         if not vals[0]:
             return
         err.zero_()
+        if vals[0] == INDEX_RANGE:  # a row index or count out of range (codegen/gathers.py)
+            raise index_range_error(self.program, vals, heap.rank)
         _, flag_no, counter, owner, seen, target = vals[:6]
         if flag_no == 0:  # tilec.device.barrier: counter is the barrier's number, seen and target arrivals
             world = heap.world

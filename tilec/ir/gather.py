@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tilec.errors import Loc
+from tilec.errors import IndexRangeError, Loc
 from tilec.ir.types import Access, Load, Var, walk
 
 INDEX_RANGE = 2  # the error word's first entry for an index or count out of range (1: a wait timed out)
@@ -132,3 +132,12 @@ def range_message(items, number: int, element: int, value: int, rank: int, progr
                 f" of loop '{c.target}' (0..{c.size}) at {c.loc}; those rows were not loaded or stored")
     return (f"rank {rank}: index out of range: {c.tensor}[{element}] = {value} is not a row of dim {c.dim} of"
             f" '{c.target}' (0..{c.size - 1}) at {c.loc}; that row was not read or written")
+
+
+def index_range_error(prog, err: list[int], rank: int) -> IndexRangeError:
+    """The host's error for a call whose error word (err: its entries) recorded an index or count out of range."""
+    number, element, value = err[1:4]
+    c = next((c for c in checks(prog.items) if c.number == number), None)
+    return IndexRangeError(range_message(prog.items, number, element, value, rank, prog.name),
+                           tensor=c.tensor if c else None, element=element, value=value,
+                           target=c.target if c else None, rank=rank)
