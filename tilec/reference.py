@@ -14,6 +14,8 @@ import torch
 from tilec.frontend.sema import BarrierIR, BoundProgram, StageIR
 from tilec.ir.builtins import TILE_FNS
 from tilec.ir.dtypes import DTYPES, torch_dtype
+from tilec.errors import IndexRangeError
+from tilec.ir.gather import Counted, check_number, range_message
 from tilec.ir.types import ME, Access, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var, loads
 
 TORCH_DTYPE = {d: torch_dtype(d) for d in DTYPES}
@@ -28,6 +30,8 @@ def _slices(a: Access, env: dict[str, int], scope: dict[str, Var]) -> tuple[slic
     for aff, tv in zip(a.index, a.tile, strict=True):
         start = aff.const + sum(k * env[v] for v, k in aff.terms)
         n = min(scope[tv].step, scope[tv].extent - env[tv]) if tv else 1
+        if tv and f"#{tv}" in env:  # a counted loop (ir/gather.py): its rows past the count are not there
+            n = max(0, min(n, env[f"#{tv}"] - env[tv]))
         out.append(slice(start, start + n))
     return tuple(out)
 
@@ -65,6 +69,7 @@ class Reference:
         ranges = [range(0, v.extent, v.step) for v in st.loops]
         for vals in itertools.product(*ranges):
             env = dict(zip((v.name for v in st.loops), vals, strict=True)) | {ME: rank}
+            env |= {f"#{v.name}": self._count(v, env) for v in st.loops if isinstance(v, Counted)}
             done: dict[int, object] = {}  # a tile function's results, shared by the stores of its outputs
             for s in st.body:
                 if id(s.value) not in done:
@@ -84,13 +89,37 @@ class Reference:
                     val = val[tuple(slice(0, n) for n in region.shape)]  # a padded sum, stored where the tile fits
                 dst[sl] = torch.broadcast_to(val, region.shape).to(dst.dtype)
 
+    def _rows(self, r, a, env, scope):
+        vals = self.state[env[ME]][r.index.tensor][_slices(r.index, env, scope)].long()
+        bad = ((vals < 0) | (vals >= r.size)).nonzero()
+        if len(bad):
+            j = int(bad[0, 0])
+            self._range_error(r.index.tensor, r.loc, _slices(r.index, env, scope)[0].start + j, int(vals[j]), env)
+        return vals
+
+    def _count(self, v: Var, env) -> int:
+        a = v.count
+        pos = a.index[0].const + sum(k * env[x] for x, k in a.index[0].terms)
+        n = int(self.state[env[ME]][a.tensor][pos])
+        if not 0 <= n <= v.extent:
+            self._range_error(a.tensor, a.loc, pos, n, env)
+        return n
+
+    def _range_error(self, tensor: str, loc, element: int, value: int, env):
+        number = check_number(self.prog.items, tensor, loc)
+        raise IndexRangeError(range_message(self.prog.items, number, element, value, env[ME], self.prog.name),
+                              tensor=tensor, element=element, value=value, rank=env[ME])
+
     def _device(self):
         return self.state[0][self.prog.tensors[0].name].device
 
     def _eval(self, e, env, scope) -> torch.Tensor:
         if isinstance(e, Load):
             a = e.access
-            return self.state[env[a.rank]][a.tensor][_slices(a, env, scope)].float()
+            x = self.state[env[a.rank]][a.tensor][_slices(a, env, scope)].float()
+            for r in getattr(a, "rows", ()):  # data-dependent rows: those the index tile names
+                x = x.index_select(r.dim, self._rows(r, a, env, scope))
+            return x
         if isinstance(e, Const):
             return torch.tensor(float(e.value), device=self._device())
         if isinstance(e, Idx):

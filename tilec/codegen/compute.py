@@ -5,6 +5,7 @@ from __future__ import annotations
 from tilec.errors import TilecError
 from tilec.ir.builtins import TILE_FNS
 from tilec.ir.dtypes import TL_DTYPE
+from tilec.ir.gather import Gathered
 from tilec.ir.graph import InPlace, Pull, program_of, tensor
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var, logical_shape, walk
@@ -231,7 +232,7 @@ class Compute:
         if not v.is_rank:
             # local tiles walked along the reduction: pointers set up once, then advanced (as hand-written GEMMs do)
             walked = [x for x in _direct_loads(e.body) if isinstance(x, Load) and not x.access.remote
-                      and v.name in x.access.vars]
+                      and v.name in x.access.vars and not isinstance(x.access, Gathered)]
             in_place = [(x, inc) for x in _direct_loads(e.body) if isinstance(x, InPlace) or self.local_pull(x)
                         for inc in [self.in_place_steps(x, v)] if inc]
             if walked or in_place:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import networkx as nx
 
+from tilec.ir.gather import gathered
 from tilec.ir.graph import Flag, InPlace, Pull, Stage, payload_of, program_of, sid, stages
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Load, Var, reduction_vars, trips
@@ -18,9 +19,9 @@ def flag_dims(g: nx.DiGraph, f: Flag):
 
 
 def copy_stages(g: nx.DiGraph, single: bool = True) -> list[Stage]:
-    """Stages whose body stores plain tile loads (one store when `single`)."""
+    """Stages whose body stores plain tile loads (one store when `single`); a gather (ir/gather.py) is no copy."""
     return [s for s in stages(g) if (len(s.body) == 1 or not single)
-            and all(isinstance(x.value, Load) and x.part is None for x in s.body)]
+            and all(isinstance(x.value, Load) and x.part is None and not gathered(x.value.access) for x in s.body)]
 
 
 def pull_rereads(g: nx.DiGraph) -> list[tuple[str, Pull, int, tuple[str, ...]]]:
