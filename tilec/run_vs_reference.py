@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from tilec.errors import ArgumentError
+from tilec.ir.gather import index_inputs
 from tilec.program import CompiledProgram
 from tilec.reference import TORCH_DTYPE, evaluate
 
@@ -17,11 +18,16 @@ TOLERANCE = {"f16": 2e-2, "bf16": 6e-2, "f32": 1e-4, "i32": 0.0}
 def make_inputs(prog: CompiledProgram, rank: int, seed: int = 0) -> dict[str, torch.Tensor]:
     """Deterministic inputs of one rank (what `tilec run` feeds every schedule and the reference)."""
     out = {}
+    rows = index_inputs(prog.program.items)  # row indexes and counts (ir/gather.py): in range
     for i, t in enumerate(prog.program.tensors):
         if t.kind != "in":
             continue
         g = torch.Generator().manual_seed(seed * 1_000_003 + rank * 7919 + i)
-        if t.dtype == "i32":  # integers (lengths, counts) up to the largest extent the program spans
+        if t.name in rows:
+            what, n = rows[t.name]
+            out[t.name] = torch.randint(0, n, t.shape, generator=g, dtype=torch.int32) if what == "index" else \
+                torch.full(t.shape, n, dtype=torch.int32)
+        elif t.dtype == "i32":  # integers (lengths, counts) up to the largest extent the program spans
             high = max([v for _, v in prog.program.dims] + [1]) * prog.world + 1
             out[t.name] = torch.randint(0, high, t.shape, generator=g, dtype=torch.int32)
         else:

@@ -114,6 +114,17 @@ def checks(items) -> list[Check]:
     return out
 
 
+def index_inputs(items) -> dict[str, tuple[str, int]]:
+    """Tensor -> ("index", rows it may name) or ("count", the extent it counts in), the smallest over its uses: what
+    `tilec run` draws such inputs from (counts at their extent: the rows past a count are never stored, so a later
+    read of them sees what an earlier call left, which no reference can know)."""
+    out: dict[str, tuple[str, int]] = {}
+    for c in checks(items):
+        what, n = out.get(c.tensor, (c.what, c.size))
+        out[c.tensor] = (what, min(n, c.size))
+    return out
+
+
 def check_number(items, tensor: str, loc: Loc) -> int:
     """The number of the check of index or count tensor `tensor` written at `loc`."""
     for c in checks(items):
