@@ -17,6 +17,7 @@ from dataclasses import replace
 
 import networkx as nx
 
+from tilec.ir.gather import Counted
 from tilec.ir.graph import (
     Kernel,
     Pull,
@@ -34,7 +35,6 @@ from tilec.ir.graph import (
     tensors,
     waits,
 )
-from tilec.ir.gather import Counted
 from tilec.ir.types import ME, Access, Sum, Var, trips, walk
 
 from . import gathers, kir
