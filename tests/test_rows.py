@@ -70,6 +70,24 @@ program produced(world W)
     Y[t, :] = Z[idx[t], :]
 """
 
+# a gather of a peer's computed rows: under flags it waits, chosen at run time, for the peer's tiles its rows lie in
+PEER = """\
+program peer(world W)
+  dims  T = 16, N = 32, H = 16
+  tiles BT = 8, BN = 8
+
+  in  X   : f16[N, H]
+  in  idx : i32[T]
+  out Y   : f16[W*T, H]
+  buf Z   : f16[N, H] symmetric
+
+  stage a over n in N by BN:
+    Z[n, :] = X[n, :] * 3.0
+  barrier
+  stage g over r in ranks, i in T by BT:
+    Y[r*T + i, :] = Z@r[idx[i], :]
+"""
+
 H, F = 64, 64
 
 
@@ -250,6 +268,30 @@ def test_gathers_counts_and_moe_at_world_1():
     assert torch.equal(got["produced"][0]["Y"].float(), checks["produced"])
     for key in ("moe_top1", "moe_top2", "moe_one", "moe_empty"):
         _close(got[key][0]["O"], checks[key], key)
+
+
+def test_row_waits_wait_for_the_peer_tiles_the_rows_lie_in(monkeypatch):
+    """A late rank (the adversary) computes the rows its peer gathers: the run-time waits (one counter per row, the
+    producer tile it lies in) hold the reader back; with them removed it reads the previous call's rows."""
+    right = _compile(PEER, world=2, schedule="flags")
+    wait = re.compile(r"td\.wait_all\(F_Z_a, idx_rows // 8, idx_ok, .*?INTERPRET\)", re.S)
+    assert wait.search(right.source), right.source
+    wrong = _compile(PEER, world=2, schedule="flags")
+    wrong.source = wait.sub("pass", wrong.source)
+    g = torch.Generator().manual_seed(5)
+    calls, want = [], []
+    for _ in range(3):
+        xs = [torch.randn(32, 16, generator=g).half() for _ in range(2)]
+        idx = [torch.randint(8, 32, (16,), generator=g, dtype=torch.int32) for _ in range(2)]
+        calls.append([{"X": xs[r], "idx": idx[r]} for r in range(2)])
+        want.append([torch.cat([(xs[p].float() * 3).half().float()[idx[r].long()] for p in range(2)])
+                     for r in range(2)])
+    monkeypatch.setenv("TILEC_CPU_ADVERSARY", "0.5")
+    got = spawn("tests._rows_workers:calls_or_errors", 2, args=([("right", right, calls), ("wrong", wrong, calls)],),
+                heap_bytes=1 << 22, timeout=600)
+    worst = {k: max(float((got[r][k][i]["Y"].float() - want[i][r]).abs().max()) for i in range(3) for r in range(2))
+             for k in ("right", "wrong")}
+    assert worst["right"] == 0 and worst["wrong"] > 0.1, worst
 
 
 def _moe_world(world: int, schedules: tuple[str, ...]):

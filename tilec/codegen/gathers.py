@@ -6,21 +6,25 @@ in every access it indexes, so those rows are neither loaded nor stored."""
 from __future__ import annotations
 
 from tilec.ir.gather import Counted, Gathered, check_number
-from tilec.ir.graph import program_of, tensor
-from tilec.ir.types import Access, Affine, Load
+from tilec.ir.graph import folds, program_of, tensor
+from tilec.ir.queries import flag_dims
+from tilec.ir.tiling import strides
+from tilec.ir.types import ME, Access, Affine, Load
 
 from . import kir as K
-from .build import At, E, add, assign, bcast, call, cmp, conj, mul, plus, to
-from .text import row_major_strides
+from .build import At, E, S, add, assign, bcast, call, cmp, conj, mul, plus, to
+from .flags import _lin
+from .text import ident, row_major_strides
 
 
 def _number(em, tensor_name: str, loc) -> int:
     return check_number(program_of(em.g).items, tensor_name, loc)
 
 
-def offsets(em, a: Gathered, out: list, indent: str) -> tuple[K.Expr, K.Expr | None]:
+def offsets(em, a: Gathered, out: list, indent: str, rows_out: dict | None = None) -> tuple[K.Expr, K.Expr | None]:
     """Pointer offset and mask of a gathered tile: the affine dims as `Copies.offsets` makes them, each gathered dim
-    its index tile's values (statements that load and check them placed in `out`)."""
+    its index tile's values (statements that load and check them placed in `out`; `rows_out`: dim -> (the values,
+    the lanes in range))."""
     t = tensor(em.g, a.tensor)
     st = row_major_strides(t.shape)
     nd = len(a.index)
@@ -40,6 +44,8 @@ def offsets(em, a: Gathered, out: list, indent: str) -> tuple[K.Expr, K.Expr | N
         out.append(At(indent, assign(ok, call("td.rows_ok", vals, ioff, live, r.size, "ERR",
                                               _number(em, ia.tensor, r.loc)),
                                      f"rows of {a.tensor} from {ia.tensor}: each must be 0..{r.size - 1}")))
+        if rows_out is not None:
+            rows_out[d] = (E(vals), E(ok))
         v = to(vals, "tl.int64") if t.numel >= 2**31 else E(vals)
         parts.append(mul(bcast(v, d, nd), st[d]) if st[d] != 1 else bcast(v, d, nd))
         masks.append(bcast(ok, d, nd))
@@ -49,9 +55,12 @@ def offsets(em, a: Gathered, out: list, indent: str) -> tuple[K.Expr, K.Expr | N
 def load(em, e: Load, out: list, indent: str) -> K.Expr:
     """A gathered tile read (Copies.load for an access with data-dependent rows)."""
     a = e.access
-    for w in em.waits.pop(a, []):  # the conservative waits: every producer tile of the rows it may hit
-        em.wait(w, out, indent)
-    off, mask = offsets(em, a, out, indent)
+    ws = em.waits.pop(a, [])
+    rows: dict[int, tuple[K.Expr, K.Expr]] = {}
+    off, mask = offsets(em, a, out, indent, rows)
+    for w in ws:
+        if not row_wait(em, w, a, rows, out, indent):  # the conservative wait: every producer tile of the dim
+            em.wait(w, out, indent)
     ptr = em.param(a.tensor)
     kw = {"mask": mask, "other": 0} if mask is not None else {}
     if a.remote:
@@ -78,3 +87,28 @@ def count_mask(em, v: Counted, r: str | None) -> K.Expr:
                                           f"rows of '{v.name}' past {a} are not valid"))]
         counts[v.name] = E(n)
     return cmp(r or v.name + "_r", "<", counts[v.name])
+
+
+def row_wait(em, w, a: Gathered, rows: dict, out: list, indent: str) -> bool:
+    """Wait, chosen at run time, for only the producer tiles the index values land in: one counter per row (the
+    counter of the producer tile that stores it, flags._lin of the row), polled together (td.wait_all) on the lanes
+    in range. Where the flag keys a dim other than the one gathered dim, or the owner varies inside a loop, nothing
+    is emitted (False): the caller emits the conservative wait on every tile of the dim."""
+    f = em.fl[w.flag]
+    if any(fo.flag == f.name and fo.consumer == em.st.name for fo in folds(em.g)) or len(rows) != 1:
+        return False
+    (d, (vals, ok)), = rows.items()
+    dims = flag_dims(em.g, f.member(a.tensor))
+    if any(x.size > 1 for x in dims if x.dim != d) or dims[d].size == 1:
+        return False
+    owner = "rank" if a.rank == ME else a.rank
+    if owner in em.loop_vars:
+        return False
+    idx = _lin(dims[d], vals)
+    stride = strides(dims)[d]
+    fp = em.param(f"F_{ident(f.name)}")
+    out.append(At(indent, K.Comment(f"wait until stage {f.producer} has written the rows of {a} the index names")))
+    out.append(At(indent, K.Do(call("wait_all", fp, idx if stride == 1 else mul(idx, stride), ok, mul("epoch", f.count),
+                                    "rank", owner, "heap_bases", "ERR", "timeout_ns", em.flag_no[f.name],
+                                    S(em.flag_scope[f.name]), E("INTERPRET")))))
+    return True
