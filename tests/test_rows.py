@@ -185,6 +185,7 @@ def test_emitted_gather_checks_and_masks_its_rows():
     assert re.search(r"tl\.load\(X \+ .*idx_rows\[:, None\] \* 24.*mask=.*idx_ok\[:, None\]", src), src
     counted = _compile(COUNTED).source
     assert "td.count_ok(cnt_val, e, 40, ERR, 1)" in counted and "mask=(rc < c_count)[:, None]" in counted
+    assert "if c < c_count:  # rows below the count: compute and store them" in counted  # an empty block skips
 
 
 def test_reference_interpreter_raises_on_an_index_out_of_range():

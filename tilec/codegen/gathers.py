@@ -12,7 +12,7 @@ from tilec.ir.tiling import strides
 from tilec.ir.types import ME, Access, Affine, Load
 
 from . import kir as K
-from .build import At, E, S, add, assign, bcast, call, cmp, conj, mul, plus, to
+from .build import At, E, S, add, assign, bcast, call, cmp, conj, mul, plus, shifted, to
 from .flags import _lin
 from .text import ident, row_major_strides
 
@@ -112,3 +112,16 @@ def row_wait(em, w, a: Gathered, rows: dict, out: list, indent: str) -> bool:
                                     "rank", owner, "heap_bases", "ERR", "timeout_ns", em.flag_no[f.name],
                                     S(em.flag_scope[f.name]), E("INTERPRET")))))
     return True
+
+
+def skip_empty(em, body: list) -> list:
+    """A task of a counted loop whose rows all lie past their count computes nothing: its body (not its releases,
+    which follow) under `if v < count` for every counted loop v."""
+    loops = [v for v in em.st.loops if isinstance(v, Counted)]
+    if not loops:
+        return body
+    for v in loops:
+        count_mask(em, v, None)
+    cond = conj([cmp(v.name, "<", em.row_counts[v.name]) for v in loops])
+    return [At("    ", K.If(cond, (), (), "rows below the count: compute and store them")),
+            *(shifted(x, 4) for x in body)]

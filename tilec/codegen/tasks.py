@@ -10,6 +10,7 @@ from tilec.ir.dtypes import TL_DTYPE
 from tilec.ir.graph import flags, folds, program_of, tensor
 from tilec.ir.types import ME, Const, Idx, Op
 
+from . import gathers
 from . import kir as K
 from .build import At, Block, E, add, assign, call, cmp, fdiv, mod, mul, sub, to, tup
 
@@ -84,6 +85,7 @@ class Tasks:
                 body.append(At("    ", K.Do(call("store", add(ptr, delta, off), to(v, dt), mask=mask))))
             else:
                 body.append(At("    ", K.Do(call("store", add(ptr, off), to(v, dt), mask=mask))))
+        body = gathers.skip_empty(self, body)  # counted loops (ir/gather.py): a task past its count does nothing
         folded = {fo.flag: fo for fo in folds(self.g)}
         arrivals: list[At] = []  # fold-last: the consumer tasks this one may run, after its own record ends
         for f in flags(self.g):
