@@ -62,7 +62,7 @@ EXPECT = {
     "sema_index_count": ["'A' has 2 dims but is indexed with 1"],
     "sema_row_index_not_i32": ["9:17:", "row index 'idx' must be an i32 tensor, not f32"],
     "sema_row_index_not_1d": ["9:17:", "row index 'idx' must be 1-D, not 2-D"],
-    "sema_scatter": ["9:7:", "cannot prove that the rows 'idx[...]' a store into 'C' writes are distinct"],
+    "sema_scatter": ["9:9:", "a scatter writes this rank's own copy of 'C', not 'C@r'"],
     "sema_row_count_not_element": ["8:47:", "the count of loop 'c' must be one element of 'cnt'"],
     "sema_tensor_without_index": ["'A' is a tensor: read its tiles as `A[...]`"],
     "sema_cut_short": ["the program ends in the middle of an expression (is the file cut short?)",

@@ -39,6 +39,24 @@ program gather(world W)
     Y[t, :] = X[idx[t], :] * 2.0
 """
 
+# a scatter: distinct rows, checked by every call; then a stage that reads them (under flags: after every task)
+SCATTER = """\
+program scatter(world W)
+  dims  T = 40, N = 45, H = 24
+  tiles BT = 16, BN = 16
+
+  in  X   : f16[T, H]
+  in  idx : i32[T]
+  out Y   : f16[N, H]
+  out Z   : f16[N, H]
+
+  stage s over t in T by BT:
+    Y[idx[t], :] = X[t, :] * 2.0
+  barrier
+  stage z over n in N by BN:
+    Z[n, :] = Y[n, :] + 1.0
+"""
+
 COUNTED = """\
 program counted(world W)
   dims  E = 3, C = 40, H = 32
@@ -141,11 +159,11 @@ def test_bad_row_index_is_a_located_error(decl, use, where, phrase):
     assert "^" in text.splitlines()[2]
 
 
-def test_scatter_and_bad_counts_are_located_errors():
-    scatter = GATHER.replace("Y[t, :] = X[idx[t], :] * 2.0", "Y[idx[t], :] = X[t, :]").replace("T = 40", "T = 37")
-    with pytest.raises(CompileError, match=r"gather.tile:10:7: error: cannot prove that the rows 'idx\[...\]' a store"
-                                           r" into 'Y' writes are distinct"):
-        _compile(scatter)
+def test_peer_scatter_and_bad_counts_are_located_errors():
+    peer = SCATTER.replace("out Y   : f16[N, H]", "out Y   : f16[N, H] symmetric").replace(
+        "over t in T by BT", "over r in ranks, t in T by BT").replace("Y[idx[t], :]", "Y@r[idx[t], :]")
+    with pytest.raises(CompileError, match=r"scatter.tile:11:9: error: a scatter writes this rank's own copy of 'Y'"):
+        _compile(peer, world=2)
     not_i32 = COUNTED.replace("in  cnt : i32[E]", "in  cnt : f16[E]")
     with pytest.raises(CompileError, match=r"counted.tile:9:47: error: row count 'cnt' must be an i32 tensor"):
         _compile(not_i32)
@@ -178,11 +196,25 @@ def test_verifier_rejects_a_gather_narrower_than_its_dim():
         verify(g, "mutated")
 
 
+def test_reference_interpreter_scatters_distinct_rows():
+    bound = check(parse(SCATTER, "scatter.tile"), 1)
+    x = torch.randn(40, 24).half()
+    perm = torch.randperm(45)[:40].to(torch.int32)
+    y = evaluate(bound, [{"X": x, "idx": perm}])[0]["Y"]
+    assert torch.equal(y[perm.long()], (x.float() * 2).half())
+    perm[7] = perm[30]
+    with pytest.raises(IndexRangeError, match=r"rows not distinct: idx\[30\] = \d+ names a row of dim 0 of 'Y'"):
+        evaluate(bound, [{"X": x, "idx": perm}])
+
+
 def test_emitted_gather_checks_and_masks_its_rows():
     src = _compile(GATHER).source
     assert re.search(r"idx_rows = tl\.load\(idx \+ rt, mask=rt < 40, other=0\)", src), src
     assert re.search(r"idx_ok = td\.rows_ok\(idx_rows, rt, rt < 40, 37, ERR, 1\)", src), src
     assert re.search(r"tl\.load\(X \+ .*idx_rows\[:, None\] \* 24.*mask=.*idx_ok\[:, None\]", src), src
+    scattered = _compile(SCATTER).source
+    assert "claimed = tl.atomic_xchg(_claims_Y + idx_rows, epoch, mask=idx_ok)" in scattered, scattered
+    assert "idx_once = td.rows_unique(claimed, idx_rows, rt, idx_ok, epoch, ERR, 2)" in scattered
     counted = _compile(COUNTED).source
     assert "td.count_ok(cnt_val, e, 40, ERR, 1)" in counted and "mask=(rc < c_count)[:, None]" in counted
     assert "if c < c_count:  # rows below the count: compute and store them" in counted  # an empty block skips
@@ -228,6 +260,16 @@ def test_gathers_counts_and_moe_at_world_1():
     bad[37] = 812
     cases.append(("gather", prog, [[{"X": x, "idx": good}], [{"X": x, "idx": bad}], [{"X": x, "idx": good}]]))
     checks["gather"] = x.float()[good.long()] * 2
+    # scatter: a permutation into more rows than it writes; then a repeated row; then the first again
+    for sched in ("bsp", "flags"):
+        prog = _compile(SCATTER, schedule=sched)
+        x4 = torch.randn(40, 24, generator=g).half()
+        perm = torch.randperm(45, generator=g)[:40].to(torch.int32)
+        twice = perm.clone()
+        twice[33] = perm[5]
+        cases.append((f"scatter {sched}", prog, [[{"X": x4, "idx": perm}], [{"X": x4, "idx": twice}],
+                                                 [{"X": x4, "idx": perm}]]))
+        checks[f"scatter {sched}"] = (x4, perm, twice)
     # counted: an empty block, a partial one, a full one; then a count past its extent
     prog = _compile(COUNTED)
     x2 = torch.randn(120, 32, generator=g).half()
@@ -259,6 +301,17 @@ def test_gathers_counts_and_moe_at_world_1():
     assert torch.equal(first["Y"].float(), checks["gather"]) and torch.equal(again["Y"], first["Y"])
     assert err == ("rank 0: index out of range: idx[37] = 812 is not a row of dim 0 of 'X' (0..36) at"
                    " gather.tile:10:17; that row was not read or written"), err
+    for sched in ("bsp", "flags"):
+        x4, perm, twice = checks[f"scatter {sched}"]
+        first, err, again = got[f"scatter {sched}"]
+        want = torch.full((45, 24), float("nan"))
+        want[perm.long()] = (x4.float() * 2).half().float()
+        for out in (first, again):
+            torch.testing.assert_close(out["Y"].float(), want, equal_nan=True, atol=0, rtol=0)
+            torch.testing.assert_close(out["Z"].float(), (want + 1).half().float(), equal_nan=True, atol=0, rtol=0)
+        assert err == (f"rank 0: rows not distinct: idx[33] = {int(perm[5])} names a row of dim 0 of 'Y' that another"
+                       " element of this call's scatter at scatter.tile:11:7 also writes; only the first write of that"
+                       " row was stored"), err
     ok, err = got["counted"]
     y = ok["Y"].float()
     for e, n in enumerate(cnt.tolist()):

@@ -433,3 +433,18 @@ def count_ok(count, pos, extent, err, number):
             tl.store(err + 2, pos)
             tl.store(err + 3, count)
     return tl.minimum(tl.maximum(count, 0), extent)
+
+
+@triton.jit
+def rows_unique(claimed, rows, pos, live, epoch, err, number):
+    # a scatter's rows (tilec/codegen/gathers.py): the live lanes whose claim word did not already hold this call's
+    # epoch (written by no other lane or task of the call); the first duplicate is recorded as rows_ok records
+    dup = live & (claimed == epoch)
+    if tl.sum(dup.to(tl.int32), axis=0) > 0:
+        p = tl.max(tl.where(dup, pos, -1), axis=0)
+        v = tl.sum(tl.where(dup & (pos == p), rows, 0), axis=0)
+        if tl.atomic_cas(err, 0, 2) == 0:
+            tl.store(err + 1, number)
+            tl.store(err + 2, p)
+            tl.store(err + 3, v)
+    return live & (dup == 0)

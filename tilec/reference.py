@@ -8,6 +8,7 @@ Every rank's state is held here, so `X@r[...]` simply reads rank r's copy.
 from __future__ import annotations
 
 import itertools
+import math
 
 import torch
 
@@ -67,6 +68,7 @@ class Reference:
     def _stage(self, st: StageIR, rank: int) -> None:
         scope = {v.name: v for v in st.loops} | {ME: Var(ME, "me", self.prog.world, 1, st.loc)}
         ranges = [range(0, v.extent, v.step) for v in st.loops]
+        claimed: dict[str, set[int]] = {}  # a scatter's rows written so far (they must be distinct)
         for vals in itertools.product(*ranges):
             env = dict(zip((v.name for v in st.loops), vals, strict=True)) | {ME: rank}
             env |= {f"#{v.name}": self._count(v, env) for v in st.loops if isinstance(v, Counted)}
@@ -78,6 +80,9 @@ class Reference:
                 a = s.access
                 dst = self.state[env[a.rank]][a.tensor]
                 sl = _slices(a, env, scope)
+                if getattr(a, "rows", ()):  # a scatter (ir/gather.py): distinct rows of this stage's call
+                    self._scatter(a, env, scope, val, dst[sl], claimed.setdefault(a.tensor, set()))
+                    continue
                 region = dst[sl]
                 if s.part is not None:
                     val = val[s.part].reshape(region.shape)
@@ -96,6 +101,21 @@ class Reference:
             j = int(bad[0, 0])
             self._range_error(r.index.tensor, r.loc, _slices(r.index, env, scope)[0].start + j, int(vals[j]), env)
         return vals
+
+    def _scatter(self, a, env, scope, val, region, claimed: set[int]) -> None:
+        (r,) = a.rows
+        rows = self._rows(r, a, env, scope)
+        first = _slices(r.index, env, scope)[0].start
+        for j, v in enumerate(rows.tolist()):
+            if v in claimed:
+                number = check_number(self.prog.items, r.index.tensor, r.loc, "unique")
+                raise IndexRangeError(range_message(self.prog.items, number, first + j, v, env[ME], self.prog.name),
+                                      tensor=r.index.tensor, element=first + j, value=v, rank=env[ME])
+            claimed.add(v)
+        shape = list(region.shape)
+        shape[r.dim] = len(rows)
+        val = val.reshape(shape) if val.numel() == math.prod(shape) else torch.broadcast_to(val, shape)
+        region.index_copy_(r.dim, rows, val.to(region.dtype))
 
     def _count(self, v: Var, env) -> int:
         a = v.count

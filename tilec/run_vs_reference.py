@@ -25,8 +25,12 @@ def make_inputs(prog: CompiledProgram, rank: int, seed: int = 0) -> dict[str, to
         g = torch.Generator().manual_seed(seed * 1_000_003 + rank * 7919 + i)
         if t.name in rows:
             what, n = rows[t.name]
-            out[t.name] = torch.randint(0, n, t.shape, generator=g, dtype=torch.int32) if what == "index" else \
-                torch.full(t.shape, n, dtype=torch.int32)
+            if what == "unique" and t.numel <= n:  # a scatter's rows: distinct
+                out[t.name] = torch.randperm(n, generator=g)[:t.numel].to(torch.int32).reshape(t.shape)
+            elif what == "count":
+                out[t.name] = torch.full(t.shape, n, dtype=torch.int32)
+            else:
+                out[t.name] = torch.randint(0, n, t.shape, generator=g, dtype=torch.int32)
         elif t.dtype == "i32":  # integers (lengths, counts) up to the largest extent the program spans
             high = max([v for _, v in prog.program.dims] + [1]) * prog.world + 1
             out[t.name] = torch.randint(0, high, t.shape, generator=g, dtype=torch.int32)

@@ -5,7 +5,7 @@ in every access it indexes, so those rows are neither loaded nor stored."""
 
 from __future__ import annotations
 
-from tilec.ir.gather import Counted, Gathered, check_number
+from tilec.ir.gather import Counted, Gathered, check_number, claim_tensor
 from tilec.ir.graph import folds, program_of, tensor
 from tilec.ir.queries import flag_dims
 from tilec.ir.tiling import strides
@@ -17,8 +17,8 @@ from .flags import _lin
 from .text import ident, row_major_strides
 
 
-def _number(em, tensor_name: str, loc) -> int:
-    return check_number(program_of(em.g).items, tensor_name, loc)
+def _number(em, tensor_name: str, loc, what: str | None = None) -> int:
+    return check_number(program_of(em.g).items, tensor_name, loc, what)
 
 
 def offsets(em, a: Gathered, out: list, indent: str, rows_out: dict | None = None) -> tuple[K.Expr, K.Expr | None]:
@@ -125,3 +125,23 @@ def skip_empty(em, body: list) -> list:
     cond = conj([cmp(v.name, "<", em.row_counts[v.name]) for v in loops])
     return [At("    ", K.If(cond, (), (), "rows below the count: compute and store them")),
             *(shifted(x, 4) for x in body)]
+
+
+def store_offsets(em, a: Access, out: list, indent: str) -> tuple[K.Expr, K.Expr | None]:
+    """Pointer offset and mask of a store (Copies.offsets), a scatter's rows checked in range and claimed: each live
+    row's word of the claims buffer is exchanged for the call's epoch (tl.atomic_xchg); a row whose word already held
+    it was written by another lane or task of this call, is masked and recorded (td.rows_unique)."""
+    if not isinstance(a, Gathered):
+        return em.offsets(a)
+    rows: dict[int, tuple[K.Expr, K.Expr]] = {}
+    off, mask = offsets(em, a, out, indent, rows)
+    (d, (vals, ok)), = rows.items()
+    r = a.row(d)
+    nd = len(a.index)
+    old, uniq = em.tmp("claimed"), em.tmp(f"{r.index.tensor.lower()}_once")
+    out.append(At(indent, assign(old, call("tl.atomic_xchg", add(em.param(claim_tensor(a.tensor)), vals), "epoch",
+                                           mask=ok), f"claim the rows of {a.tensor} this task writes")))
+    pos, _ = em.offsets(r.index)
+    out.append(At(indent, assign(uniq, call("td.rows_unique", old, vals, pos, ok, "epoch", "ERR",
+                                            _number(em, r.index.tensor, r.loc, "unique")))))
+    return off, K.Bin("&", mask, bcast(uniq, d, nd)) if mask is not None else bcast(uniq, d, nd)

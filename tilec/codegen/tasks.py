@@ -59,7 +59,7 @@ class Tasks:
         for s in st.body:
             val = self.expr(s.value, body, "    ")
             a = s.access
-            off, mask = self.offsets(a)
+            off, mask = gathers.store_offsets(self, a, body, "    ")  # a scatter's rows, checked and claimed
             ptr = self.param(a.tensor)
             dt = TL_DTYPE[tensor(self.g, a.tensor).dtype]
             shape = tup(*a.shape)

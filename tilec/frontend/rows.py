@@ -4,16 +4,17 @@
 What is proven here: the index and count tensors are 1-D i32 inputs, read at affine, in-bounds elements; a gathered
 dim covers its whole range for every dependence (a one-trip variable over the dim, as `:` makes). What is left to
 run time: every index value is a row of its dim and every count is within its loop's extent (codegen/gathers.py).
-Stores through an index (scatter) are rejected: distinct rows cannot be proven from the program, and the rule that
-would check them at run time is not there; write the inverse permutation as a gather instead.
+A store through an index (a scatter) must write distinct rows, which the program cannot prove: every call checks it
+(each row is claimed in an internal i32 buffer per scattered tensor, `_claims_X`, by an atomic exchange of the
+call's epoch; a row claimed twice is an error).
 """
 
 from __future__ import annotations
 
 from tilec.frontend import ast
 from tilec.frontend.affine import NotAffine
-from tilec.ir.gather import Counted, Gathered, Rows
-from tilec.ir.types import Access, Affine, Var
+from tilec.ir.gather import Counted, Gathered, Rows, claim_tensor
+from tilec.ir.types import Access, Affine, Tensor, Var
 
 
 class RowError(NotAffine):
@@ -35,15 +36,19 @@ def _index_tensor(chk, r: ast.Ref, what: str):
     return t
 
 
-def row_dim(chk, e: ast.Ref, target, dim: int, vars_: dict[str, Var], write: bool):
+def row_dim(chk, e: ast.Ref, target, dim: int, vars_: dict[str, Var], write: bool, peer: str | None = None):
     """Dim `dim` of an access of `target` indexed by the values of `e`: (affine start, tile var, tile extent, Rows)
     with the start and tile var spanning the whole dim (the conservative region)."""
     _index_tensor(chk, e, "row index")
-    if write:
-        raise RowError(e.loc, f"cannot prove that the rows '{e.tensor}[...]' a store into '{target.name}' writes are"
-                              " distinct (a scatter); write it as a gather of the inverse index instead:"
-                              f" `{target.name}[i, ...] = X[inverse[i], ...]`")
     ia = chk.access(e, vars_)
+    if write and peer is not None:
+        raise RowError(e.loc, f"a scatter writes this rank's own copy of '{target.name}', not '{target.name}@{peer}'"
+                              " (its rows are claimed on this rank): scatter locally, then copy")
+    if write:  # a scatter: its rows must be distinct, which every call checks (claims, codegen/gathers.py)
+        claims = claim_tensor(target.name)
+        if claims in chk.tensors and chk.tensors[claims].shape != (target.shape[dim],):
+            raise RowError(e.loc, f"'{target.name}' is scattered along two dims: one dim only")
+        chk.tensors.setdefault(claims, Tensor(claims, "buf", "i32", (target.shape[dim],), False, e.loc))
     if isinstance(ia, Gathered):
         raise RowError(e.loc, f"row index '{e.tensor}' is itself indexed by a tensor: one level of indexing only")
     n = target.shape[dim]

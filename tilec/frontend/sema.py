@@ -357,7 +357,7 @@ class _Checker:
         for d, e in enumerate(r.index):
             if isinstance(e, ast.Ref):  # a row index read from an i32 tensor (frontend/rows.py)
                 try:
-                    aff, tv, ext, row = rows.row_dim(self, e, t, d, vars_, write)
+                    aff, tv, ext, row = rows.row_dim(self, e, t, d, vars_, write, r.rank)
                 except NotAffine as x:
                     raise _Err(x.loc, x.msg) from None
                 index.append(aff)

@@ -111,24 +111,34 @@ def checks(items) -> list[Check]:
             for a in accs:
                 for r in getattr(a, "rows", ()):
                     out.append(Check(len(out) + 1, r.index.tensor, a.tensor, r.dim, r.size, "index", r.loc))
+                    if a is st.access:  # a scatter: its rows must also be distinct
+                        out.append(Check(len(out) + 1, r.index.tensor, a.tensor, r.dim, r.size, "unique", r.loc))
     return out
 
 
+def claim_tensor(target: str) -> str:
+    """The internal i32 buffer in which a call claims the rows it scatters into `target` (one word per row, the
+    call's epoch once claimed)."""
+    return f"_claims_{target}"
+
+
 def index_inputs(items) -> dict[str, tuple[str, int]]:
-    """Tensor -> ("index", rows it may name) or ("count", the extent it counts in), the smallest over its uses: what
+    """Tensor -> ("index" or "unique" (a scatter's: distinct), rows it may name) or ("count", the extent it counts in),
+    the smallest over its uses: what
     `tilec run` draws such inputs from (counts at their extent: the rows past a count are never stored, so a later
     read of them sees what an earlier call left, which no reference can know)."""
     out: dict[str, tuple[str, int]] = {}
     for c in checks(items):
         what, n = out.get(c.tensor, (c.what, c.size))
-        out[c.tensor] = (what, min(n, c.size))
+        out[c.tensor] = ("unique" if "unique" in (what, c.what) else what, min(n, c.size))
     return out
 
 
-def check_number(items, tensor: str, loc: Loc) -> int:
-    """The number of the check of index or count tensor `tensor` written at `loc`."""
+def check_number(items, tensor: str, loc: Loc, what: str | None = None) -> int:
+    """The number of the check of index or count tensor `tensor` written at `loc` (`what`: "unique" for a scatter's
+    distinct rows)."""
     for c in checks(items):
-        if c.tensor == tensor and (c.loc.line, c.loc.col) == (loc.line, loc.col):
+        if c.tensor == tensor and (c.loc.line, c.loc.col) == (loc.line, loc.col) and (what is None or c.what == what):
             return c.number
     return 0
 
@@ -138,6 +148,10 @@ def range_message(items, number: int, element: int, value: int, rank: int, progr
     c = next((c for c in checks(items) if c.number == number), None)
     if c is None:
         return f"rank {rank}: program {program}: an index was out of range (check {number}, value {value})"
+    if c.what == "unique":
+        return (f"rank {rank}: rows not distinct: {c.tensor}[{element}] = {value} names a row of dim {c.dim} of"
+                f" '{c.target}' that another element of this call's scatter at {c.loc} also writes; only the first"
+                " write of that row was stored")
     if c.what == "count":
         return (f"rank {rank}: count out of range: {c.tensor}[{element}] = {value} is not a count of the {c.size} rows"
                 f" of loop '{c.target}' (0..{c.size}) at {c.loc}; those rows were not loaded or stored")

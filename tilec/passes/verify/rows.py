@@ -2,14 +2,15 @@
 
 It proves: every row index and count is read from a 1-D i32 input at an element in scope and in bounds; a gathered
 dim spans its whole dim for every dependence (one one-trip variable from 0, so the regions the other rules compare
-hold every row the index may hit); a gathered tile's rows are the index tile's; no stage stores through an index;
-no copy whose source is gathered was fused into its readers (a pull solves affine copies only) or moved to the copy
-engines. What it cannot prove (the index values, the counts) the emitted code checks on every call.
+hold every row the index may hit); a gathered tile's rows are the index tile's; a store through an index (scatter)
+writes this rank's own copy along one dim and has its claims buffer (its rows' distinctness, which the writes rule
+leaves to it, is checked by every call); no copy whose source is gathered was fused into its readers (a pull
+solves affine copies only) or moved to the copy engines. What it cannot prove (the index values, the counts) the emitted code checks on every call.
 """
 
 from __future__ import annotations
 
-from tilec.ir.gather import Counted, Gathered
+from tilec.ir.gather import Counted, Gathered, claim_tensor
 from tilec.ir.graph import Pull
 from tilec.ir.types import Load
 
@@ -34,9 +35,13 @@ def check(ctx: Ctx) -> None:
                 _index(ctx, v.count, loops, s.loc, f"stage '{s.name}' counts the rows of '{v.name}' with",
                        f"c:{s.name}:{v.name}")
         for st in s.body:
-            if isinstance(st.access, Gathered):
-                ctx.err(st.loc, f"stage '{s.name}' stores through a row index ({st.access}): distinct rows cannot be"
-                                " proven; write it as a gather of the inverse index")
+            a = st.access
+            if isinstance(a, Gathered):  # a scatter: distinct rows, checked by every call in its claims buffer
+                if a.remote or len(a.rows) != 1 or ctx.tensor(claim_tensor(a.tensor)) is None:
+                    ctx.err(st.loc, f"stage '{s.name}' stores through a row index ({a}): a scatter writes this rank's"
+                                    " own copy along one dim, its rows claimed in an i32 buffer of that dim")
+                else:
+                    _gathered_dims(ctx, s, a, sc, st.loc)
         for r in reads_of(s):
             e = r.expr
             if isinstance(e, Pull) and any(isinstance(a, Gathered) for a in (e.read, e.write, e.source)):
@@ -48,13 +53,16 @@ def check(ctx: Ctx) -> None:
             a = e.access
             if s.transport != "sm":
                 ctx.err(e.loc, f"stage '{s.name}' gathers {a} on the copy engines, which copy affine tiles only")
-            for row in a.rows:
-                _index(ctx, row.index, sc, e.loc, f"stage '{s.name}' indexes the rows of {a} with",
-                       f"i:{s.name}:{row.dim}")
-                tv = a.tile[row.dim]
-                aff = a.index[row.dim]
-                var = sc.get(tv)
-                if var is None or aff.terms != ((tv, 1),) or aff.const or var.trips != 1 or \
-                        var.extent != row.size or ctx.tensor(a.tensor).shape[row.dim] != row.size:
-                    ctx.err(e.loc, f"stage '{s.name}' reads {a}: its gathered dim {row.dim} does not span the whole"
-                                   " dim, so its dependences would miss rows the index may hit")
+            _gathered_dims(ctx, s, a, sc, e.loc)
+
+
+def _gathered_dims(ctx: Ctx, s, a: Gathered, sc, loc) -> None:
+    for row in a.rows:
+        _index(ctx, row.index, sc, loc, f"stage '{s.name}' indexes the rows of {a} with", f"i:{s.name}:{row.dim}")
+        tv = a.tile[row.dim]
+        aff = a.index[row.dim]
+        var = sc.get(tv)
+        if var is None or aff.terms != ((tv, 1),) or aff.const or var.trips != 1 or \
+                var.extent != row.size or ctx.tensor(a.tensor).shape[row.dim] != row.size:
+            ctx.err(loc, f"stage '{s.name}' accesses {a}: its gathered dim {row.dim} does not span the whole dim, so"
+                         " its dependences would miss rows the index may hit")
