@@ -3,9 +3,10 @@
 It proves: every row index and count is read from a 1-D i32 input at an element in scope and in bounds; a gathered
 dim spans its whole dim for every dependence (one one-trip variable from 0, so the regions the other rules compare
 hold every row the index may hit); a gathered tile's rows are the index tile's; a store through an index (scatter)
-writes this rank's own copy along one dim and has its claims buffer (its rows' distinctness, which the writes rule
-leaves to it, is checked by every call); no copy whose source is gathered was fused into its readers (a pull
-solves affine copies only) or moved to the copy engines. What it cannot prove (the index values, the counts) the emitted code checks on every call.
+writes this rank's own copy along one dim and has its claims buffer (the writes rule leaves its rows'
+distinctness to the check every call makes); no copy whose source is gathered was fused into its readers (a pull
+solves affine copies only) or moved to the copy engines. What it cannot prove (the index values, the counts, a
+scatter's distinct rows) the emitted code checks on every call.
 """
 
 from __future__ import annotations
