@@ -114,14 +114,14 @@ def _compile(src: str, world: int = 1, schedule: str = "bsp", **dims):
                          dims=dims or None)
 
 
-def _moe_case(world: int, tokens: int, el: int, cap: int, k: int, route: str, seed: int):
+def _moe_case(world: int, tokens: int, el: int, cap: int, k: int, route: str, seed: int, h: int = H, f: int = F):
     """Inputs of one MoE call on every rank and the torch reference of every rank's output."""
     g = torch.Generator().manual_seed(seed)
     experts = world * el
-    x = [torch.randn(tokens, H, generator=g).half() for _ in range(world)]
-    w1 = [(torch.randn(el * H, F, generator=g) / 8).half() for _ in range(world)]
-    w3 = [(torch.randn(el * H, F, generator=g) / 8).half() for _ in range(world)]
-    w2 = [(torch.randn(el * F, H, generator=g) / 8).half() for _ in range(world)]
+    x = [torch.randn(tokens, h, generator=g).half() for _ in range(world)]
+    w1 = [(torch.randn(el * h, f, generator=g) / 8).half() for _ in range(world)]
+    w3 = [(torch.randn(el * h, f, generator=g) / 8).half() for _ in range(world)]
+    w2 = [(torch.randn(el * f, h, generator=g) / 8).half() for _ in range(world)]
     if route == "one":  # every token's first choice is expert 0: it runs over capacity, the others are empty
         ids = [torch.stack([torch.tensor([0, *torch.randperm(experts - 1, generator=g)[:k - 1].add(1).tolist()])
                             for _ in range(tokens)]) for _ in range(world)]
@@ -283,16 +283,19 @@ def test_gathers_counts_and_moe_at_world_1():
     cases.append(("produced", prog, [[{"X": x3, "idx": idx3}]]))
     checks["produced"] = (x3.float() * 3).half().float()[idx3.long()]
     # MoE at world 1: two experts, top-1 and top-2, every token to expert 0 (over capacity), an empty expert
-    for key, (tokens, el, cap, k, route) in {"moe_top1": (20, 2, 16, 1, "any"), "moe_top2": (32, 2, 16, 2, "any"),
-                                             "moe_one": (24, 2, 16, 1, "one"),
-                                             "moe_empty": (16, 3, 16, 2, "skip_last")}.items():
-        inputs, want, rt = _moe_case(1, tokens, el, cap, k, route, seed=len(cases))
+    # (tokens, experts, capacity, top-k, routing, hidden, ffn): ragged tokens, capacity, hidden and ffn dims
+    for key, (tokens, el, cap, k, route, h, f) in {"moe_top1": (20, 2, 16, 1, "any", H, F),
+                                                   "moe_top2": (32, 2, 16, 2, "any", H, F),
+                                                   "moe_one": (24, 2, 16, 1, "one", H, F),
+                                                   "moe_empty": (16, 3, 16, 2, "skip_last", H, F),
+                                                   "moe_ragged": (21, 3, 24, 2, "any", 48, 40)}.items():
+        inputs, want, rt = _moe_case(1, tokens, el, cap, k, route, seed=len(cases), h=h, f=f)
         if route == "one":
             assert int(rt[0]["cnt"][0]) == cap and int(rt[0]["cnt"][1]) == 0  # over capacity, and an empty expert
         if route == "skip_last":
             assert int(rt[0]["cnt"][-1]) == 0
         prog = tilec.compile("examples/moe.tile", world=1, schedule="bsp",
-                             dims={"T": tokens, "EL": el, "C": cap, "K": k})
+                             dims={"T": tokens, "EL": el, "C": cap, "K": k, "H": h, "F": f})
         cases.append((key, prog, [inputs]))
         checks[key] = want[0]
     (got,) = spawn("tests._rows_workers:calls_or_errors", 1, args=(cases,), heap_bytes=1 << 24, timeout=600)
@@ -320,7 +323,7 @@ def test_gathers_counts_and_moe_at_world_1():
         assert block[n:].isnan().all(), ("rows past the count were stored", e)
     assert "count out of range: cnt[1] = 41 is not a count of the 40 rows of loop 'c' (0..40)" in err, err
     assert torch.equal(got["produced"][0]["Y"].float(), checks["produced"])
-    for key in ("moe_top1", "moe_top2", "moe_one", "moe_empty"):
+    for key in ("moe_top1", "moe_top2", "moe_one", "moe_empty", "moe_ragged"):
         _close(got[key][0]["O"], checks[key], key)
 
 
