@@ -167,9 +167,10 @@ def test_peer_scatter_and_bad_counts_are_located_errors():
     not_i32 = COUNTED.replace("in  cnt : i32[E]", "in  cnt : f16[E]")
     with pytest.raises(CompileError, match=r"counted.tile:9:47: error: row count 'cnt' must be an i32 tensor"):
         _compile(not_i32)
-    itself = COUNTED.replace("upto cnt[e]", "upto cnt[e + c]")
-    with pytest.raises(CompileError, match="unknown name 'c'"):
-        _compile(itself)
+    past = COUNTED.replace("upto cnt[e]", "upto cnt[e + c]")  # c: its tile's first row, up to 32 here
+    with pytest.raises(CompileError, match=r"counted.tile:9:51: error: index out of bounds: dim 0 of 'cnt' reaches"
+                                           r" \[0, 41\] but its size is 3"):
+        _compile(past)
 
 
 def test_verifier_rejects_a_gather_narrower_than_its_dim():

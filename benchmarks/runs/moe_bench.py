@@ -63,7 +63,7 @@ def rank(heap, args):
     w2 = (torch.randn(el * f, h, generator=g) / f ** 0.5).half()
     ids = torch.stack([torch.randperm(el, generator=g)[:k] for _ in range(t_n)])
     wts = torch.rand(t_n, k, generator=g)
-    rt = moe.route([ids], [wts], el, cap)[0]
+    rt = moe.route([ids], [wts], el, cap, block=args.tiles.get("BC", 16))[0]
     want = moe.reference([x[:8]], [w1], [w3], [w2], [ids[:8]], [wts[:8]], el, cap)[0]
     ins = {"X": x, "W1": w1, "W3": w3, "W2": w2, **rt}
     dims = {"T": t_n, "H": h, "F": f, "EL": el, "C": cap, "K": k, **args.tiles}

@@ -66,14 +66,13 @@ def gathered(a: Access, rows: list[Rows]) -> Access:
 
 
 def counted(chk, v: Var, count: ast.Ref, vars_: dict[str, Var]) -> Counted:
-    """Loop v with its count of valid rows read from `count` (one element, indexed by earlier loops)."""
+    """Loop v with its count of valid rows read from `count`: one element, indexed by earlier loops and by v itself
+    as a scalar (the task's first row: a per-block count, `ends[r*S + j]`)."""
     _index_tensor(chk, count, "row count")
     if any(isinstance(i, ast.Full | ast.Ref) for i in count.index):
         raise RowError(count.loc, f"the count of loop '{v.name}' must be one element of '{count.tensor}'")
-    a = chk.access(count, vars_)
+    a = chk.access(count, {**vars_, v.name: Var(v.name, "tile", v.extent, 1, v.loc)})  # v: its tile's first row
     if isinstance(a, Gathered) or any(a.shape[d] != 1 or tv is not None for d, tv in enumerate(a.tile)):
         raise RowError(count.loc, f"the count of loop '{v.name}' must be one element of '{count.tensor}' (index it"
-                                  " with earlier loops, not a tile)")
-    if v.name in a.vars:
-        raise RowError(count.loc, f"the count of loop '{v.name}' cannot depend on '{v.name}' itself")
+                                  " with loops, not a tile)")
     return Counted(v.name, v.kind, v.extent, v.step, v.loc, a)
