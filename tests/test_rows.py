@@ -18,7 +18,7 @@ from tilec.errors import CompileError, IndexRangeError, VerifyError
 from tilec.frontend.parser import parse
 from tilec.frontend.sema import check
 from tilec.ir.gather import Gathered
-from tilec.ir.graph import sid, stage
+from tilec.ir.graph import set_payload, sid, stage
 from tilec.ir.types import Affine, Load, Store, Var, map_expr
 from tilec.passes.base import run_pipeline
 from tilec.passes.lower import Lower, program_graph
@@ -192,7 +192,7 @@ def test_verifier_rejects_a_gather_narrower_than_its_dim():
 
     bad = dataclasses.replace(s, loops=(*s.loops, rows16),
                               body=(Store(st.access, map_expr(st.value, narrow), st.loc),))
-    g.nodes[sid("g")]["payload"] = bad
+    set_payload(g, sid("g"), bad)
     with pytest.raises(VerifyError, match="does not span the whole dim"):
         verify(g, "mutated")
 
