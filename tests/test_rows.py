@@ -1,4 +1,4 @@
-"""Data-dependent rows (`X[idx[t], :]`, `c in C by BC upto cnt[e]`) and the MoE example (examples/moe.tile) against
+"""Data-dependent rows (`X[idx[tok], :]`, `c in C by BC upto cnt[e]`) and the MoE example (examples/moe.tile) against
 torch: gathers with ragged tiles and repeated rows, counted loops (empty, partial, full), the out-of-range error on
 the device (the kernels run in the Triton interpreter) and in the reference interpreter, located compile errors,
 the verifier's rule, and MoE dispatch/expert GEMM/combine at worlds 1-4 (top-k 1 and 2, empty experts, every token
@@ -35,8 +35,8 @@ program gather(world W)
   in  idx : i32[T]
   out Y   : f16[T, H]
 
-  stage g over t in T by BT:
-    Y[t, :] = X[idx[t], :] * 2.0
+  stage g over tok in T by BT:
+    Y[tok, :] = X[idx[tok], :] * 2.0
 """
 
 # a scatter: distinct rows, checked by every call; then a stage that reads them (under flags: after every task)
@@ -50,8 +50,8 @@ program scatter(world W)
   out Y   : f16[N, H]
   out Z   : f16[N, H]
 
-  stage s over t in T by BT:
-    Y[idx[t], :] = X[t, :] * 2.0
+  stage s over tok in T by BT:
+    Y[idx[tok], :] = X[tok, :] * 2.0
   barrier
   stage z over n in N by BN:
     Z[n, :] = Y[n, :] + 1.0
@@ -84,8 +84,8 @@ program produced(world W)
   stage a over n in N by BN:
     Z[n, :] = X[n, :] * 3.0
   barrier
-  stage g over t in T by BT:
-    Y[t, :] = Z[idx[t], :]
+  stage g over tok in T by BT:
+    Y[tok, :] = Z[idx[tok], :]
 """
 
 # a gather of a peer's computed rows: under flags it waits, chosen at run time, for the peer's tiles its rows lie in
@@ -145,13 +145,13 @@ def _close(got: torch.Tensor, want: torch.Tensor, what) -> None:
 
 
 @pytest.mark.parametrize("decl, use, where, phrase", [
-    ("in  idx : f32[T]", "X[idx[t], :]", "10:17", "row index 'idx' must be an i32 tensor, not f32"),
-    ("in  idx : i32[T, 2]", "X[idx[t, 0], :]", "10:17", "row index 'idx' must be 1-D, not 2-D"),
-    ("buf idx : i32[T]", "X[idx[t], :]", "10:17", "row index 'idx' must be an input ('in')"),
-    ("in  idx : i32[T]", "X[idx[idx[t]], :]", "10:17", "is itself indexed by a tensor: one level of indexing only"),
+    ("in  idx : f32[T]", "X[idx[tok], :]", "10:19", "row index 'idx' must be an i32 tensor, not f32"),
+    ("in  idx : i32[T, 2]", "X[idx[tok, 0], :]", "10:19", "row index 'idx' must be 1-D, not 2-D"),
+    ("buf idx : i32[T]", "X[idx[tok], :]", "10:19", "row index 'idx' must be an input ('in')"),
+    ("in  idx : i32[T]", "X[idx[idx[tok]], :]", "10:19", "is itself indexed by a tensor: one level of indexing only"),
 ])
 def test_bad_row_index_is_a_located_error(decl, use, where, phrase):
-    src = GATHER.replace("in  idx : i32[T]", decl).replace("X[idx[t], :]", use)
+    src = GATHER.replace("in  idx : i32[T]", decl).replace("X[idx[tok], :]", use)
     with pytest.raises(CompileError) as info:
         _compile(src)
     text = info.value.render()
@@ -161,7 +161,7 @@ def test_bad_row_index_is_a_located_error(decl, use, where, phrase):
 
 def test_peer_scatter_and_bad_counts_are_located_errors():
     peer = SCATTER.replace("out Y   : f16[N, H]", "out Y   : f16[N, H] symmetric").replace(
-        "over t in T by BT", "over r in ranks, t in T by BT").replace("Y[idx[t], :]", "Y@r[idx[t], :]")
+        "over tok in T by BT", "over r in ranks, tok in T by BT").replace("Y[idx[tok], :]", "Y@r[idx[tok], :]")
     with pytest.raises(CompileError, match=r"scatter.tile:11:9: error: a scatter writes this rank's own copy of 'Y'"):
         _compile(peer, world=2)
     not_i32 = COUNTED.replace("in  cnt : i32[E]", "in  cnt : f16[E]")
@@ -210,12 +210,12 @@ def test_reference_interpreter_scatters_distinct_rows():
 
 def test_emitted_gather_checks_and_masks_its_rows():
     src = _compile(GATHER).source
-    assert re.search(r"idx_rows = tl\.load\(idx \+ rt, mask=rt < 40, other=0\)", src), src
-    assert re.search(r"idx_ok = td\.rows_ok\(idx_rows, rt, rt < 40, 37, ERR, 1\)", src), src
+    assert re.search(r"idx_rows = tl\.load\(idx \+ rtok, mask=rtok < 40, other=0\)", src), src
+    assert re.search(r"idx_ok = td\.rows_ok\(idx_rows, rtok, rtok < 40, 37, ERR, 1\)", src), src
     assert re.search(r"tl\.load\(X \+ .*idx_rows\[:, None\] \* 24.*mask=.*idx_ok\[:, None\]", src), src
     scattered = _compile(SCATTER).source
     assert "claimed = tl.atomic_xchg(_claims_Y + idx_rows, epoch, mask=idx_ok)" in scattered, scattered
-    assert "idx_once = td.rows_unique(claimed, idx_rows, rt, idx_ok, epoch, ERR, 2)" in scattered
+    assert "idx_once = td.rows_unique(claimed, idx_rows, rtok, idx_ok, epoch, ERR, 2)" in scattered
     counted = _compile(COUNTED).source
     assert "td.count_ok(cnt_val, e, 40, ERR, 1)" in counted and "mask=(rc < c_count)[:, None]" in counted
     assert "if c < c_count:  # rows below the count: compute and store them" in counted  # an empty block skips
@@ -226,7 +226,7 @@ def test_reference_interpreter_raises_on_an_index_out_of_range():
     idx = torch.arange(40, dtype=torch.int32) % 37
     idx[21] = -3
     with pytest.raises(IndexRangeError, match=r"index out of range: idx\[21\] = -3 is not a row of dim 0 of 'X'"
-                                              r" \(0\.\.36\) at gather.tile:10:17"):
+                                              r" \(0\.\.36\) at gather.tile:10:19"):
         evaluate(bound, [{"X": torch.zeros(37, 24).half(), "idx": idx}])
 
 
@@ -304,7 +304,7 @@ def test_gathers_counts_and_moe_at_world_1():
     first, err, again = got["gather"]
     assert torch.equal(first["Y"].float(), checks["gather"]) and torch.equal(again["Y"], first["Y"])
     assert err == ("rank 0: index out of range: idx[37] = 812 is not a row of dim 0 of 'X' (0..36) at"
-                   " gather.tile:10:17; that row was not read or written"), err
+                   " gather.tile:10:19; that row was not read or written"), err
     for sched in ("bsp", "flags"):
         x4, perm, twice = checks[f"scatter {sched}"]
         first, err, again = got[f"scatter {sched}"]

@@ -7,12 +7,10 @@ import builtins
 import keyword
 import re
 
+from tilec.ir.reserved import KERNEL_NAMES
+
 # names a temporary must never take: the kernel's own parameters and locals, the module's globals, Python's names
-FIXED_NAMES = frozenset({
-    "t", "task", "pid", "rank", "epoch", "ERR", "heap_bases", "timeout_ns", "EPOCH_AT", "NPROG", "INTERPRET",
-    "GRAPH", "PDL", "CLAIM", "claim", "TIMELINE", "g_size", "g_first", "g_rows", "tl", "triton", "td", "iris", "at",
-    "copied", "t_all", "tile",
-}) | frozenset(keyword.kwlist) | frozenset(dir(builtins))
+FIXED_NAMES = KERNEL_NAMES | frozenset(keyword.kwlist) | frozenset(dir(builtins))
 
 
 class Names:

@@ -18,6 +18,7 @@ from tilec.frontend import ast, rows
 from tilec.frontend.affine import NotAffine, affine
 from tilec.frontend.limits import MAX_LOOPS, MAX_SIZE, MAX_TASKS, MAX_TILE, MAX_WORLD, tile_problems
 from tilec.ir.builtins import TILE_FNS
+from tilec.ir.reserved import reserved_problem
 from tilec.ir.types import (
     ME,
     Access,
@@ -145,6 +146,8 @@ class _Checker:
         for d in (*p.dims, *p.tiles):
             if d.name in seen:
                 self.err(d.loc, f"'{d.name}' is already defined")
+            elif problem := reserved_problem(d.name, "dim" if d in p.dims else "tile size"):
+                self.err(d.loc, problem)
             seen[d.name] = d.loc
         for d in p.dims:
             v = self.overrides.pop(d.name, d.default)
@@ -182,6 +185,8 @@ class _Checker:
         for t in p.tensors:
             if t.name in seen or t.name in self.tensors:
                 self.err(t.loc, f"'{t.name}' is already defined")
+            elif problem := reserved_problem(t.name, "tensor"):
+                self.err(t.loc, problem)
             shape = []
             for s in t.shape:
                 try:
@@ -240,6 +245,9 @@ class _Checker:
         for lp in s.loops:
             if lp.var in vars_ or lp.var in self.consts or lp.var in self.tensors:
                 self.err(lp.loc, f"loop variable '{lp.var}' shadows another name")
+                continue
+            if problem := reserved_problem(lp.var, "loop variable"):
+                self.err(lp.loc, problem)
                 continue
             try:
                 if lp.kind == "rank":
@@ -470,6 +478,8 @@ class _Checker:
         if isinstance(e, ast.Reduce):
             if e.var in vars_ or e.var in self.consts:
                 raise _Err(e.loc, f"reduction variable '{e.var}' shadows another name")
+            if problem := reserved_problem(e.var, "reduction variable"):
+                raise _Err(e.loc, problem)
             if e.extent is None:
                 v = Var(e.var, "rank", self.world, 1, e.loc)
             else:
