@@ -10,11 +10,12 @@ compute       Dot FLOPs / GEMM rate, or the stage's own HBM traffic / HBM bandwi
 comm          remote bytes (peer loads, pulls, pushes) / link bandwidth + one link latency per kernel that talks to
               peers. Every remote read crosses the link: a peer's memory is cached in the peer's L2, not the
               reader's, so a remote tile re-read once per output column (fused-pull) is fetched once per read.
-BSP tax       barriers x barrier_us, plus serialization: kernels run one after another (bsp) overlap nothing, so
-              sum over kernels of max(compute, comm) exceeds max(total compute, total comm) by the idle time.
-              Kernels of one launch phase (flags: concurrent kernels) or one fused kernel overlap compute with
-              link traffic (a fused kernel's SM copies excepted: SM copy time); the stages of a specialized
-              kernel run side by side, each on its group of programs.
+BSP tax       barriers x barrier_us (+ barrier_skew_us once per stretch of work a barrier ends: ranks side by side
+              under MPS do not end their kernels together), plus serialization: kernels run one after another (bsp)
+              overlap nothing, so sum over kernels of max(compute, comm) exceeds max(total compute, total comm)
+              by the idle time. Kernels of one launch phase (flags: concurrent kernels) or one fused kernel
+              overlap compute with link traffic (a fused kernel's SM copies excepted: SM copy time); the stages of
+              a specialized kernel run side by side, each on its group of programs.
 locality tax  buffers that round-trip through HBM: bytes written + distinct bytes read back, at HBM bandwidth.
               A buffer written and read inside one kernel costs the same once it exceeds L2. Bytes the copy
               engines write are their copy time (which overlaps), so only their read-back is charged here.
@@ -33,6 +34,8 @@ time          streams, one per peer ring distance as runtime/dma.py issues them;
 flag waits    not one of the three taxes but the price of removing them: each wait is a serial acquire poll round in
               its program, of one counter or of a block polled at once (flag_us; a peer's counter:
               link_latency_us), spread over the kernel's programs.
+dot beside    (dot_beside_copies, 1 but under MPS) a Dot stage whose kernel runs SM copy tasks in turn with its
+copies        tasks on the same programs (fused-push's interleaved gather) takes that much longer (mps_rank).
 Deliberately simple: ranks are balanced, taxes add (they are not hidden under compute), and no pipeline fill is
 charged. `tilec.perf.auto.rank_schedules` ranks schedules, each with its copy stages on the SMs and (where the
 transport pass accepts it) on the copy engines, with it.
@@ -71,6 +74,12 @@ class Machine:
     sms: int = 132
     l2_MB: float = 50.0
     link: str = "nvlink"  # what a peer's memory is reached through: "hbm" for ranks side by side on one GPU (MPS)
+    # how much longer a Dot stage's tasks take when SM copy tasks run in turn with them on the same programs of one
+    # persistent kernel (fused-push's interleaved gather); 1: no slower (mps_rank sets what MPS measured)
+    dot_beside_copies: float = 1.0
+    # what a host barrier waits for beyond barrier_us when the ranks' work before it does not end together (ranks side
+    # by side under MPS); paid once per stretch of work a barrier ends (a call's entry and exit barriers pay it once)
+    barrier_skew_us: float = 0.0
 
     def save(self, path: str | os.PathLike) -> None:
         from tilec.fileio import write_atomic
@@ -95,16 +104,48 @@ class Machine:
 H200 = Machine()
 
 
+# Ranks side by side on one H200 under MPS (benchmarks/results/h200-1gpu-mps/fused_vs_bsp, 8192x4608x36864 f16):
+# - a rank's GEMM rate over its SM share of the GPU's: the concurrent torch.matmul rows ran 375 TFLOP/s per rank at
+#   world 2 on 66 SMs (ag_gemm_w2.json matmul 7423 us, gemm_rs_w2.json 3690 us: 1.0x the share) and 200 at world 4 on
+#   32 (ag_gemm_w4.json 13851 us, gemm_rs_w4.json 3501 us: 1.1x the share); between the two worlds interpolated.
+MPS_GEMM_SHARE_RATE = {2: 1.0, 4: 1.1}
+# - a host barrier: the ranks' kernels do not end together beside each other (a rank does not always get every SM its
+#   share reports), so a host barrier waits for the slowest one: the measured bsp (one host barrier between its
+#   kernels) minus the model's bsp without its barrier left 605 and 768 us at world 2 (ag_gemm_w2.json bsp 8901 us,
+#   gemm_rs_w2.json 4679), 1643, 1232, 2061 and 3687 us at world 4 (ag_gemm_w4.json 17164, ag_gemm_w4_run1.json
+#   16753, gemm_rs_w4.json 5868, gemm_rs_w4_owners_in_rank_order.json 7494: the same bsp code as gemm_rs_w4.json's,
+#   the spread of two runs), barrier_us (100) included: 377-668 us per rank beyond the first, 1196 in that last run.
+#   Charged once per stretch of work a host barrier ends; 750 keeps all six rows within 20% (+3.9% to +6.7%, that
+#   run -17.8%).
+MPS_BARRIER_SKEW_US = 750.0
+# - fused-push's GEMM tasks beside its interleaved copy tasks: 517 us each against bsp's 389 (ag_gemm_w2.json
+#   timelines, rank 0; rank 1 503 vs 394), the kernel's measured time 1.32-1.44x the model's without it (ag_gemm_w2.json
+#   10672 us, ag_gemm_w4.json 20244). Not the bytes alone: specialized's GEMM programs beside its copy programs ran
+#   374 us per task (ag_gemm_w2_schedules/taxes_timeline_static.log), so only copies in turn on the same programs pay.
+MPS_DOT_BESIDE_COPIES = 1.33
+
+
+def _mps_gemm_rate(world: int) -> float:
+    """MPS_GEMM_SHARE_RATE at `world`: linear between the two measured worlds, flat beyond them."""
+    (w0, r0), (w1, r1) = sorted(MPS_GEMM_SHARE_RATE.items())
+    return r0 + (r1 - r0) * min(1.0, max(0.0, (world - w0) / (w1 - w0)))
+
+
 def mps_rank(m: Machine, world: int, sms: int) -> Machine:
     """What one of `world` ranks side by side on one GPU under MPS has (benchmarks/runs/mps_world.sh): its `sms` of
-    the GPU's SMs, so that share of the GEMM and f32 rates; the GPU's HBM, shared by the ranks; and a link to a peer
-    that is the same HBM (a peer's heap is memory of this GPU). At world 2 on one H200 this gives a rank 375 TFLOP/s:
-    two torch.matmul of 8192x4608x36864 side by side ran 7.4-7.7 ms each (benchmarks/results/h200-1gpu-mps)."""
+    the GPU's SMs, so that share of the GEMM (times what the concurrent matmul measured: MPS_GEMM_SHARE_RATE) and f32
+    rates; the GPU's HBM, shared by the ranks; a link to a peer that is the same HBM (a peer's heap is memory of this
+    GPU); host barriers that wait for the slowest of the ranks (MPS_BARRIER_SKEW_US per rank beyond the first); and
+    GEMM tasks slower in turn with copy tasks (MPS_DOT_BESIDE_COPIES). At world 2 on one H200 a rank computes at
+    375 TFLOP/s: two torch.matmul of 8192x4608x36864 side by side ran 7.4 ms each
+    (benchmarks/results/h200-1gpu-mps/fused_vs_bsp/ag_gemm_w2.json)."""
     f = sms / m.sms
     hbm = m.hbm_GBps / world
     return replace(m, name=f"{m.name}: one of {world} ranks on one GPU under MPS ({sms} SMs, links through HBM)",
-                   gemm_tflops=m.gemm_tflops * f, f32_tflops=m.f32_tflops * f, hbm_GBps=hbm, link_GBps=hbm,
-                   link_latency_us=1.0, ce_link_GBps=min(m.ce_GBps, hbm), sms=sms, link="hbm")
+                   gemm_tflops=m.gemm_tflops * f * _mps_gemm_rate(world), f32_tflops=m.f32_tflops * f,
+                   hbm_GBps=hbm, link_GBps=hbm, link_latency_us=1.0, ce_link_GBps=min(m.ce_GBps, hbm), sms=sms,
+                   link="hbm", barrier_skew_us=MPS_BARRIER_SKEW_US * max(0, world - 1),
+                   dot_beside_copies=MPS_DOT_BESIDE_COPIES)
 
 
 @dataclass(frozen=True)
@@ -115,7 +156,7 @@ class Prediction:
     comm_us: float
     overlap_us: float  # max(compute, comm): the work if nothing serialized it
     serialization_us: float  # idle time because kernels run one after another (part of the BSP tax)
-    barrier_us: float  # barriers x barrier_us (the other part)
+    barrier_us: float  # barriers x barrier_us + the skew they wait out (barrier_skew_us; the other part)
     bsp_tax_us: float
     locality_tax_us: float
     launch_tax_us: float
@@ -148,6 +189,9 @@ def predict(st, m: Machine = H200, entry_barrier: bool = True) -> Prediction:
             # specialized kernels run their stages side by side on their own programs; others one task at a time
             shares = [k.share * g for g in k.groups] if k.groups else [k.share] * len(cs)
             times = [_compute_us(c, m, sh) for c, sh in zip(cs, shares, strict=True)]
+            if m.dot_beside_copies != 1.0 and not k.groups and any(_is_copy(c) for c in cs):
+                times = [t * m.dot_beside_copies if c.flops or c.flops_f32 else t
+                         for c, t in zip(cs, times, strict=True)]
             stage_us |= {c.name: t for c, t in zip(cs, times, strict=True)}
             c_ph = max(c_ph, max(times) if k.groups else sum(times))
             links = [(c.remote_read_bytes + c.remote_write_bytes) / (m.link_GBps * 1e3) for c in cs]
@@ -168,7 +212,9 @@ def predict(st, m: Machine = H200, entry_barrier: bool = True) -> Prediction:
         last = sum(stage_us.get(s, 0.0) for s in st.copy_engine_consumers) / chunks  # the consumer's last chunk
         ce_exposed = max(0.0, ce + last - (core + sm_copy))
     nbar = st.barriers if entry_barrier else st.barriers_between
-    barrier = nbar * m.barrier_us
+    # the skew is waited out once per stretch of work: between kernels, and at the entry (or exit) of a call
+    skewed = st.barriers_between + (1 if entry_barrier and st.barriers > st.barriers_between else 0)
+    barrier = nbar * m.barrier_us + skewed * m.barrier_skew_us
     l2 = m.l2_MB * 1e6
     moved = sum(r.write_bytes - r.ce_write_bytes + r.unique_read_bytes for r in st.roundtrips
                 if r.inter_kernel or r.tensor_bytes > l2)
@@ -192,6 +238,11 @@ def copy_engine_us(st, m: Machine = H200) -> float:
         link = sum(c.bytes for c in chunks if c.peer) / (m.ce_link_GBps * 1e3)
         worst = max(worst, max(streams.values(), default=0.0), link)
     return worst
+
+
+def _is_copy(c) -> bool:
+    """A stage that only moves bytes to or from a peer (no Dot): a gather's copy tasks."""
+    return not (c.flops or c.flops_f32) and bool(c.remote_read_bytes or c.remote_write_bytes)
 
 
 def _compute_us(c, m: Machine, share: float) -> float:
