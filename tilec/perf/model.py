@@ -115,8 +115,9 @@ MPS_GEMM_SHARE_RATE = {2: 1.0, 4: 1.1}
 #   gemm_rs_w2.json 4679), 1643, 1232, 2061 and 3687 us at world 4 (ag_gemm_w4.json 17164, ag_gemm_w4_run1.json
 #   16753, gemm_rs_w4.json 5868, gemm_rs_w4_owners_in_rank_order.json 7494: the same bsp code as gemm_rs_w4.json's,
 #   the spread of two runs), barrier_us (100) included: 377-668 us per rank beyond the first, 1196 in that last run.
-#   Charged once per stretch of work a host barrier ends; 750 keeps all six rows within 20% (+3.9% to +6.7%, that
-#   run -17.8%).
+#   Charged once per stretch of work a host barrier ends, at most the call's work (predict: the cap is not reached
+#   at this shape; shorter calls were not measured); 750 keeps all six rows within 20% (+3.9% to +6.7%, that run
+#   -17.8%).
 MPS_BARRIER_SKEW_US = 750.0
 # - fused-push's GEMM tasks beside its interleaved copy tasks: 517 us each against bsp's 389 (ag_gemm_w2.json
 #   timelines, rank 0; rank 1 503 vs 394), the kernel's measured time 1.32-1.44x the model's without it (ag_gemm_w2.json
@@ -212,9 +213,10 @@ def predict(st, m: Machine = H200, entry_barrier: bool = True) -> Prediction:
         last = sum(stage_us.get(s, 0.0) for s in st.copy_engine_consumers) / chunks  # the consumer's last chunk
         ce_exposed = max(0.0, ce + last - (core + sm_copy))
     nbar = st.barriers if entry_barrier else st.barriers_between
-    # the skew is waited out once per stretch of work: between kernels, and at the entry (or exit) of a call
+    # the skew is waited out once per stretch of work: between kernels, and at the entry (or exit) of a call; no rank
+    # lags by more than the work it did since the last barrier, so at most the call's work in all
     skewed = st.barriers_between + (1 if entry_barrier and st.barriers > st.barriers_between else 0)
-    barrier = nbar * m.barrier_us + skewed * m.barrier_skew_us
+    barrier = nbar * m.barrier_us + min(skewed * m.barrier_skew_us, core)
     l2 = m.l2_MB * 1e6
     moved = sum(r.write_bytes - r.ce_write_bytes + r.unique_read_bytes for r in st.roundtrips
                 if r.inter_kernel or r.tensor_bytes > l2)
