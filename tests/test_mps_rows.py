@@ -11,7 +11,8 @@ Rows left out, and why:
   not schedules the compiler emits;
 - the fused-push rows of the files that measured the code before a change of its task order (OLDER_ORDER below;
   the results' README says which): their bsp and fused-pull rows are the code that ships and are checked;
-- files without a GEMM program's rows (flash decode's bench output): the model does not predict them there.
+- files without a GEMM program's rows (flash decode's bench output): the model does not predict them there; and
+  files of a shape that failed as a whole (mps_fused.py keeps its error, no row).
 The measured calls skip the entry and exit barriers (the bench orders them), so the rows are compared with
 predictions of such calls; `auto` ranks calls with them, as tilec does.
 """
@@ -38,7 +39,13 @@ OLDER_ORDER = {"ag_gemm_w4_run1.json": ("fused-push",), "gemm_rs_w4_owners_in_ra
 
 
 def _files() -> list[Path]:
-    return sorted(p for p in RESULTS.glob("*.json") if "dims" in json.loads(p.read_text()).get("meta", {}))
+    """mps_fused.py's results with a timed row (a shape that failed as a whole keeps only its error)."""
+    out = []
+    for p in sorted(RESULTS.glob("*.json")):
+        res = json.loads(p.read_text())
+        if "dims" in res.get("meta", {}) and any(r.get("device_us") for r in res.get("rows", [])):
+            out.append(p)
+    return out
 
 
 def _machine(meta: dict) -> Machine:

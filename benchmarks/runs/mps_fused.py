@@ -7,8 +7,8 @@ before each timed run, outside the CUDA events; CUDA graph replays where the op 
       [--skip devbar,ab] [--time-budget SECONDS]
 
 PROGRAM: examples/ag_gemm.tile or examples/gemm_rs.tile, by default at the paper shape 8192x4608x36864 (-D M=.. N=..
-K=.. after OUT.json to change it), tilec bench's first Hopper config for the shape (128x256x64 tiles, 8 warps,
-3 stages, group_m 8 on these shapes) unless -D BM=.. BN=.. BK=.. are given.
+K=.. after OUT.json to change it; with --shapes, -D tiles apply to every shape), tilec bench's first Hopper config
+for the shape (128x256x64 tiles, 8 warps, 3 stages, group_m 8 on these shapes) unless -D BM=.. BN=.. BK=.. are given.
 --shapes paper: every shape of tilec.perf.bench.SHAPES["paper"] (M x N x K: 1024x3584x8192, 8192x4608x36864,
   8192x3584x14336, 8192x11008x4096, 8192x28672x8192) in one process (the ranks start and set up their heap once);
   --shapes paper:1,3 only those (0-based indices). Writes OUT_DIR/<program>_w<W>_<M>x<N>x<K>.json per shape, each in
@@ -18,23 +18,33 @@ K=.. after OUT.json to change it), tilec bench's first Hopper config for the sha
   the timeline builds (to save device time).
 --time-budget SECONDS: start no new shape once this many seconds have passed since the start, or when the last
   shape's time would not fit in what is left; with a budget the ranks are also stopped at budget + 120 s. Each rank
-  keeps what it measured in OUT(.json|_DIR).parts/ as it goes, and the JSON files are written from it at the end,
-  also after a failed or stopped run; `python3 benchmarks/runs/mps_fused.py --assemble OUT` writes them from a
-  parts folder a killed run left.
+  keeps what it measured in a parts folder as it goes (OUT.json.parts/, or OUT_DIR/parts/), and the JSON files are
+  written from it at the end, also after a failed or stopped run (the folder is removed once every shape is written
+  without an error); `python3 benchmarks/runs/mps_fused.py --assemble OUT.json|OUT_DIR` writes them from the parts
+  a killed run left.
 --iters N (12), --backend cpu (the Triton interpreter: a CPU smoke run at small -D dims, with --skip devbar).
+Run from the repository root with tilec importable (PYTHONPATH=$PWD, as the results' README does).
 
-How long a shape takes: the committed logs (benchmarks/results/h200-1gpu-mps/fused_vs_bsp/*.log) time only the model
-(1-9 s per shape in the parent); the timed work itself is small (2 rounds x 15 calls per row: ~7 rows x 2 x 15 x
-(call + ~2 ms of flush and barrier) = ~10 s at 8192x4608x36864, the largest paper GEMM per call; 1024x3584x8192 well
-under 1 s), so a shape's time is mostly Triton compiling each row's kernels on every rank (~5 distinct programs
-per shape, ~3 with --skip devbar,ab; the fused kernels take longest). Expect ~1-2 min per shape with every row, about
-half that with --skip devbar,ab, and 10-30 s of start-up (MPS daemon, the ranks, the heap) once per run: the five
-paper shapes of one program and world fit one 10-minute device call with --skip devbar,ab --time-budget 480, and the
-per-shape wall times this run prints (meta.wall_s) tell the next call what fits. Run it for AG and RS at W=2 and 4:
-  sh benchmarks/runs/mps_world.sh --spawn 2 python3 benchmarks/runs/mps_fused.py examples/ag_gemm.tile 2 OUT/ag_w2 \
-      --shapes paper --skip devbar,ab --time-budget 480
-  (and examples/gemm_rs.tile, --spawn 4 ... 4 OUT/rs_w4 ...; the rest of the shapes in a next call with
-  --shapes paper:I,J,..)
+How long a shape takes (an estimate: the committed logs, benchmarks/results/h200-1gpu-mps/fused_vs_bsp/*.log, time
+only the model, 1-9 s per shape; it runs twice per shape here, for the rows and for auto's ranking, all shapes in the
+parent before the ranks start). The timed work is small: per row 2 rounds x (12 + 3 warm-up) calls, each after a
+flush and a barrier (~2 ms); the model's per-rank GEMM times at W=2 are 0.16, 7.4, 2.2, 2.0 and 10 ms for the five
+shapes in the order above (AG; RS a W-th of that; W=4 about twice), so the rows take ~1-10 s a shape. The rest is
+Triton compiling each row's kernels on every rank: ~6 programs a shape with every row (bsp's two kernels, the fused
+kernels, 1-2 A/B sources, auto's pick when it is another), ~3-4 with --skip devbar,ab, at ~5-20 s each (the fused
+kernels longest). Expect ~1-2 min per shape with every row, about half that with --skip devbar,ab, plus ~30 s of
+start-up (MPS daemon, the ranks, their heap) once per run: the five paper shapes of one program and world should fit
+one 10-minute device call with --skip devbar,ab --time-budget 480; the per-shape wall times this run prints (and
+meta.wall_s, each row's wall_s) say what fits the next call. For AG and RS at W=2 and 4:
+  sh benchmarks/runs/mps_world.sh --spawn 2 python3 benchmarks/runs/mps_fused.py examples/ag_gemm.tile 2 \
+      "$OUT/ag_gemm_w2" --shapes paper --skip devbar,ab --time-budget 480
+  sh benchmarks/runs/mps_world.sh --spawn 4 python3 benchmarks/runs/mps_fused.py examples/ag_gemm.tile 4 \
+      "$OUT/ag_gemm_w4" --shapes paper --skip devbar,ab --time-budget 480
+  sh benchmarks/runs/mps_world.sh --spawn 2 python3 benchmarks/runs/mps_fused.py examples/gemm_rs.tile 2 \
+      "$OUT/gemm_rs_w2" --shapes paper --skip devbar,ab --time-budget 480
+  sh benchmarks/runs/mps_world.sh --spawn 4 python3 benchmarks/runs/mps_fused.py examples/gemm_rs.tile 4 \
+      "$OUT/gemm_rs_w4" --shapes paper --skip devbar,ab --time-budget 480
+and the shapes a budget left out in a next call with --shapes paper:I,J,.. (their indices, printed).
 
 Rows (two rounds, the second in reverse order; each row keeps its faster median):
 - bsp as tilec bench times it (a host barrier between its kernels: CUDA events around an eager call), and bsp with
