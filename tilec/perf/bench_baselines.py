@@ -392,9 +392,11 @@ def _symm_exchange(heap, numel: int, log):
         import os
 
         import torch.distributed as dist
-        import torch.distributed._symmetric_memory as symm_mem
 
         os.environ.setdefault("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "1")  # MPS: every rank on cuda:0
+        symm_mem = _symm_mem(dist.group.WORLD)
+        if symm_mem is None:
+            raise RuntimeError("torch.distributed._symmetric_memory is not available for the default group")
         buf = symm_mem.empty(numel, dtype=torch.float32, device=heap.device)
         hdl = symm_mem.rendezvous(buf, dist.group.WORLD.group_name)
         peers = [hdl.get_buffer(r, (numel,), torch.float32) for r in range(heap.world)]
