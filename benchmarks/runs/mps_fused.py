@@ -11,9 +11,10 @@ K=.. after OUT.json to change it; with --shapes, -D tiles apply to every shape),
 for the shape (128x256x64 tiles, 8 warps, 3 stages, group_m 8 on these shapes) unless -D BM=.. BN=.. BK=.. are given.
 --shapes paper: every shape of tilec.perf.bench.SHAPES["paper"] (M x N x K: 1024x3584x8192, 8192x4608x36864,
   8192x3584x14336, 8192x11008x4096, 8192x28672x8192) in one process (the ranks start and set up their heap once);
-  --shapes paper:1,3 only those (0-based indices). Writes OUT_DIR/<program>_w<W>_<M>x<N>x<K>.json per shape, each in
-  the one-shape format (what mps_fused_plot.py and tests/test_mps_rows.py read). A shape that fails records its
-  error (meta.error, and the row's error where one row failed) and the run goes on with the next.
+  --shapes paper:1,3 only those (0-based indices). Writes OUT_DIR/<program>_w<W>_<M>_<N>_<K>.json per shape, each
+  in the one-shape format (what mps_fused_plot.py, mps_paper_summary.py and tests/test_mps_rows.py read; the summary
+  wants the device-barrier bsp row: no --skip devbar for it). A shape that fails records its error (meta.error, and
+  the row's error where one row failed) and the run goes on with the next.
 --skip devbar,ab,matmul,timeline: leave out the device-barrier bsp, the A/B rows of task orders, the concurrent matmul,
   the timeline builds (to save device time).
 --time-budget SECONDS: start no new shape once this many seconds have passed since the start, or when the last
@@ -387,7 +388,8 @@ def main(argv: list[str] | None = None) -> None:
     jobs, heap_bytes = [], 1 << 24
     for i, shape in enumerate(shapes):
         tag = "x".join(str(shape[d]) for d in ("M", "N", "K"))
-        target = str(out / f"{Path(path).stem}_w{world}_{tag}.json") if many else str(out)
+        name = "_".join(str(shape[d]) for d in ("M", "N", "K"))  # as paper_shapes/ names them
+        target = str(out / f"{Path(path).stem}_w{world}_{name}.json") if many else str(out)
         t0 = time.time()
         try:
             dims, launch, text = measured_tiles(path, world, shape, {})

@@ -4,7 +4,7 @@ torch.matmul of the same per-rank work (1.0), with the target's 1.25x line.
   python benchmarks/runs/mps_fused_plot.py DIR [FILE.json ...]   # writes DIR/fused_vs_bsp.png
 
 A case per file (one program, world and shape: {ag_gemm,gemm_rs}_w{2,4}.json of one shape, or the
-<program>_w<W>_<M>x<N>x<K>.json of `--shapes`), in name order: the FILEs named, else every mps_fused.py result in DIR
+<program>_w<W>_<M>_<N>_<K>.json of `--shapes`), in name order: the FILEs named, else every mps_fused.py result in DIR
 but the runs of the code before a change that fused_vs_bsp/ keeps for their A/Bs (EARLIER). Rows without a time (a
 failed row) are left out.
 """
@@ -26,6 +26,8 @@ if __name__ == "__main__":
     files = [d / f for f in sys.argv[2:]] or [f for f in sorted(d.glob("*.json")) if f.name not in EARLIER]
     for f in files:
         res = json.loads(f.read_text())
+        if not isinstance(res, dict):  # e.g. a summary's list
+            continue
         mm = [r for r in res.get("rows", []) if r.get("name") == "matmul" and r.get("device_us")]
         if "dims" in res.get("meta", {}) and mm:  # an mps_fused.py result with its matmul row
             res["rows"] = [r for r in res["rows"] if r.get("device_us") and r.get("vs_matmul")]
