@@ -3,7 +3,8 @@ device barriers), the fused schedules, auto's pick and the concurrent plain torc
 with auto's pick over bsp and over the matmul against the targets (>= 1.1x bsp, <= 1.25x matmul) and the cost
 model's error on the rows it ranks.
 
-  python benchmarks/runs/mps_paper_summary.py DIR   # reads DIR/{ag_gemm,gemm_rs}_w*_M_N_K.json; writes DIR/summary.md,
+  python benchmarks/runs/mps_paper_summary.py DIR   # reads DIR/{ag_gemm,gemm_rs}_w*_M_N_K.json (mps_fused.py's,
+                                                    # one a shape or --shapes); writes DIR/summary.md,
                                                     # DIR/summary.json and DIR/auto_vs_bsp.png
 """
 
@@ -19,7 +20,7 @@ def case_row(res: dict) -> dict:
     pick = res["meta"]["auto_pick"]
     auto = rows.get(f"auto: {pick}", rows.get(pick))
     d = res["meta"]["dims"]
-    devbar = rows["bsp (device barriers, graph)"]["device_us"]
+    devbar = rows.get("bsp (device barriers, graph)", {}).get("device_us")  # None: a run with --skip devbar
     model_err = {n: round(r["predicted_us"] / r["device_us"] - 1, 3) for n, r in rows.items()
                  if r.get("predicted_us") and (n in SCHEDULES or n.startswith("auto:"))}
     return {"program": Path(res["meta"]["program"]).stem, "world": res["meta"]["world"],
@@ -31,7 +32,7 @@ def case_row(res: dict) -> dict:
             "best_tilec": min((n for n in rows if n in SCHEDULES or n.startswith("auto:")),
                               key=lambda n: rows[n]["device_us"]),
             "auto_vs_bsp": round(rows["bsp"]["device_us"] / auto["device_us"], 3),
-            "auto_vs_bsp_device_barriers": round(devbar / auto["device_us"], 3),
+            "auto_vs_bsp_device_barriers": round(devbar / auto["device_us"], 3) if devbar else None,
             "auto_over_matmul": round(auto["device_us"] / rows["matmul"]["device_us"], 3), "model_err": model_err}
 
 
@@ -45,7 +46,7 @@ def table(rows: list[dict]) -> str:
         ok1 = "" if r["auto_vs_bsp"] >= 1.1 else " (miss)"
         ok2 = "" if r["auto_over_matmul"] <= 1.25 else " (miss)"
         out.append(f"| {r['program']} | {r['world']} | {r['shape']} | {r['matmul_us']:.0f} | {r['bsp_us']:.0f} "
-                   f"| {r['bsp_device_barriers_us']:.0f} | {pull} | {r['fused_push_us']:.0f} "
+                   f"| {r['bsp_device_barriers_us'] or 0:.0f} | {pull} | {r['fused_push_us']:.0f} "
                    f"| {r['auto_pick']} | {r['auto_us']:.0f} | {r['auto_vs_bsp']:.3f}x{ok1} "
                    f"| {r['auto_over_matmul']:.3f}x{ok2} | {err:+.1%} |")
     return "\n".join(out) + "\n"

@@ -18,9 +18,11 @@ Distributed flash decode (`decode_ops`):
   folded into the query length (q [B, HKV, G, D] against k [B, HKV, S, D]); world 1: that call alone, and
   F.scaled_dot_product_attention (enable_gqa). World > 1: SDPA with LSE, one all_gather_into_tensor of (O, lse)
   packed in one buffer, and the LSE combine: the whole step as one op (captured in a CUDA graph by the harness).
+  Ranks sharing one GPU (MPS), where NCCL refuses them: the same step with (O, lse) exchanged through torch's
+  symmetric memory over the default (gloo) group instead (each rank writes its partials into its buffer, a device
+  barrier, every rank's buffer read, a barrier, the combine), where it can be set up on every rank.
 - reference: the same step with attention by plain torch ops (bmm, logsumexp, exp, bmm).
-Baselines that cannot run here (ranks sharing a GPU, no NCCL, no symmetric memory) are left out with a note in the
-log, not faked.
+Baselines that cannot run here (no NCCL, no symmetric memory) are left out with a note in the log, not faked.
 """
 
 from __future__ import annotations
@@ -308,7 +310,8 @@ def decode_ops(heap, dims: dict, world: int, q, k, v, lens, layout: str, iters: 
     q4 = q.view(b, hkv, grp, d)
     distributed = world > 1 and _one_gpu_per_rank(dev, world)
     if world > 1 and not distributed:
-        log(f"  baselines: ranks share {dev}; NCCL needs one GPU per rank: only the naive local step is timed")
+        log(f"  baselines: ranks share {dev}; NCCL needs one GPU per rank: the exchange goes through symmetric "
+            "memory where it can")
     best = None
     if full and dev.type == "cuda":
         backends = sdpa_lse_backends(q4, kt, vt)
@@ -336,8 +339,19 @@ def decode_ops(heap, dims: dict, world: int, q, k, v, lens, layout: str, iters: 
         return ops
     n_mask = None if full else n_local
     if not distributed:
-        return [Op("torch attention (local, no comm)", "reference", "compute only: a lower bound, not a distributed "
-                   "baseline", lambda: local_attention_lse(q, kt, vt, n_mask, grp)[0].to(q.dtype))]
+        ops = [Op("torch attention (local, no comm)", "reference", "compute only: a lower bound, not a distributed "
+                  "baseline", lambda: local_attention_lse(q, kt, vt, n_mask, grp)[0].to(q.dtype))]
+        shared = _symm_exchange(heap, b * h * (d + 1), log)
+        if shared is not None:
+            if best:
+                ops.append(Op(f"sdpa+lse ({best})+symm_mem", "baseline", "SDPA with lse, (O, lse) exchanged through "
+                              "torch symmetric memory (ranks share the GPU: no NCCL), lse combine",
+                              shared_step(backends[best], *shared, (b, h, d), q.dtype)))
+            ops.append(Op("torch attention+symm_mem", "reference", "naive: bmm, logsumexp, exp, bmm in torch, then "
+                          "the exchange through symmetric memory and the lse combine",
+                          shared_step(lambda: local_attention_lse(q, kt, vt, n_mask, grp), *shared, (b, h, d),
+                                      q.dtype)))
+        return ops
     import torch.distributed as dist
 
     grp_nccl = _nccl_group()
@@ -362,3 +376,54 @@ def decode_ops(heap, dims: dict, world: int, q, k, v, lens, layout: str, iters: 
                   "all_gather_into_tensor and the lse combine", step(lambda: local_attention_lse(q, kt, vt, n_mask,
                                                                                                  grp))))
     return ops
+
+
+SYMM_BARRIER_TIMEOUT_MS = 10_000  # a device barrier of the exchange that waits this long traps (a hang otherwise)
+
+
+def _symm_exchange(heap, numel: int, log):
+    """(this rank's buffer, every rank's buffer by rank, a device barrier over the ranks) of `numel` f32 in torch's
+    symmetric memory over the default process group (gloo under tilec.runtime.spawn), ranks on one GPU allowed
+    (TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES); None off a GPU, or where it could not be set up on every rank."""
+    if heap.device.type != "cuda" or heap.world == 1:
+        return None
+    got = None
+    try:
+        import os
+
+        import torch.distributed as dist
+
+        os.environ.setdefault("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "1")  # MPS: every rank on cuda:0
+        symm_mem = _symm_mem(dist.group.WORLD)
+        if symm_mem is None:
+            raise RuntimeError("torch.distributed._symmetric_memory is not available for the default group")
+        buf = symm_mem.empty(numel, dtype=torch.float32, device=heap.device)
+        hdl = symm_mem.rendezvous(buf, dist.group.WORLD.group_name)
+        peers = [hdl.get_buffer(r, (numel,), torch.float32) for r in range(heap.world)]
+        got = (buf, peers, lambda: hdl.barrier(channel=0, timeout_ms=SYMM_BARRIER_TIMEOUT_MS))
+    except Exception as e:  # noqa: BLE001 - no symmetric memory here: the baseline is left out, with a note
+        log(f"  baselines: no symmetric-memory exchange here: {type(e).__name__}: {str(e)[:200]}")
+    if not all(heap.barrier(int(got is not None))):  # on every rank or on none
+        return None
+    return got
+
+
+def shared_step(local, mine: torch.Tensor, peers: list[torch.Tensor], barrier, bhd: tuple[int, int, int],
+                dtype: torch.dtype):
+    """One decode step whose (O, lse) every rank reads from every rank's buffer: local() -> (o [B, H, D],
+    lse [B, H]) packed into `mine`, a barrier (all written), all `peers` read into one local tensor, a barrier (all
+    read: the next call may overwrite), the lse combine, in `dtype`."""
+    b, h, d = bhd
+    n = b * h * d
+
+    def run():
+        o, lse = local()
+        mine[:n].copy_(o.reshape(-1))
+        mine[n:].copy_(lse.reshape(-1))
+        barrier()
+        parts = torch.stack(peers)
+        barrier()
+        world = len(peers)
+        return lse_combine(parts[:, :n].reshape(world, b, h, d), parts[:, n:].reshape(world, b, h)).to(dtype)
+
+    return run

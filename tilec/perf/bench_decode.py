@@ -1,19 +1,19 @@
 """`tilec bench` for flash-decode programs (dims B, HKV, G, D, S; tile BS), e.g. examples/flash_decode.tile.
 
 Same discipline as the GEMM path (tilec.perf.bench): every tilec schedule that applies and the baselines
-(tilec.perf.bench_baselines.decode_ops: SDPA with LSE + NCCL, plain SDPA at world 1, the naive torch step as a
-labelled reference) run on the same Q/K/V/lens, each timed by measure.time_op / time_program: device time of CUDA
-graph replays where the op can be captured (else of eager calls), host time of one eager call. Reported per row:
-device and host time with their spread, the KV bytes each rank streams (2 * B * S * HKV * D * element size) and the
-GB/s that makes, its fraction of the copy bandwidth measured in the same run (a device copy of the shape's K, read +
-write bytes as `tilec calibrate` counts them), the floor (KV bytes over that bandwidth, + a measured link round
-trip at world > 1), the ratio to tilec's bsp schedule and to the best baseline, and the relative error of the
-output (a fast wrong kernel shows up). Lengths are full (lens[b] = W * S). The bsp row also times its local phase
-alone (the kernels before its first barrier: split attention and the local merge, `only=`), as a kernel time
-(kernel_time: launches after a clean L2 flush, like the copy): how fast the local attention streams the KV cache
-without the exchange, the combine and the host's launch path. On a GPU every row of a shape is timed twice, the
-second round in reverse order, and keeps its faster round (rows.second_round: what ran just before a timing can
-slow all of its replays).
+(tilec.perf.bench_baselines.decode_ops: SDPA with LSE + NCCL, or + torch symmetric memory where the ranks share one
+GPU (MPS: NCCL refuses them), plain SDPA at world 1, the naive torch step as a labelled reference) run on the same
+Q/K/V/lens, each timed by measure.time_op / time_program: device time of CUDA graph replays where the op can be
+captured (else of eager calls), host time of one eager call. Reported per row: device and host time with their
+spread, the KV bytes each rank streams (2 * B * S * HKV * D * element size) and the GB/s that makes, its fraction of
+the copy bandwidth measured in the same run (a device copy of the shape's K, read + write bytes as `tilec calibrate`
+counts them), the floor (KV bytes over that bandwidth, + a measured link round trip at world > 1), the ratio to
+tilec's bsp schedule and to the best baseline, and the relative error of the output (a fast wrong kernel shows up).
+Lengths are full (lens[b] = W * S). The bsp row also times its local phase alone (the kernels before its first
+barrier: split attention and the local merge, `only=`), as a kernel time (kernel_time: launches after a clean L2
+flush, like the copy): how fast the local attention streams the KV cache without the exchange, the combine and the
+host's launch path. On a GPU every row of a shape is timed twice, the second round in reverse order, and keeps its
+faster round (rows.second_round: what ran just before a timing can slow all of its replays).
 
 Tile size BS (positions per split): one default per shape (default_bs: the split whose tasks fill the resident
 programs in the fewest waves; attend streams a split in blocks of 64 keys, so a long split costs no registers)

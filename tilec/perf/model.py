@@ -10,11 +10,13 @@ compute       Dot FLOPs / GEMM rate, or the stage's own HBM traffic / HBM bandwi
 comm          remote bytes (peer loads, pulls, pushes) / link bandwidth + one link latency per kernel that talks to
               peers. Every remote read crosses the link: a peer's memory is cached in the peer's L2, not the
               reader's, so a remote tile re-read once per output column (fused-pull) is fetched once per read.
-BSP tax       barriers x barrier_us, plus serialization: kernels run one after another (bsp) overlap nothing, so
-              sum over kernels of max(compute, comm) exceeds max(total compute, total comm) by the idle time.
-              Kernels of one launch phase (flags: concurrent kernels) or one fused kernel overlap compute with
-              link traffic (a fused kernel's SM copies excepted: SM copy time); the stages of a specialized
-              kernel run side by side, each on its group of programs.
+BSP tax       barriers x barrier_us (+ barrier_skew_us once per stretch of work a barrier ends and
+              barrier_skew_share of the call's work: ranks side by side under MPS do not end their kernels
+              together), plus serialization: kernels run one after another (bsp) overlap nothing, so sum over
+              kernels of max(compute, comm) exceeds max(total compute, total comm) by the idle time. Kernels of one
+              launch phase (flags: concurrent kernels) or one fused kernel overlap compute with link traffic (a
+              fused kernel's SM copies excepted: SM copy time); the stages of a specialized kernel run side by side,
+              each on its group of programs.
 locality tax  buffers that round-trip through HBM: bytes written + distinct bytes read back, at HBM bandwidth.
               A buffer written and read inside one kernel costs the same once it exceeds L2. Bytes the copy
               engines write are their copy time (which overlaps), so only their read-back is charged here.
@@ -33,6 +35,9 @@ time          streams, one per peer ring distance as runtime/dma.py issues them;
 flag waits    not one of the three taxes but the price of removing them: each wait is a serial acquire poll round in
               its program, of one counter or of a block polled at once (flag_us; a peer's counter:
               link_latency_us), spread over the kernel's programs.
+dot beside    (dot_beside_copies, 1 but under MPS) a Dot stage whose kernel runs SM copy tasks in turn with its
+copies        tasks on the same programs (fused-push's interleaved gather) takes that much longer, plus
+              dot_beside_copies_per_k2 per doubling of K beyond 4096 (mps_rank).
 Deliberately simple: ranks are balanced, taxes add (they are not hidden under compute), and no pipeline fill is
 charged. `tilec.perf.auto.rank_schedules` ranks schedules, each with its copy stages on the SMs and (where the
 transport pass accepts it) on the copy engines, with it.
@@ -41,6 +46,7 @@ transport pass accepts it) on the copy engines, with it.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, fields, replace
 
@@ -71,6 +77,15 @@ class Machine:
     sms: int = 132
     l2_MB: float = 50.0
     link: str = "nvlink"  # what a peer's memory is reached through: "hbm" for ranks side by side on one GPU (MPS)
+    # how much longer a Dot stage's tasks take when SM copy tasks run in turn with them on the same programs of one
+    # persistent kernel (fused-push's interleaved gather); 1: no slower (mps_rank sets what MPS measured)
+    dot_beside_copies: float = 1.0
+    dot_beside_copies_per_k2: float = 0.0  # added to it per doubling of the program's K beyond 4096 (the K loop)
+    # what a host barrier waits for beyond barrier_us when the ranks' work before it does not end together (ranks side
+    # by side under MPS); paid once per stretch of work a barrier ends (a call's entry and exit barriers pay it once)
+    barrier_skew_us: float = 0.0
+    barrier_skew_share: float = 0.0  # and that share of the call's work (the ranks' drift), once per call
+    start_skew_us: float = 0.0  # a call whose kernels wait on flags waits this long for the latest rank to start
 
     def save(self, path: str | os.PathLike) -> None:
         from tilec.fileio import write_atomic
@@ -95,16 +110,80 @@ class Machine:
 H200 = Machine()
 
 
+# Ranks side by side on one H200 under MPS (benchmarks/results/h200-1gpu-mps/fused_vs_bsp, 8192x4608x36864 f16):
+# - a rank's GEMM rate over its SM share of the GPU's: the concurrent torch.matmul rows ran 375 TFLOP/s per rank at
+#   world 2 on 66 SMs (ag_gemm_w2.json matmul 7423 us, gemm_rs_w2.json 3690 us: 1.0x the share) and 200 at world 4 on
+#   32 (ag_gemm_w4.json 13851 us, gemm_rs_w4.json 3501 us: 1.1x the share); between the two worlds interpolated.
+MPS_GEMM_SHARE_RATE = {2: 1.0, 4: 1.1}
+# - a host barrier: beside each other the ranks' kernels do not end together (a rank does not always get every SM its
+#   share reports), so a host barrier waits for the slowest one, and MPS's barrier itself costs more with more clients.
+#   Measured bsp (one host barrier between its kernels) minus the model's bsp without it, over the ten shapes' rows
+#   (fused_vs_bsp/{ag_gemm,gemm_rs}_w{2,4}.json, paper_shapes/*.json): 210-914 us at world 2 (300 and 383 at
+#   1024x3584x8192, ag_gemm_w2_1024_3584_8192.json, gemm_rs_w2_1024_3584_8192.json, whose work is 0.1-0.2 ms), at
+#   world 4 750 and 808 us there (ag_gemm_w4_1024_3584_8192.json, gemm_rs_w4_1024_3584_8192.json) and up to 2742 and
+#   3263 us at 8192x28672x8192 (ag_gemm_w4_8192_28672_8192.json, gemm_rs_w4_8192_28672_8192.json): a fixed part and
+#   a part growing with the work, both per rank beyond the first. 230 us + 5% of the call's work per extra rank puts
+#   every such row within 20% but gemm_rs_w4_owners_in_rank_order.json's bsp (7494 us, the same code as
+#   gemm_rs_w4.json's 5868: the spread of two runs).
+MPS_BARRIER_SKEW_US = 230.0
+MPS_BARRIER_SKEW_SHARE = 0.05
+# - fused-push's GEMM tasks beside its interleaved copy tasks run longer: 517 us each against bsp's 389
+#   (ag_gemm_w2.json timelines, rank 0); specialized's GEMM beside copies on programs of their own ran 374 us per task
+#   (ag_gemm_w2_schedules/taxes_timeline_static.log), so only copies in turn on the same programs pay. How much longer
+#   grows with K (each task's K loop: longer panels through L2 beside the copies' stores) and the world: the factor
+#   that makes the model meet fused-push's measured time is 1.03, 1.12, 1.10, 1.34 at world 2 for K = 4096, 8192,
+#   14336, 36864 (paper_shapes/ag_gemm_w2_8192_11008_4096.json, _8192_28672_8192.json, _8192_3584_14336.json,
+#   fused_vs_bsp/ag_gemm_w2.json) and 1.13, 1.20, 1.21, 1.36 at world 4 (the same at w4): 1 + 0.03 per rank beyond the
+#   first + 0.08 per doubling of K beyond 4096.
+MPS_DOT_BESIDE_COPIES = 0.03  # per rank beyond the first
+MPS_DOT_BESIDE_COPIES_PER_K2 = 0.08
+
+
+# - a fused kernel that waits on its peers' flags waits for the latest rank to start (the ranks leave the harness's
+#   barrier apart, as a host barrier's): none measurable at world 2 (gemm_rs_w2_1024_3584_8192.json fused-push 107 us,
+#   the model's 107), ~100 us at world 4 (gemm_rs_w4_1024_3584_8192.json fused-push 199 us against the model's 99;
+#   ag_gemm_w4_1024_3584_8192.json's 444 against 426 bounds it): 80 us at world 4, interpolated from 0 at world 2.
+MPS_START_SKEW_US = {2: 0.0, 4: 80.0}
+# - the copy engines (transport=dma): at world 2 the model's copy-engine time stays under the GEMM and the rows match
+#   (paper_shapes/ag_gemm_w2_8192_11008_4096.json auto: fused-push+dma 2063 us, model 2016; _8192_3584_14336 2307 vs
+#   2384; _8192_28672_8192 10086 vs 10356); at world 4 the same schedule ran 8710 us (ag_gemm_w4_8192_11008_4096.json,
+#   per rank 7285-8710) against the model's 3769, its fused-push on the SMs 4330: the four clients' copies did not
+#   overlap the GEMM as the model's 5.6 us per issued copy says. 250 us per issued copy at world 4 meets that row
+#   (8168 us; one row: the mechanism is not measured here), interpolated from the H200's 5.6 at world 2.
+MPS_CE_LATENCY_US = {4: 250.0}
+
+
+def _by_world(table: dict[int, float], world: int, low: float) -> float:
+    """A per-world MPS constant: `low` up to world 2, the table's value from its world on, linear between."""
+    (w1, v1), = table.items()
+    return low + (v1 - low) * min(1.0, max(0.0, (world - 2) / (w1 - 2)))
+
+
+def _mps_gemm_rate(world: int) -> float:
+    """MPS_GEMM_SHARE_RATE at `world`: linear between the two measured worlds, flat beyond them."""
+    (w0, r0), (w1, r1) = sorted(MPS_GEMM_SHARE_RATE.items())
+    return r0 + (r1 - r0) * min(1.0, max(0.0, (world - w0) / (w1 - w0)))
+
+
 def mps_rank(m: Machine, world: int, sms: int) -> Machine:
-    """What one of `world` ranks side by side on one GPU under MPS has (benchmarks/runs/mps_world.sh): its `sms` of
-    the GPU's SMs, so that share of the GEMM and f32 rates; the GPU's HBM, shared by the ranks; and a link to a peer
-    that is the same HBM (a peer's heap is memory of this GPU). At world 2 on one H200 this gives a rank 375 TFLOP/s:
-    two torch.matmul of 8192x4608x36864 side by side ran 7.4-7.7 ms each (benchmarks/results/h200-1gpu-mps)."""
+    """What one of `world` ranks side by side on one GPU under MPS has (benchmarks/runs/mps_world.sh): its `sms` of the
+    GPU's SMs, so that share of the GEMM (times what the concurrent matmul measured: MPS_GEMM_SHARE_RATE) and f32
+    rates; the GPU's HBM, shared by the ranks; a link to a peer that is the same HBM (a peer's heap is memory of
+    this GPU); host barriers that wait for the slowest of the ranks (MPS_BARRIER_SKEW_US and
+    MPS_BARRIER_SKEW_SHARE of the work per rank beyond the first); and GEMM tasks slower in turn with copy tasks
+    (MPS_DOT_BESIDE_COPIES*). At world 2 on one H200 a rank computes at 375 TFLOP/s: two torch.matmul of
+    8192x4608x36864 side by side ran 7.4 ms each (benchmarks/results/h200-1gpu-mps/fused_vs_bsp/ag_gemm_w2.json)."""
     f = sms / m.sms
     hbm = m.hbm_GBps / world
     return replace(m, name=f"{m.name}: one of {world} ranks on one GPU under MPS ({sms} SMs, links through HBM)",
-                   gemm_tflops=m.gemm_tflops * f, f32_tflops=m.f32_tflops * f, hbm_GBps=hbm, link_GBps=hbm,
-                   link_latency_us=1.0, ce_link_GBps=min(m.ce_GBps, hbm), sms=sms, link="hbm")
+                   gemm_tflops=m.gemm_tflops * f * _mps_gemm_rate(world), f32_tflops=m.f32_tflops * f,
+                   hbm_GBps=hbm, link_GBps=hbm, link_latency_us=1.0, ce_link_GBps=min(m.ce_GBps, hbm), sms=sms,
+                   link="hbm", barrier_skew_us=MPS_BARRIER_SKEW_US * max(0, world - 1),
+                   barrier_skew_share=MPS_BARRIER_SKEW_SHARE * max(0, world - 1),
+                   dot_beside_copies=1.0 + MPS_DOT_BESIDE_COPIES * max(0, world - 1),
+                   dot_beside_copies_per_k2=MPS_DOT_BESIDE_COPIES_PER_K2,
+                   start_skew_us=_by_world({4: MPS_START_SKEW_US[4]}, world, MPS_START_SKEW_US[2]),
+                   ce_latency_us=_by_world(MPS_CE_LATENCY_US, world, m.ce_latency_us))
 
 
 @dataclass(frozen=True)
@@ -115,7 +194,7 @@ class Prediction:
     comm_us: float
     overlap_us: float  # max(compute, comm): the work if nothing serialized it
     serialization_us: float  # idle time because kernels run one after another (part of the BSP tax)
-    barrier_us: float  # barriers x barrier_us (the other part)
+    barrier_us: float  # barriers x barrier_us + the skew they wait out (barrier_skew_us; the other part)
     bsp_tax_us: float
     locality_tax_us: float
     launch_tax_us: float
@@ -141,6 +220,8 @@ def predict(st, m: Machine = H200, entry_barrier: bool = True) -> Prediction:
             phases.append([k])
     compute = comm = core = flags = sm_copy = 0.0
     stage_us: dict[str, float] = {}
+    k_len = (st.dims or {}).get("K", 0)  # a GEMM program's K: each task's K loop
+    beside = m.dot_beside_copies + m.dot_beside_copies_per_k2 * max(0.0, math.log2(max(k_len, 1) / 4096))
     for ph in phases:
         c_ph = m_ph = busy = 0.0
         for k in ph:
@@ -148,6 +229,8 @@ def predict(st, m: Machine = H200, entry_barrier: bool = True) -> Prediction:
             # specialized kernels run their stages side by side on their own programs; others one task at a time
             shares = [k.share * g for g in k.groups] if k.groups else [k.share] * len(cs)
             times = [_compute_us(c, m, sh) for c, sh in zip(cs, shares, strict=True)]
+            if beside != 1.0 and not k.groups and any(_is_copy(c) for c in cs):
+                times = [t * beside if c.flops or c.flops_f32 else t for c, t in zip(cs, times, strict=True)]
             stage_us |= {c.name: t for c, t in zip(cs, times, strict=True)}
             c_ph = max(c_ph, max(times) if k.groups else sum(times))
             links = [(c.remote_read_bytes + c.remote_write_bytes) / (m.link_GBps * 1e3) for c in cs]
@@ -162,13 +245,18 @@ def predict(st, m: Machine = H200, entry_barrier: bool = True) -> Prediction:
         sm_copy += max(0.0, busy - max(c_ph, m_ph))
     overlap = max(compute, comm)
     serial = core - overlap
+    if m.start_skew_us and any(c.flag_waits for c in st.stage_costs):
+        flags += m.start_skew_us  # the latest rank's late start, waited out by the first wait on its data
     ce, ce_exposed = copy_engine_us(st, m), 0.0
     if ce:
         chunks = max(1, max((len(r) for r in st.copy_engine_chunks), default=1))
         last = sum(stage_us.get(s, 0.0) for s in st.copy_engine_consumers) / chunks  # the consumer's last chunk
         ce_exposed = max(0.0, ce + last - (core + sm_copy))
     nbar = st.barriers if entry_barrier else st.barriers_between
-    barrier = nbar * m.barrier_us
+    # the skew is waited out once per stretch of work: between kernels, and at the entry (or exit) of a call; the
+    # ranks' drift (a share of the call's work) once per call that has such a barrier
+    skewed = st.barriers_between + (1 if entry_barrier and st.barriers > st.barriers_between else 0)
+    barrier = nbar * m.barrier_us + skewed * m.barrier_skew_us + (m.barrier_skew_share * core if skewed else 0.0)
     l2 = m.l2_MB * 1e6
     moved = sum(r.write_bytes - r.ce_write_bytes + r.unique_read_bytes for r in st.roundtrips
                 if r.inter_kernel or r.tensor_bytes > l2)
@@ -192,6 +280,11 @@ def copy_engine_us(st, m: Machine = H200) -> float:
         link = sum(c.bytes for c in chunks if c.peer) / (m.ce_link_GBps * 1e3)
         worst = max(worst, max(streams.values(), default=0.0), link)
     return worst
+
+
+def _is_copy(c) -> bool:
+    """A stage that only moves bytes to or from a peer (no Dot): a gather's copy tasks."""
+    return not (c.flops or c.flops_f32) and bool(c.remote_read_bytes or c.remote_write_bytes)
 
 
 def _compute_us(c, m: Machine, share: float) -> float:
