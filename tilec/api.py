@@ -17,6 +17,7 @@ from tilec.passes.lower import Lower, program_graph
 from tilec.passes.schedules import SCHEDULES, pipeline
 from tilec.passes.transport import parse_transport, wants_dma
 from tilec.passes.verify import verify
+from tilec.passes.verify.nodes import check_placement
 from tilec.program import CompiledProgram
 
 
@@ -44,6 +45,8 @@ def compile(  # noqa: A001 - the public name the docs promise
     programs_per_sm: int | None = None,
     dma_streams: int | None = None,
     claim: str | None = None,
+    backend: str | None = None,
+    ranks_per_node: int | None = None,
 ) -> CompiledProgram:
     """Compile a .tile program (a path, or `source=` text) for `world` ranks with the given schedule.
 
@@ -63,6 +66,10 @@ def compile(  # noqa: A001 - the public name the docs promise
     dma_streams: side streams the copy engines' chunks go out on (4).
     claim: persistent loops take their tasks from a counter, in task order: auto (under MPS, where a rank's
     programs may not all be resident), on or off.
+    backend: how kernels reach peers: "iris" (default: Iris's heap, every peer by pointer) or "nvshmem" (torch
+    symmetric memory; peers off this rank's node by NVSHMEM puts, gets and signals, docs/SCALE.md).
+    ranks_per_node: ranks of one node, which reach each other by pointer (default: the world, one node); it must
+    divide the world and needs backend "nvshmem" where it is smaller.
     Each of these seven left None takes its TILEC_* environment variable's value, else the default in brackets
     (tilec/settings.py); the values used are recorded in the module's header (prog.options).
     attend_block: keys per step of a streamed attend (a power of two >= 16; each step loads that many rows of k
@@ -84,8 +91,10 @@ def compile(  # noqa: A001 - the public name the docs promise
     except ValueError as e:
         raise ArgumentError(str(e)) from None
     opts = settings.options(fold=fold, pdl=pdl, wait_sleep_ns=wait_sleep_ns, programs_per_sm=programs_per_sm,
-                            dma_streams=dma_streams, wait_timeout=wait_timeout, claim=claim)
+                            dma_streams=dma_streams, wait_timeout=wait_timeout, claim=claim, backend=backend,
+                            ranks_per_node=ranks_per_node)
     world, dims = check_arguments(world, dims)  # before the program is read: a bad argument is named first
+    opts = check_placement(opts, world, transport)
     if schedule == "auto":  # the compiler sits below the cost model: the pick is the perf layer's
         raise ScheduleError("schedule 'auto' is chosen by the cost model: call tilec.perf.auto.compile_auto(...) "
                             f"(or `tilec compile --schedule auto`), or name one of {', '.join(SCHEDULES)}")
@@ -99,14 +108,22 @@ def compile(  # noqa: A001 - the public name the docs promise
     if too_big:
         raise CompileError(too_big, bound.source)
     snaps: dict = {}
-    g = run_pipeline(program_graph(bound), [Lower(), *pipeline(schedule, granularity, transport=transport,
+    g0 = program_graph(bound)
+    g0.graph["ranks_per_node"] = opts.ranks_per_node or world
+    g = run_pipeline(g0, [Lower(), *pipeline(schedule, granularity, transport=transport,
                                                                 fold=opts.fold)], verify, snaps)
     model = build_model(g, schedule, {"group_m": group_m, "num_warps": num_warps, "num_stages": num_stages,
                                       "start_local": wants_dma(transport) if start_local is None else start_local,
                                       "timeline": timeline,
-                                      "noinline_tasks": noinline_tasks, "attend_block": attend_block})
+                                      "noinline_tasks": noinline_tasks, "attend_block": attend_block,
+                                      "backend": opts.backend, "ranks_per_node": opts.ranks_per_node or world})
     # the options that change what is compiled or how it launches: written into the module (its cache key)
-    model = dataclasses.replace(model, header=(*model.header, opts.line()), wait_sleep_ns=opts.wait_sleep_ns)
+    line = opts.line()
+    if len(line) > 118:  # backend and ranks_per_node on a line of their own
+        at = line.index(" backend=")
+        line = (line[:at], " " * len("settings:") + line[at:])
+    model = dataclasses.replace(model, header=(*model.header, *((line,) if isinstance(line, str) else line)),
+                                wait_sleep_ns=opts.wait_sleep_ns)
     src = render(model)
     prog = CompiledProgram(bound, schedule, src, g, snaps, opts.wait_timeout, options=opts)
     return prog

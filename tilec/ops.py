@@ -613,7 +613,8 @@ def _program_bytes(prog) -> int:
 
     total = sum(_align(math.prod(t.shape) * TORCH_DTYPE[t.dtype].itemsize)
                 for t in prog.program.tensors if t.kind == "buf")
-    total += sum(_align(f.size * 4) for f in flags(prog.graph))
+    word = 8 if prog.options.backend == "nvshmem" else 4  # NVSHMEM signal words are 64-bit
+    total += sum(_align(f.size * word) for f in flags(prog.graph))
     total += _align(8 * 4) + _align(2 * 4) + _align(2 * 4)  # ERR, EPOCH, BARRIER
     slots = re.search(r"^TIMELINE_SLOTS = (\d+)", prog.source, re.M)  # the module's table, without importing it
     if slots and int(slots.group(1)):

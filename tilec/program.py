@@ -175,8 +175,9 @@ class CompiledProgram:
             for n, (kind, dtype, shape, _sym) in self.module.TENSORS.items():
                 if kind == "buf":
                     bufs[n] = heap.alloc(shape, TORCH_DTYPE[dtype])
+            signal_words = getattr(self.module, "BACKEND", "iris") == "nvshmem"  # NVSHMEM signals are 64-bit
             for param, (size, *_rest) in self.module.FLAGS.items():
-                bufs[param] = heap.alloc((size,), torch.int32)
+                bufs[param] = heap.alloc((size,), torch.int64 if signal_words else torch.int32)
             bufs["ERR"] = heap.alloc((8,), torch.int32)
             # [epoch of the last call kept on the device (graph replays, ops), programs finished (launch.graph_mode)],
             # then per kernel [tasks claimed, programs done] (launch.claims: tilec.device.first_task)
@@ -412,6 +413,10 @@ class CompiledProgram:
         if heap.interpret:
             raise ArgumentError(f"{name}: capture records a CUDA graph, which needs a GPU; on the CPU emulation "
                                 "call the program")
+        if getattr(mod, "RANKS_PER_NODE", mod.WORLD) < mod.WORLD:
+            raise ArgumentError(f"{name}: compiled for several nodes (ranks_per_node={mod.RANKS_PER_NODE}), whose "
+                                "calls start with a host barrier a CUDA graph cannot hold (the device barrier "
+                                "reaches peers by pointer); call the program instead")
         self(heap, **tensors)  # checks the arguments, compiles, and is an ordinary call that must succeed
         st = self._buffers(heap)
         ctx, bufs = st["ctx"], {**st["bufs"], **tensors}

@@ -158,14 +158,34 @@ class Options:
     dma_streams: int = 4
     wait_timeout: float = 60.0
     claim: str = "auto"
+    backend: str = "iris"  # the communication backend of the kernels (BACKENDS); no environment variable
+    ranks_per_node: int = 0  # ranks that reach each other by pointer (0: all of them, one node)
 
     def line(self) -> str:
-        """The module header's record of them (one line)."""
+        """The module header's record of them (one line); backend and ranks_per_node only where not the defaults,
+        so programs built without them keep their text."""
         def text(v):
             if isinstance(v, str):
                 return v
             return ("on" if v else "off") if isinstance(v, bool) else f"{v:g}"
-        return "settings: " + " ".join(f"{f.name}={text(getattr(self, f.name))}" for f in fields(self))
+        shown = [f for f in fields(self) if f.name not in _PLACEMENT or getattr(self, f.name) != f.default]
+        return "settings: " + " ".join(f"{f.name}={text(getattr(self, f.name))}" for f in shown)
+
+
+BACKENDS = ("iris", "nvshmem")  # how kernels reach peers: Iris's heap, or NVSHMEM through torch symmetric memory
+_PLACEMENT = ("backend", "ranks_per_node")  # options without a TILEC_* variable
+
+
+def placement(backend: str | None, ranks_per_node: int | None) -> dict:
+    """backend and ranks_per_node checked alone (ArgumentError naming the option); whether ranks_per_node divides
+    the world is tilec.compile's check."""
+    backend = "iris" if backend is None else backend
+    if backend not in BACKENDS:
+        raise ArgumentError(f"backend={backend!r}: expected one of {', '.join(BACKENDS)}")
+    rpn = 0 if ranks_per_node is None else ranks_per_node
+    if isinstance(rpn, bool) or not isinstance(rpn, int) or rpn < 0:
+        raise ArgumentError(f"ranks_per_node={ranks_per_node!r}: expected a positive integer (ranks per node)")
+    return {"backend": backend, "ranks_per_node": rpn}
 
 
 OPTION_VARS = {s.option: s.name for s in SETTINGS.values() if s.option}
@@ -175,6 +195,7 @@ def options(**given) -> Options:
     """The effective Options: each given value (None: the environment's, else the default), checked; a bad given
     value raises ArgumentError naming the option."""
     out = {opt: option(opt, given.pop(opt, None)) for opt in OPTION_VARS}
+    out |= placement(given.pop("backend", None), given.pop("ranks_per_node", None))
     if given:
         raise TypeError(f"unknown options: {', '.join(given)}")
     return Options(**out)

@@ -48,6 +48,7 @@ from .order import Overlap, copy_order, overlap_plan, own_rows_first, own_rows_l
 from .rewrites import bind_constants, range_names, rename, simplify
 from .tasks import Tasks
 from .text import FIXED_NAMES, Names, ident
+from .nvshmem_printer import backend_fields, printer_for
 from .triton_printer import Printer, wrap
 
 __all__ = ["build_model", "flag_scopes", "ModuleModel"]
@@ -145,7 +146,8 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
         kernels.append(_kernel(g, k, flag_no, scopes, options.get("group_m", 8),
                                1.0 / nconc if k.concurrent else 1.0,
                                options.get("start_local", False), slots, options.get("attend_block", 64), taken,
-                               bool(options.get("noinline_tasks")), options.get("overlap", True), len(kernels)))
+                               bool(options.get("noinline_tasks")), options.get("overlap", True), len(kernels),
+                               printer_for(options, prog.world)))
         if slots is not None:
             kernel_slots.append(sum(trips(stage(g, s).loops) for s in k.stages))  # folded stages record too
             slots += kernel_slots[-1]
@@ -166,7 +168,7 @@ def build_model(g: nx.DiGraph, schedule: str, options: dict) -> ModuleModel:
     return ModuleModel(header, prog.file, prog.name, prog.world, schedule, tuple(tensors_used), fms, tuple(kernels),
                        options.get("num_warps", 4), options.get("num_stages", 3), _peers_touch_user_tensors(g),
                        slots or 0, tuple(kernel_slots), bool(options.get("noinline_tasks")), uses_iris,
-                       table_lines(g))
+                       table_lines(g), **backend_fields(options, prog.world))
 
 
 def _peers_touch_user_tensors(g: nx.DiGraph) -> bool:
@@ -189,7 +191,7 @@ def _peers_touch_user_tensors(g: nx.DiGraph) -> bool:
 
 def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str, str], group_m: int, share: float,
             start_local: bool, timeline_base: int | None, attend_block: int, taken: set[str],
-            noinline: bool, overlap: bool = True, index: int = 0) -> KernelModel:
+            noinline: bool, overlap: bool = True, index: int = 0, pr: Printer | None = None) -> KernelModel:
     params: list[str] = []
     tasks: list[tuple[str, list[str], list[str]]] = []  # (task function, its buffers, its lines)
     world = program_of(g).world
@@ -283,12 +285,12 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
         kir.Param("GRAPH", True), kir.Param("PDL", True), kir.Param("CLAIM", True, "False")), tuple(entry_body))
     fns = tuple(kir.Fn(name, (kir.Param("t"), *(kir.Param(a) for a in args[:-1]), kir.Param("INTERPRET", True)),
                        _with_args(body, args)) for name, _p, body in tasks)
-    kern = kir.Kernel(entry, fns)
+    pr = pr or Printer()
+    kern = pr.prepare(kir.Kernel(entry, fns))
     if world == 1:  # one rank: every `rank` is 0
         kern = bind_constants(kern, {"rank": 0})
     kern = simplify(kern, {**keep, k.name: frozenset().union(*keep.values())})
     kern = rename(kern, range_names({v for ks in keep.values() for v in ks if not v.endswith("_r")}))
-    pr = Printer()
     tfs = tuple(TaskFn(f.name, tuple(pr.signature(f)), tuple(pr.body(f.body, "    "))) for f in kern.tasks)
     head = f"    ({k.name}, {total}, {k.persistent}, {k.concurrent}, {k.barrier_before}, {share}, {len(shares)}, "
     row = wrap(head + "[", [json.dumps(p) for p in params], "]),", "    ")

@@ -70,5 +70,8 @@ class ModuleModel:
     noinline_tasks: bool = False  # merged kernels call their stages' task functions instead of inlining them
     uses_iris: bool = False  # a load translates addresses with iris.load (a pulled tile that straddles ranks)
     dma: tuple[str, ...] = ()  # the DMA_COPIES table's lines (codegen/dma.py); empty: no stage on the copy engines
+    device_module: str = "tilec.device"  # what the module imports as td (tilec.device_nvshmem for backend nvshmem)
+    backend: str = "iris"  # how kernels reach peers (settings.BACKENDS); the module's BACKEND where not iris
+    ranks_per_node: int = 0  # backend nvshmem: ranks reaching each other by pointer (RANKS_PER_NODE)
     wait_sleep_ns: int = 0  # > 0: flag waits sleep this long between polls (`td` is tilec.device.with_wait_sleep's)
 

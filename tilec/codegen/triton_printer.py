@@ -101,6 +101,10 @@ class Printer:
     def __init__(self, wrap_calls: frozenset[str] | None = None):
         self.wrap_calls = wrap_calls
 
+    def prepare(self, kern: K.Kernel) -> K.Kernel:
+        """The kernel as this backend's op table spells it, before it is simplified (Iris: as built)."""
+        return kern
+
     def body(self, body: tuple[K.Stmt, ...], indent: str) -> list[str]:
         out: list[str] = []
         for s in body:

@@ -158,10 +158,34 @@ def claims(ctx, entry, nprog: int) -> bool:
     return getattr(ctx, "claim", False) and persistent and not groups and total > nprog
 
 
-def kernel_args(ctx, buffers, epoch, entry, nprog) -> tuple:
+def kernel_args(ctx, buffers, epoch, entry, nprog, mod=None) -> tuple:
     """The positional arguments of one kernel of the KERNELS table, up to NPROG; the epoch at _EPOCH."""
     params = tuple(buffers[p] for p in entry[7])
-    return (*params, buffers["ERR"], ctx.heap_bases(), ctx.rank, epoch, ctx.timeout_ns, buffers["EPOCH"], nprog)
+    bases = ctx.heap_bases() if mod is None else module_bases(ctx, mod)
+    return (*params, buffers["ERR"], bases, ctx.rank, epoch, ctx.timeout_ns, buffers["EPOCH"], nprog)
+
+
+def module_bases(ctx, mod):
+    """The heap-base table a module's kernels take: the heap's, or for a module of several nodes (backend nvshmem,
+    RANKS_PER_NODE < WORLD) nvshmem_heap.node_bases of it (tilec/device_nvshmem.py reads it)."""
+    per_node = getattr(mod, "RANKS_PER_NODE", None)
+    if per_node is None or per_node >= mod.WORLD:
+        return ctx.heap_bases()
+    key = ("node_bases", per_node)
+    if key not in ctx.compiled:
+        from .nvshmem_heap import node_bases
+
+        ctx.compiled[key] = node_bases(ctx.heap_bases(), ctx.rank, per_node)
+    return ctx.compiled[key]
+
+
+def extern_libs(ctx, mod) -> dict:
+    """Launch options of a module whose kernels call NVSHMEM's device library (several nodes, on a GPU)."""
+    if ctx.interpret or getattr(mod, "RANKS_PER_NODE", mod.WORLD) >= mod.WORLD:
+        return {}
+    from .nvshmem_heap import extern_libs as libs
+
+    return {"extern_libs": libs([entry[0] for entry in mod.KERNELS])}
 
 
 def warmup(ctx, mod, buffers) -> None:
@@ -173,20 +197,20 @@ def warmup(ctx, mod, buffers) -> None:
     for entry in mod.KERNELS:
         k, total, persistent, _concurrent, _barrier, share, groups, _params = entry
         nprog = ctx.grid(total, persistent, share, groups, k)
-        args = kernel_args(ctx, buffers, 1, entry, nprog)
+        args = kernel_args(ctx, buffers, 1, entry, nprog, mod)
         compiled = _compile(ctx, mod, k, args, pdl, claims(ctx, entry, nprog))
         if persistent or groups:
             ctx.fit(k, compiled, mod.NUM_WARPS)
             more = ctx.grid(total, persistent, share, groups, k)
             if more != nprog:  # more programs fit per SM; NPROG is compiled in (a constant loop step), so again
-                nprog, args = more, kernel_args(ctx, buffers, 1, entry, more)
+                nprog, args = more, kernel_args(ctx, buffers, 1, entry, more, mod)
                 compiled = _compile(ctx, mod, k, args, pdl, claims(ctx, entry, nprog))
         ctx.compiled[(k, nprog, aligned(args), ctx.graph)] = compiled
 
 
 def _compile(ctx, mod, k, args, pdl: bool, claim: bool):
     compiled = k.warmup(*args, INTERPRET=ctx.interpret, GRAPH=ctx.graph, PDL=pdl, CLAIM=claim, grid=(1,),
-                        num_warps=mod.NUM_WARPS, num_stages=mod.NUM_STAGES, launch_pdl=pdl)
+                        num_warps=mod.NUM_WARPS, num_stages=mod.NUM_STAGES, launch_pdl=pdl, **extern_libs(ctx, mod))
     if hasattr(compiled, "result"):  # Triton's asynchronous compile mode hands back a future
         compiled = compiled.result()
     return compiled
@@ -198,11 +222,11 @@ def aligned(args) -> tuple[bool, ...]:
     return tuple(a.data_ptr() % 16 == 0 for a in args if hasattr(a, "data_ptr"))
 
 
-def _plan(ctx, buffers, i, entry):
+def _plan(ctx, buffers, i, entry, mod=None):
     # (stream, barrier before, compiled kernel's launcher or None, kernel, NPROG, arguments with a slot for the epoch)
     k, total, persistent, concurrent, barrier_before, share, groups, _params = entry
     nprog = ctx.grid(total, persistent, share, groups, k)
-    args = list(kernel_args(ctx, buffers, 0, entry, nprog))
+    args = list(kernel_args(ctx, buffers, 0, entry, nprog, mod))
     compiled = None if ctx.interpret else ctx.compiled.get((k, nprog, aligned(args), ctx.graph))
     runner = None
     if compiled is not None:
@@ -237,7 +261,7 @@ def launch(ctx, mod, buffers, epoch, entry_barrier=True, only=None, entered=Fals
     if entry_barrier and not entered:
         ctx.barrier()
     if ctx.plan is None:  # the launches of a call with these tensors; calls differ only in the epoch
-        ctx.plan = [_plan(ctx, buffers, i, entry) for i, entry in enumerate(mod.KERNELS)]
+        ctx.plan = [_plan(ctx, buffers, i, entry, mod) for i, entry in enumerate(mod.KERNELS)]
     # stages on the copy engines start first: their sources are ready after the entry barrier, and the kernels
     # wait on their chunks' flags
     copies = dma.start(ctx, mod, buffers, epoch)
@@ -265,7 +289,7 @@ def _launch_kernels(ctx, mod, epoch, only) -> None:
             else:
                 k[(nprog,)](*args, INTERPRET=ctx.interpret, GRAPH=ctx.graph, PDL=pdl, CLAIM=claim,
                             num_warps=mod.NUM_WARPS,
-                            num_stages=mod.NUM_STAGES, launch_pdl=pdl)
+                            num_stages=mod.NUM_STAGES, launch_pdl=pdl, **extern_libs(ctx, mod))
     ctx.join_streams()
 
 

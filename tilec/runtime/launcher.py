@@ -31,7 +31,7 @@ from .cpu_heap import create_shm_files, remove_stale, shm_round, unlink_quietly
 from .errors import LaunchTimeout, RankError, TilecRuntimeError
 from .liveness import PeerWatch, is_gone, proc_state
 
-BACKENDS = ("cpu", "iris")
+BACKENDS = ("cpu", "iris", "nvshmem")
 _CLEANUP_GRACE_S = 10.0  # how long ranks that reported may take to tear down before being killed
 _TERM_GRACE_S = 3.0  # SIGTERM -> SIGKILL
 _POLL_S = 0.2  # how often the launcher and the ranks look at each other's state
@@ -141,6 +141,10 @@ def _make_heap(spec: _RankSpec, rank: int):
 
         torch.set_num_threads(1)  # ranks share the cores; the interpreter is single-threaded anyway
         return ShmHeap(rank, spec.world, spec.shm_paths, spec.heap_bytes, timeout=spec.timeout)
+    if spec.backend == "nvshmem":
+        from .nvshmem_heap import NvshmemHeap
+
+        return NvshmemHeap(spec.heap_bytes, timeout=spec.timeout)
     from .iris_heap import IrisHeap
 
     return IrisHeap(spec.heap_bytes, timeout=spec.timeout)
@@ -481,6 +485,10 @@ def from_env(backend: str | None = "iris", heap_bytes: int = 1 << 26, *, timeout
         return _in_group(lambda: _group_shm_heap(None, heap_bytes, timeout, f"torchrun_{run}"), timeout, activate)
 
     def iris_heap():
+        if backend == "nvshmem":
+            from .nvshmem_heap import NvshmemHeap
+
+            return NvshmemHeap(heap_bytes, timeout=timeout)
         from .iris_heap import IrisHeap
 
         return IrisHeap(heap_bytes, timeout=timeout)
@@ -566,7 +574,12 @@ def from_process_group(group=None, *, backend: str | None = None, heap_bytes: in
         from .iris_heap import IrisHeap, rank_device
 
         torch.cuda.set_device(rank_device(dist.get_rank()))
-        heap = IrisHeap(heap_bytes, timeout=timeout)
+        if backend == "nvshmem":
+            from .nvshmem_heap import NvshmemHeap
+
+            heap = NvshmemHeap(heap_bytes, timeout=timeout)
+        else:
+            heap = IrisHeap(heap_bytes, timeout=timeout)
     if activate:
         _install(heap)
     return heap

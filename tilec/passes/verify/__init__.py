@@ -10,6 +10,7 @@ enumerated per component of variables, not per task or element). One module per 
   barriers   the sync mode; no barrier left under flags
   kernels    every stage in exactly one kernel, in program order, global barriers only between kernels
   transport  a dma stage copies tiles whose sources no stage writes, in a graph ordered by flags
+  nodes      peers off a rank's node are never reached by pointer (no dma stage across nodes)
   writes     no two tasks store one element of one rank's copy in one phase; outputs written where the program does
   reads      every element read is written earlier and ordered before the read; no later store races it
   flags      counters solvable per element, each released exactly `count` times per call
@@ -27,7 +28,21 @@ import networkx as nx
 from tilec.errors import NOWHERE, Diagnostic, VerifyError
 from tilec.ir.graph import program_of
 
-from . import accesses, barriers, deadlock, flags, folds, kernels, reads, rows, structure, transport, waits, writes
+from . import (
+    accesses,
+    barriers,
+    deadlock,
+    flags,
+    folds,
+    kernels,
+    nodes,
+    reads,
+    rows,
+    structure,
+    transport,
+    waits,
+    writes,
+)
 from .context import Ctx, Stop, reads_of
 from .folds import fold_problem
 
@@ -35,8 +50,8 @@ __all__ = ["RULES", "fold_problem", "reads_of", "verify"]
 
 # (name, check): the order matters; the rules after `accesses` assume accesses in scope and in bounds
 RULES = [("accesses", accesses.check), ("rows", rows.check), ("barriers", barriers.check), ("kernels", kernels.check),
-         ("transport", transport.check), ("writes", writes.check), ("reads", reads.check), ("flags", flags.check),
-         ("waits", waits.check), ("folds", folds.check), ("deadlock", deadlock.check)]
+         ("transport", transport.check), ("nodes", nodes.check), ("writes", writes.check), ("reads", reads.check),
+         ("flags", flags.check), ("waits", waits.check), ("folds", folds.check), ("deadlock", deadlock.check)]
 
 
 def verify(g: nx.DiGraph, after: str = "?") -> None:
