@@ -1,0 +1,226 @@
+"""backend="nvshmem" with several nodes (ranks_per_node < world) on the CPU emulation: peers off a rank's node are
+reached only by gets, puts and signal words (tilec/device_nvshmem.py copies them through the shared-memory heap at
+the peer's own mapping), so a pointer access to an off-node peer reads this rank's own copy and fails here.
+
+Every example and a few generated programs run at worlds 2-4 with ranks_per_node 1, 2 and the world, against the
+reference interpreter (examples) and the generated programs' own torch model; the printed kernels, the option
+errors and the verifier rule (passes/verify/nodes.py) are checked on their own."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+import torch
+
+import tilec
+from tests import _workers
+from tests._util import make_calls
+from tests.gen_programs import generate
+from tilec.errors import ArgumentError, ScheduleError, TilecError
+from tilec.ir.nodes import off_node_peers
+from tilec.passes.base import run_pipeline
+from tilec.passes.lower import Lower
+from tilec.passes.schedules import pipeline
+from tilec.passes.verify import nodes, structure, verify
+from tilec.passes.verify.context import Ctx
+from tilec.run_vs_reference import compare_calls
+from tilec.runtime import spawn
+
+SMALL = {"ag_gemm": {"M": 64, "N": 32, "K": 32, "BM": 16, "BN": 32, "BK": 16},
+         "gemm_rs": {"M": 64, "N": 32, "K": 64, "BM": 16, "BN": 32, "BK": 16},
+         "gemm_ar": {"M": 64, "N": 32, "K": 64, "BM": 16, "BN": 32, "BK": 16},
+         "flash_decode": {}, "flash_decode_splits": {}}
+
+# world -> [(ranks_per_node, example, schedule)]: every example, every schedule kind and ranks_per_node 1, 2, world
+RUNS = {
+    2: [(1, "ag_gemm", "fused-push"), (1, "gemm_ar", "specialized"), (1, "flash_decode", "fused-push"),
+        (2, "ag_gemm", "fused-pull")],
+    3: [(1, "ag_gemm", "fused-pull"), (1, "gemm_rs", "flags"), (3, "gemm_rs", "fused-push")],
+    4: [(2, "ag_gemm", "fused-push"), (2, "gemm_rs", "fused-push"), (2, "flash_decode_splits", "flags"),
+        (1, "gemm_ar", "bsp"), (4, "ag_gemm", "specialized")],
+}
+GENERATED = {2: (31, "fused-pull"), 3: (7, "fused-push"), 4: (12, "flags")}  # world -> (seed, schedule), rpn 1
+
+
+def _compile(example, world, schedule, rpn, **kw):
+    return tilec.compile(f"examples/{example}.tile", world=world, schedule=schedule, dims=SMALL[example],
+                         backend="nvshmem", ranks_per_node=rpn, wait_timeout=30, **kw)
+
+
+def _generated(world):
+    seed, schedule = GENERATED[world]
+    for s in range(seed, seed + 40):  # the first program of a seed the schedule applies to
+        g = generate(s, world, focus=True)
+        try:
+            return g, tilec.compile(f"tests/generated/{g.name}.tile", world, schedule, source=g.text,
+                                    backend="nvshmem", ranks_per_node=1, wait_timeout=30)
+        except ScheduleError:
+            continue
+    raise AssertionError("no generated program")
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("no_shm_leftovers")
+@pytest.mark.parametrize("world", sorted(RUNS))
+def test_examples_and_generated_programs_across_nodes(world, monkeypatch):
+    batch, meta = [], {}
+    for rpn, example, schedule in RUNS[world]:
+        prog = _compile(example, world, schedule, rpn)
+        calls = make_calls(prog, 2, seed=world * 10 + rpn, positive=("lens",))
+        if "lens" in prog.signature():  # sequence lengths: integers within the cache
+            for per_rank in calls:
+                for d in per_rank:
+                    d["lens"] = torch.randint(1, 100 * world + 1, d["lens"].shape, dtype=torch.int32)
+        key = (example, schedule, rpn)
+        batch.append((key, prog, calls, ()))
+        meta[key] = (prog, calls)
+    g, gprog = _generated(world)
+    gcalls = make_calls(gprog, 2, seed=world)
+    batch.append((("generated", g.name, 1), gprog, gcalls, g.plain))
+    monkeypatch.setenv("TILEC_CPU_ADVERSARY", "0.02")  # a rank starts late: waits on off-node flags really wait
+    results = spawn(_workers.run_cases, world, heap_bytes=1 << 24, timeout=600, args=(batch,))
+    for key, (prog, calls) in meta.items():
+        rows = compare_calls(prog, [results[r][key] for r in range(world)], calls)
+        bad = [r for r in rows if not r.ok]
+        assert not bad, (key, bad[:3])
+    for c, ins in enumerate(gcalls):
+        for r, want in enumerate(g.expect(ins)):
+            got = results[r][("generated", g.name, 1)][c]
+            for out, (value, mask) in want.items():
+                err = float((got[out].float()[mask] - value[mask]).abs().max(initial=0.0))
+                assert err <= g.tol * max(1.0, float(value[mask].abs().max(initial=1.0))), (g.name, r, c, out, err)
+
+
+# -- what is printed ----------------------------------------------------------------------------------------------
+def _peer_offset_names(src: str) -> set[str]:
+    return set(re.findall(r"(\w+) = td\.peer_offset\(", src))
+
+
+@pytest.mark.parametrize("example,schedule", [("ag_gemm", "fused-push"), ("ag_gemm", "fused-pull"),
+                                              ("gemm_rs", "fused-push"), ("flash_decode", "specialized"),
+                                              ("gemm_ar", "flags")])
+def test_off_node_accesses_print_as_gets_puts_and_signals(example, schedule):
+    src = _compile(example, 4, schedule, 2).source
+    offsets = _peer_offset_names(src)
+    for line in src.splitlines():  # no pointer load or store through a peer offset, no Iris translation
+        if re.search(r"\btl\.(load|store)\(", line):
+            assert not any(re.search(rf"\b{o}\b", line) for o in offsets), line
+        assert "iris." not in line, line
+    assert "import tilec.device_nvshmem as td" in src and "RANKS_PER_NODE = 2" in src
+    remote = offsets or "td.remote_get(" in src
+    assert remote and re.search(r"td\.(get|put|remote_get)\(", src), src
+    if "F_" in src and schedule == "fused-push":  # pushes release the peers' signal words
+        assert "td.signal(" in src
+
+
+def test_one_node_prints_as_iris_does():
+    iris = tilec.compile("examples/ag_gemm.tile", world=4, schedule="fused-push").source
+    one = tilec.compile("examples/ag_gemm.tile", world=4, schedule="fused-push", backend="nvshmem").source
+    assert "td.get(" not in one and "td.put(" not in one and "RANKS_PER_NODE = 4" in one
+
+    def body(src):  # the kernels and tables, without the lines naming the backend
+        return [ln for ln in src[src.index("\nWORLD = "):].splitlines() if not ln.startswith(("BACKEND", "RANKS"))]
+
+    assert body(one) == body(iris)
+    assert "backend=nvshmem" in one.splitlines()[6] and "backend" not in iris.splitlines()[6]
+
+
+def test_options_are_in_the_header_and_the_cache_key():
+    a = _compile("ag_gemm", 4, "fused-push", 2)
+    b = _compile("ag_gemm", 4, "fused-push", 1)
+    assert a.options.backend == "nvshmem" and a.options.ranks_per_node == 2
+    assert "ranks_per_node=2" in a.source and "ranks_per_node=1" in b.source
+    assert "ranks_per_node=2" in a.options.line()
+    assert max(len(ln) for ln in a.source.splitlines()) <= 120
+
+
+# -- errors -------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kw,says", [
+    ({"backend": "nvshmem", "ranks_per_node": 3}, "ranks_per_node=3: must divide the world (4 ranks)"),
+    ({"backend": "nvshmem", "ranks_per_node": -1}, "ranks_per_node=-1"),
+    ({"backend": "nvshmem", "ranks_per_node": "2"}, "ranks_per_node='2'"),
+    ({"ranks_per_node": 2}, "ranks_per_node=2: backend 'iris' reaches every peer by pointer"),
+    ({"backend": "shmem"}, "backend='shmem': expected one of iris, nvshmem"),
+    ({"backend": "nvshmem", "wait_sleep_ns": 100}, "wait_sleep_ns=100"),
+])
+def test_bad_options_name_the_argument(kw, says):
+    with pytest.raises(ArgumentError, match=re.escape(says)):
+        tilec.compile("examples/ag_gemm.tile", world=4, schedule="flags", **kw)
+
+
+def test_copy_engines_across_nodes_are_refused_located():
+    with pytest.raises(TilecError) as e:
+        _compile("ag_gemm", 4, "flags", 2, transport="dma")
+    text = str(e.value)
+    assert "cannot run on the copy engines across nodes" in text and "ag_gemm.tile:" in text, text
+    _compile("ag_gemm", 4, "flags", 4, transport="dma")  # one node: the copy engines reach every peer
+
+
+SMALL_DMA = """program small(world W)
+  dims  M = 16, N = 8
+  tiles BM = 8, BN = 8
+  in  A  : f32[M/W, N] symmetric
+  out C  : f32[M, N]
+  buf Ag : f32[M, N] symmetric
+  stage gather over r in ranks, m in M/W by BM, n in N by BN:
+    Ag[r*M/W + m, n] = A@r[m, n]
+  barrier
+  stage scale over m in M by BM, n in N by BN:
+    C[m, n] = Ag[m, n] * 2
+"""
+
+
+def test_nodes_rule_alone():
+    from tilec.frontend.parser import parse
+    from tilec.frontend.sema import check
+
+    g = run_pipeline(Lower()(check(parse(SMALL_DMA, "small.tile"), 4)), pipeline("flags", "tile", transport="dma"),
+                     verify)
+
+    def problems(per_node):
+        h = g.copy()
+        h.graph = dict(g.graph, ranks_per_node=per_node)
+        ctx = Ctx(h)
+        structure.check(ctx)  # the graph's facts (its stages) every rule reads
+        assert ctx.problems == []
+        ctx.rule = "nodes"
+        nodes.check(ctx)
+        return ctx.problems
+
+    assert problems(4) == [] and problems(None) == []
+    got = problems(2)
+    assert len(got) == 1 and got[0].kind == "nodes" and got[0].loc.line == 8, got
+    assert "rank 0 copies A of rank 2, off its node (ranks_per_node=2)" in got[0].message
+    assert off_node_peers(1, 4, 2) == [2, 3] and off_node_peers(0, 4, 4) == []
+
+
+def test_missing_gpu_or_nvshmem_is_a_clear_error():
+    from tilec.runtime.nvshmem_heap import NvshmemHeap, _check_gpus
+
+    with pytest.raises(TilecError, match="needs torch.distributed initialized first"):
+        NvshmemHeap()
+    if not torch.cuda.is_available():
+        with pytest.raises(TilecError, match="backend nvshmem needs a CUDA GPU"):
+            _check_gpus(2)
+
+
+def test_node_bases_table():
+    from tilec.runtime.nvshmem_heap import node_bases
+
+    bases = torch.tensor([100, 200, 300, 400], dtype=torch.int64)
+    assert node_bases(bases, 2, 2).tolist() == [300, 300, 300, 400, 100, 200, 300, 400]
+    assert node_bases(bases, 1, 1).tolist() == [200, 200, 200, 200, 100, 200, 300, 400]
+
+
+def test_capture_across_nodes_is_refused():
+    prog = _compile("ag_gemm", 2, "fused-push", 1)
+
+    class FakeHeap:  # capture refuses before it touches a heap that is not on the CPU
+        interpret = False
+
+    prog.__dict__["_state"] = {}
+    with pytest.raises(ArgumentError, match="compiled for several nodes"):
+        prog.capture(FakeHeap())
+    assert dataclasses.replace(prog.options, ranks_per_node=0).line() != prog.options.line()
