@@ -52,9 +52,15 @@ def _common(p: argparse.ArgumentParser, schedule: bool = True) -> None:
                    " stage: STAGE=MODE,... (e.g. gather=dma). Default: auto with --schedule auto, else sm")
 
 
-def _settings(p: argparse.ArgumentParser) -> None:
-    """The compile options whose defaults are TILEC_* environment variables (tilec/settings.py, README's table)."""
+def _settings(p: argparse.ArgumentParser, backend: bool = True) -> None:
+    """The compile options whose defaults are TILEC_* environment variables (tilec/settings.py, README's table), and
+    the backend's (backend=False: the command's own --backend picks the heap, and nvshmem the kernels' backend)."""
     g = p.add_argument_group("compile options (default: the TILEC_* variable, else the value in brackets)")
+    if backend:
+        g.add_argument("--backend", choices=("iris", "nvshmem"), help="how kernels reach peers (iris; nvshmem: "
+                       "torch symmetric memory, peers off the node by puts and gets, docs/SCALE.md)")
+    g.add_argument("--ranks-per-node", type=int, metavar="N", help="ranks of one node, reached by pointer (the "
+                   "world; fewer: backend nvshmem)")
     g.add_argument("--fold", choices=("on", "off"), help="fused-push and specialized end with fold-last (on)")
     g.add_argument("--pdl", choices=("on", "off"), help="programmatic dependent launch between kernels (on)")
     g.add_argument("--wait-sleep-ns", type=int, metavar="NS", help="a spinning wait sleeps between polls (0)")
@@ -69,7 +75,9 @@ def _setting_values(args) -> dict:
     switch = {"on": True, "off": False, None: None}
     return {"fold": switch[getattr(args, "fold", None)], "pdl": switch[getattr(args, "pdl", None)],
             **{k: getattr(args, k, None) for k in ("wait_sleep_ns", "programs_per_sm", "dma_streams", "wait_timeout",
-                                                   "claim")}}
+                                                   "claim", "ranks_per_node")},
+            "backend": "nvshmem" if getattr(args, "backend", None) == "nvshmem" or getattr(args, "ranks_per_node", None)
+            else None}
 
 
 def _compile(args, schedule: str | None = None):
@@ -273,7 +281,7 @@ def cmd_run(args) -> int:
         heap = from_env(backend, args.heap_mb << 20 if args.heap_mb else need)
         if heap.rank != 0:
             say = lambda *a, **k: None  # noqa: E731 - rank 0 reports
-    where = "CPU emulation (Triton interpreter)" if backend == "cpu" else "GPU (Iris)"
+    where = {"cpu": "CPU emulation (Triton interpreter)", "nvshmem": "GPU (NVSHMEM)"}.get(backend, "GPU (Iris)")
     mode = ", torchrun" if torchrun else ""
     say(f"tilec run {args.program}: world {world}, {where}{mode}, {args.repeat} call(s) per schedule", flush=True)
     failed = 0
@@ -406,11 +414,12 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(fn=cmd_check)
     p = sub.add_parser("run", help="compile, run on W ranks and compare every output with the reference")
     _common(p, schedule=False)
-    _settings(p)
+    _settings(p, backend=False)
     p.add_argument("--schedule", "-s", default="all", choices=("all", "auto", *SCHEDULES),
                    help="all (default), auto (the model's pick; on a GPU refined by short trials), or one schedule")
-    p.add_argument("--backend", choices=("cpu", "iris"), default=None,
-                   help="cpu: emulated ranks on the Triton interpreter; iris: GPUs (default when one is present)")
+    p.add_argument("--backend", choices=("cpu", "iris", "nvshmem"), default=None,
+                   help="cpu: emulated ranks on the Triton interpreter; iris: GPUs (default when one is present); "
+                   "nvshmem: GPUs through torch symmetric memory (kernels of backend nvshmem)")
     p.add_argument("--trials", action="store_true", help="with --schedule auto: time the candidates even on the CPU")
     p.add_argument("--repeat", type=_positive, default=2,
                    help="calls per schedule, new inputs each (flags are reused across calls; default 2)")

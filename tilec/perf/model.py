@@ -86,6 +86,12 @@ class Machine:
     barrier_skew_us: float = 0.0
     barrier_skew_share: float = 0.0  # and that share of the call's work (the ranks' drift), once per call
     start_skew_us: float = 0.0  # a call whose kernels wait on flags waits this long for the latest rank to start
+    # between nodes (backend nvshmem, ranks_per_node < world): one 400 Gb/s InfiniBand NDR NIC per GPU, as DGX/HGX
+    # H200 nodes have, is 50 GB/s each way; NVSHMEM's IBGDA puts reach ~90-95% of it on large messages, so 45 GB/s.
+    # A small put's one-way latency over one switch is ~2-3 us (NIC doorbell, wire, remote PCIe write); a poll of a
+    # peer's signal word by get is a round trip, ~3 us. Estimates from the NIC's rate, not measured here.
+    inter_node_GBps: float = 45.0
+    inter_node_latency_us: float = 3.0
 
     def save(self, path: str | os.PathLike) -> None:
         from tilec.fileio import write_atomic
@@ -163,6 +169,23 @@ def _mps_gemm_rate(world: int) -> float:
     """MPS_GEMM_SHARE_RATE at `world`: linear between the two measured worlds, flat beyond them."""
     (w0, r0), (w1, r1) = sorted(MPS_GEMM_SHARE_RATE.items())
     return r0 + (r1 - r0) * min(1.0, max(0.0, (world - w0) / (w1 - w0)))
+
+
+def across_nodes(m: Machine, world: int, ranks_per_node: int) -> Machine:
+    """m as seen by one rank of `world` on nodes of `ranks_per_node`: a peer's bytes go over NVLink on the node and
+    over the inter-node link off it. The model's remote traffic is spread over the peers (an all-gather, a
+    reduce-scatter, a decode's exchange send and receive the same bytes to and from every peer), so a share
+    (world - ranks_per_node) / (world - 1) of it leaves the node; both links move at once, so the slower side sets
+    the effective rate, and a remote round trip (a kernel's first remote access, a remote flag poll) is the
+    inter-node latency. Barriers and launches are unchanged (a host barrier of 64 ranks over gloo costs more:
+    not modelled)."""
+    if ranks_per_node >= world:
+        return m
+    off = (world - ranks_per_node) / (world - 1)
+    per_byte = max((1 - off) / m.link_GBps, off / m.inter_node_GBps)  # seconds per GB: both links at once
+    return replace(m, name=f"{m.name}: {world} ranks on nodes of {ranks_per_node}", link_GBps=1.0 / per_byte,
+                   link_latency_us=max(m.link_latency_us, m.inter_node_latency_us), ce_link_GBps=1.0 / per_byte,
+                   link="nvlink+ib")
 
 
 def mps_rank(m: Machine, world: int, sms: int) -> Machine:
