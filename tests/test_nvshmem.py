@@ -28,6 +28,7 @@ from tilec.passes.verify.context import Ctx
 from tilec.run_vs_reference import compare_calls
 from tilec.runtime import spawn
 
+
 def small(example: str, world: int) -> dict:
     """Sizes that keep the interpreter quick: a tile or two per rank."""
     if example.startswith("flash_decode"):

@@ -166,6 +166,10 @@ class CompiledProgram:
         if st is not None and heap.freed_since(st["releases"], st["span"][1]):
             st = None  # heap.release() freed the internal buffers and flags: new ones, flags from epoch 0
         if st is None:
+            if getattr(self.module, "RANKS_PER_NODE", self.world) < self.world and heap.backend == "iris":
+                raise ArgumentError(f"{self.program.name}: compiled for several nodes (backend nvshmem, ranks_per_node="
+                                    f"{self.module.RANKS_PER_NODE}), which an Iris heap cannot reach: run it on a heap "
+                                    "of backend nvshmem (or the CPU emulation)")
             start, releases = heap.mark(), heap.releases
             import torch
 

@@ -44,11 +44,11 @@ from .copies import Copies
 from .dma import table_lines
 from .flags import TASK_ARGS_MARK, Flags, flag_scopes, silent_flags
 from .model import FlagModel, KernelModel, ModuleModel, TaskFn, TensorModel
+from .nvshmem_printer import backend_fields, printer_for
 from .order import Overlap, copy_order, overlap_plan, own_rows_first, own_rows_last
 from .rewrites import bind_constants, range_names, rename, simplify
 from .tasks import Tasks
 from .text import FIXED_NAMES, Names, ident
-from .nvshmem_printer import backend_fields, printer_for
 from .triton_printer import Printer, wrap
 
 __all__ = ["build_model", "flag_scopes", "ModuleModel"]

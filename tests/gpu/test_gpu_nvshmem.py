@@ -1,0 +1,102 @@
+"""GPU: every example on backend nvshmem (torch symmetric memory with the NVSHMEM backend), every schedule that
+applies, at worlds 2 and 4: on one node (ranks_per_node = world: peers by pointer into the symmetric heap) and as
+several "nodes" (ranks_per_node 1, and 2 at world 4: those peers by NVSHMEM puts, gets and signal words, which on
+one GPU under MPS go through NVSHMEM's own transport). Ranks side by side on one GPU need MPS
+(benchmarks/runs/mps_world.sh --spawn W python -m pytest -m gpu tests/gpu/test_gpu_nvshmem.py --world W); without
+it, and without NVSHMEM, a launch must fail with a clear error, not hang."""
+
+import pytest
+import torch
+
+import tilec
+from tests import _workers
+from tests._util import make_calls
+from tilec.errors import ScheduleError
+from tilec.passes.schedules import SCHEDULES
+from tilec.run_vs_reference import compare_calls
+from tilec.runtime import spawn
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")]
+
+EXAMPLES = {  # small shapes: a few tiles per rank
+    "ag_gemm": lambda w: {"M": 64 * w, "N": 128, "K": 64},
+    "gemm_rs": lambda w: {"M": 64 * w, "N": 128, "K": 64 * w},
+    "gemm_ar": lambda w: {"M": 64 * w, "N": 128, "K": 64 * w},
+    "flash_decode": lambda w: {"B": 2, "HKV": 2, "G": 4, "D": 64, "S": 128, "BS": 32},
+    "flash_decode_splits": lambda w: {"B": 2, "HKV": 2, "G": 4, "D": 64, "S": 100, "NS": 3, "L": 40, "BS": 64},
+}
+
+
+def _runnable(world: int) -> str | None:
+    from tilec.runtime.launch import mps_client
+    from tilec.runtime.nvshmem_heap import nvshmem_available
+
+    if not nvshmem_available():
+        return "torch has no NVSHMEM (is_nvshmem_available() is False)"
+    if world > torch.cuda.device_count() and not mps_client():
+        return "ranks share a GPU without MPS (test_without_mps_is_a_clear_error covers it)"
+    return None
+
+
+def _cases(world: int, per_node: int):
+    batch, meta = [], {}
+    for example, dims in EXAMPLES.items():
+        for schedule in SCHEDULES:
+            try:
+                prog = tilec.compile(f"examples/{example}.tile", world=world, schedule=schedule, dims=dims(world),
+                                     backend="nvshmem", ranks_per_node=per_node, wait_timeout=30)
+            except ScheduleError:
+                continue
+            calls = make_calls(prog, 2, seed=world * 7 + per_node)
+            if "lens" in prog.signature():
+                for per_rank in calls:
+                    for d in per_rank:
+                        d["lens"] = torch.randint(1, dict(prog.program.dims)["S"] * world + 1, d["lens"].shape,
+                                                  dtype=torch.int32)
+            key = (example, schedule, per_node)
+            batch.append((key, prog, calls, ()))
+            meta[key] = (prog, calls)
+    return batch, meta
+
+
+@pytest.mark.parametrize("per_node", ["world", 1, 2])
+@pytest.mark.parametrize("world", [2, 4])
+def test_every_example_on_nvshmem(world, per_node):
+    per_node = world if per_node == "world" else per_node
+    if per_node == 2 and world == 2:
+        pytest.skip("ranks_per_node 2 is one node at world 2 (the 'world' case)")
+    why = _runnable(world)
+    if why:
+        pytest.skip(why)
+    batch, meta = _cases(world, per_node)
+    results = spawn(_workers.run_cases, world, backend="nvshmem", heap_bytes=1 << 26, timeout=600, args=(batch,))
+    bad = []
+    for key, (prog, calls) in meta.items():
+        rows = compare_calls(prog, [results[r][key] for r in range(world)], calls)
+        bad += [(key, r) for r in rows if not r.ok]
+    assert not bad, bad[:6]
+    assert {k[0] for k in meta} == set(EXAMPLES)
+
+
+@pytest.mark.world(2)
+def test_without_mps_is_a_clear_error():
+    from tilec.runtime.launch import mps_client
+    from tilec.runtime.nvshmem_heap import nvshmem_available
+
+    if torch.cuda.device_count() >= 2 or mps_client() or not nvshmem_available():
+        pytest.skip("needs one GPU, NVSHMEM, and no MPS daemon")
+    with pytest.raises(Exception, match="needs MPS"):
+        spawn(_workers.run_cases, 2, backend="nvshmem", heap_bytes=1 << 22, timeout=120, args=([],))
+
+
+@pytest.mark.world(2)
+def test_several_nodes_on_an_iris_heap_is_refused():
+    from tilec.runtime.launch import mps_client
+
+    if torch.cuda.device_count() < 2 and not mps_client():
+        pytest.skip("two ranks on one GPU need MPS")
+    prog = tilec.compile("examples/ag_gemm.tile", world=2, schedule="fused-push", backend="nvshmem",
+                         ranks_per_node=1, dims={"M": 128, "N": 128, "K": 64})
+    with pytest.raises(Exception, match="which an Iris heap cannot reach"):
+        spawn(_workers.run_cases, 2, backend="iris", heap_bytes=1 << 24, timeout=120,
+              args=([(("ag", 1), prog, make_calls(prog, 1, 0), ())],))
