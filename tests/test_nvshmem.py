@@ -211,7 +211,7 @@ def test_missing_gpu_or_nvshmem_is_a_clear_error():
 
 
 def test_node_bases_table():
-    from tilec.runtime.nvshmem_heap import node_bases
+    from tilec.runtime.nvshmem_launch import node_bases
 
     bases = torch.tensor([100, 200, 300, 400], dtype=torch.int64)
     assert node_bases(bases, 2, 2).tolist() == [300, 300, 300, 400, 100, 200, 300, 400]

@@ -173,7 +173,7 @@ def module_bases(ctx, mod):
         return ctx.heap_bases()
     key = ("node_bases", per_node)
     if key not in ctx.compiled:
-        from .nvshmem_heap import node_bases
+        from .nvshmem_launch import node_bases
 
         ctx.compiled[key] = node_bases(ctx.heap_bases(), ctx.rank, per_node)
     return ctx.compiled[key]
@@ -183,7 +183,7 @@ def extern_libs(ctx, mod) -> dict:
     """Launch options of a module whose kernels call NVSHMEM's device library (several nodes, on a GPU)."""
     if ctx.interpret or getattr(mod, "RANKS_PER_NODE", mod.WORLD) >= mod.WORLD:
         return {}
-    from .nvshmem_heap import extern_libs as libs
+    from .nvshmem_launch import extern_libs as libs
 
     return {"extern_libs": libs([entry[0] for entry in mod.KERNELS])}
 

@@ -2,8 +2,8 @@
 
 One `symm_mem.empty` arena per rank (made by every rank first, so at the same offset everywhere), rendezvoused over
 the default process group (rank and world are the group's); `Heap.alloc` sub-allocates it as on the other backends.
-The heap-base table is the rendezvous' `buffer_ptrs`: peers of this node by pointer. Kernels that reach peers off
-the node get `node_bases` of it and NVSHMEM's device library linked (`extern_libs`). torch, NVSHMEM and triton are
+The heap-base table is the rendezvous' `buffer_ptrs`: peers of this node by pointer. Kernels that reach peers
+off the node get nvshmem_launch's table made of it and NVSHMEM's device library linked. torch, NVSHMEM and triton are
 imported only when a heap is built or a kernel compiled, so this module imports cleanly on a CPU-only machine.
 """
 
@@ -20,38 +20,12 @@ from .liveness import BARRIER_TIMEOUT_S
 log = logging.getLogger(__name__)
 
 
-def node_bases(bases: torch.Tensor, rank: int, per_node: int) -> torch.Tensor:
-    """The 2 * world table of a module of several nodes (tilec/device_nvshmem.py): entry p < world is p's base
-    where p is on this rank's node, else this rank's own (a peer offset of 0: the address stays symmetric, NVSHMEM
-    translates it); entry world + p is p's base as this process maps it (what the CPU emulation copies through)."""
-    world = bases.numel()
-    node = torch.arange(world, device=bases.device) // per_node
-    near = torch.where(node == rank // per_node, bases, bases[rank])
-    return torch.cat([near, bases]).contiguous()
-
-
 def nvshmem_available() -> bool:
     try:
         import torch.distributed._symmetric_memory as symm_mem
     except Exception:  # noqa: BLE001 - a torch without symmetric memory
         return False
     return bool(torch.cuda.is_available() and getattr(symm_mem, "is_nvshmem_available", lambda: False)())
-
-
-def extern_libs(kernel_names: list) -> dict:
-    """The `extern_libs` launch option of kernels that call NVSHMEM device functions, as the torch at hand wants it:
-    `enable_triton()` (torch 2.11, as benchmarks' nvshmem_ring_probe.py launches), or the device library plus the
-    kernel registered for NVSHMEM's module initialization (newer torch's `requires_nvshmem` does that)."""
-    import torch.distributed._symmetric_memory._nvshmem_triton as nv
-
-    if not hasattr(nv, "requires_nvshmem"):
-        return nv.enable_triton()
-    import triton
-
-    for k in kernel_names:
-        nv.NvshmemKernelRegistry.register(getattr(getattr(k, "fn", k), "__name__", str(k)))
-    triton.knobs.runtime.jit_post_compile_hook = nv._nvshmem_init_hook
-    return {"libnvshmem_device": nv.NvshmemLibFinder.find_device_library()}
 
 
 def _check_gpus(world: int) -> torch.device:
