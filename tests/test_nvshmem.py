@@ -228,3 +228,16 @@ def test_capture_across_nodes_is_refused():
     with pytest.raises(ArgumentError, match="compiled for several nodes"):
         prog.capture(FakeHeap())
     assert dataclasses.replace(prog.options, ranks_per_node=0).line() != prog.options.line()
+
+
+@pytest.mark.parametrize("schedule", ["fused-push", "fused-pull"])
+def test_gpu_branches_compile_to_ptx_with_only_nvshmem_left_to_link(schedule):
+    """Triton's real GPU pipeline (no GPU needed) takes the off-node paths of device_nvshmem.py down to PTX; what
+    ptxas then misses is only NVSHMEM's device library, which a GPU launch links (runtime/nvshmem_launch.py)."""
+    from tilec.codegen.target_check import compile_for_target
+
+    prog = _compile("ag_gemm", 2, schedule, 1)
+    with pytest.raises(TilecError, match=r"Unresolved extern function 'nvshmemx?_\w+'"):
+        compile_for_target(prog, "cuda:90")
+    one_node = _compile("ag_gemm", 2, schedule, 2)
+    assert compile_for_target(one_node, "cuda:90")  # pointers only: it links as Iris kernels do

@@ -12,7 +12,7 @@ pointer access to an off-node peer would read this rank's own copy, so the CPU t
 
 On a GPU the off-node paths call NVSHMEM's device library (through torch's `_nvshmem_triton`, and element puts and
 gets declared here the same way): a kernel that calls them is compiled with the library linked
-(runtime/nvshmem_heap.extern_libs). Flags are 64-bit signal words; a release to a peer off the node is a fence
+(runtime/nvshmem_heap.extern_libs). Flags are 64-bit signal words; a release to a peer off the node is a quiet
 and a put-with-signal of no bytes (NVSHMEM_SIGNAL_ADD), and a wait polls the word (its own with acquire loads,
 a peer's with gets) against the GPU timer with tilec's timeout, never the unbounded signal_wait_until.
 """
@@ -100,6 +100,30 @@ def _g32(source, pe, _semantic=None):
 @core.extern
 def _g64(source, pe, _semantic=None):
     return _extern("nvshmem_int64_g", [source, pe], ("int64", "int32"), "int64", _semantic)
+
+
+@core.extern
+def _own_quiet(_semantic=None):
+    return _extern("nvshmem_quiet", [], (), "int32", _semantic)
+
+
+@core.extern
+def _own_putmem_signal(dst, src, size_bytes, signal, sig_val, sig_op, pe, _semantic=None):
+    return _extern("nvshmemx_putmem_signal_block", [dst, src, size_bytes, signal, sig_val, sig_op, pe],
+                   ("int64", "int64", "int64", "int64", "uint64", "int32", "int32"), "int32", _semantic)
+
+
+@triton.jit
+def _torchless_putmem_signal_block(dst, src, size_bytes, signal, sig_val, sig_op, pe):
+    # what torch's _nvshmem_triton.putmem_signal_block does, where this torch has no Triton support (a CPU build,
+    # for `tilec check --target`): the same extern symbol and argument types
+    return _own_putmem_signal(dst.to(tl.int64), src.to(tl.int64), tl.cast(size_bytes, tl.int64),
+                              signal.to(tl.int64), tl.cast(sig_val, tl.uint64), tl.cast(sig_op, tl.int32), pe)
+
+
+# torch's own NVSHMEM device functions where its Triton support is there (the GPU), else the same declarations
+_quiet = getattr(nv, "quiet", _own_quiet)
+_putmem_signal_block = getattr(nv, "putmem_signal_block", _torchless_putmem_signal_block)
 
 
 # -- where a peer is ----------------------------------------------------------------------------------------------
@@ -217,7 +241,7 @@ def _peek(flag, rank, owner, heap_bases, WORLD: tl.constexpr, INTERPRET: tl.cons
     if INTERPRET:
         seen = tl.atomic_add(mapped(flag, rank, owner, heap_bases, WORLD), 0, sem="acquire", scope="sys")
     else:
-        seen = _g64(tl.cast(flag, tl.int64), owner.to(tl.int32))
+        seen = _g64(tl.cast(flag, tl.int64), tl.cast(owner, tl.int32))
     return seen
 
 
@@ -285,6 +309,6 @@ def signal(flag, rank, owner, heap_bases, SCOPE: tl.constexpr, INTERPRET: tl.con
         tl.debug_barrier()
         tl.atomic_add(mapped(flag, rank, owner, heap_bases, WORLD), 1, sem="release", scope="sys")
     else:
-        nv.fence()
+        _quiet()  # this thread's puts are complete (quiet, not fence: every thread's, once all have passed below)
         tl.debug_barrier()
-        nv.putmem_signal_block(flag, flag, 0, flag, 1, SIGNAL_ADD, owner.to(tl.int32))
+        _putmem_signal_block(flag, flag, 0, flag, 1, SIGNAL_ADD, tl.cast(owner, tl.int32))

@@ -79,7 +79,9 @@ def compile_for_target(prog, target: str = "cuda:90", nprog: int = 132) -> list[
             buf = buffers[i] if i < len(buffers) else name  # the buffers come first, by position
             if buf in mod.TENSORS:
                 sig[name] = PTR_SIG[mod.TENSORS[buf][1]]
-            elif buf in mod.FLAGS or buf in ("ERR", "EPOCH_AT"):
+            elif buf in mod.FLAGS:  # backend nvshmem: 64-bit signal words
+                sig[name] = "*i64" if getattr(mod, "BACKEND", "iris") == "nvshmem" else "*i32"
+            elif buf in ("ERR", "EPOCH_AT"):
                 sig[name] = "*i32"
             elif buf in ("heap_bases", "TIMELINE"):
                 sig[name] = "*i64"
