@@ -56,6 +56,12 @@ def _cases(world: int, per_node: int):
             key = (example, schedule, per_node)
             batch.append((key, prog, calls, ()))
             meta[key] = (prog, calls)
+    if per_node == world:  # one node: the copy engines copy between the ranks' symmetric memory by pointer
+        prog = tilec.compile("examples/ag_gemm.tile", world=world, schedule="flags", dims=EXAMPLES["ag_gemm"](world),
+                             backend="nvshmem", transport="dma", wait_timeout=30)
+        calls = make_calls(prog, 2, seed=3)
+        batch.append((("ag_gemm", "flags+dma", per_node), prog, calls, ()))
+        meta[("ag_gemm", "flags+dma", per_node)] = (prog, calls)
     return batch, meta
 
 

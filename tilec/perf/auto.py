@@ -152,6 +152,8 @@ def compile_auto(program, world: int = 1, dims: dict[str, int] | None = None, *,
     ranking = candidates(base, base.program.source, world, dims or {}, dict(base.program.dims), granularity)
     rows = [r for r in ranking if schedule is None or split_variant(r["schedule"])[0] == schedule]
     kind = transport if transport in ("sm", DMA) else "sm" if transport not in (None, "auto") else None
+    if kind is None and 0 < (options.get("ranks_per_node") or world) < world:
+        kind = "sm"  # several nodes: the copy engines reach peers by pointer, only on a node (verify/nodes.py)
     rows = [r for r in rows if kind is None or split_variant(r["schedule"])[1] == kind]
     if not rows:
         from tilec.errors import ScheduleError
