@@ -289,14 +289,15 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
     kern = pr.prepare(kir.Kernel(entry, fns))
     if world == 1:  # one rank: every `rank` is 0
         kern = bind_constants(kern, {"rank": 0})
-    kern = simplify(kern, {**keep, k.name: frozenset().union(*keep.values())})
+    kern = simplify(kern, {**keep, kern.entry.name: frozenset().union(*keep.values())})
     kern = rename(kern, range_names({v for ks in keep.values() for v in ks if not v.endswith("_r")}))
     tfs = tuple(TaskFn(f.name, tuple(pr.signature(f)), tuple(pr.body(f.body, "    "))) for f in kern.tasks)
-    head = f"    ({k.name}, {total}, {k.persistent}, {k.concurrent}, {k.barrier_before}, {share}, {len(shares)}, "
+    name = kern.entry.name  # the printer's (the NVSHMEM printer names kernels that call NVSHMEM *_nvshmem)
+    head = f"    ({name}, {total}, {k.persistent}, {k.concurrent}, {k.barrier_before}, {share}, {len(shares)}, "
     row = wrap(head + "[", [json.dumps(p) for p in params], "]),", "    ")
     if len(row) > 1:  # the buffers on lines of their own
         row = [head.rstrip(), *wrap("     [", [json.dumps(p) for p in params], "]),", "     ")]
-    return KernelModel(k.name, k.stages, tuple(params), tuple(pr.signature(kern.entry)),
+    return KernelModel(name, k.stages, tuple(params), tuple(pr.signature(kern.entry)),
                        tuple(pr.body(kern.entry.body, "    ")), total, k.persistent, k.concurrent,
                        k.barrier_before, share, len(shares), tfs, tuple(row))
 

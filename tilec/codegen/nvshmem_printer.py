@@ -67,11 +67,14 @@ def backend_fields(options: dict, world: int) -> dict:
 
 
 def lower(kern: K.Kernel, world: int, ranks_per_node: int) -> K.Kernel:
-    """Every access of kern that may reach a peer off the node as an NVSHMEM operation (the module's op table)."""
+    """Every access of kern that may reach a peer off the node as an NVSHMEM operation (the module's op table). The
+    entry is renamed `<name>_nvshmem`: torch initializes NVSHMEM's device state in the modules of kernels so named
+    (its post-compile hook; some releases look for "nvshmem" in the kernel's name)."""
     def fn(f: K.Fn) -> K.Fn:
         return replace(f, body=_lower_body(f.body, _peer_names(f.body), world, ranks_per_node))
 
-    return K.Kernel(fn(kern.entry), tuple(fn(t) for t in kern.tasks))
+    entry = fn(kern.entry)
+    return K.Kernel(replace(entry, name=f"{entry.name}_nvshmem"), tuple(fn(t) for t in kern.tasks))
 
 
 def _peer_names(body: tuple[K.Stmt, ...]) -> dict[str, K.Expr]:
