@@ -197,7 +197,7 @@ def test_nodes_rule_alone():
     assert problems(4) == [] and problems(None) == []
     got = problems(2)
     assert len(got) == 1 and got[0].kind == "nodes" and got[0].loc.line == 8, got
-    assert "rank 0 copies A of rank 2, off its node (ranks_per_node=2)" in got[0].message
+    assert "rank 0 reads A of rank 2, off its node (ranks_per_node=2)" in got[0].message
     assert off_node_peers(1, 4, 2) == [2, 3] and off_node_peers(0, 4, 4) == []
 
 

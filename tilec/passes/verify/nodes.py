@@ -42,11 +42,11 @@ def check(ctx: Ctx) -> None:
     for s in ctx.stages:
         if s.transport != DMA:
             continue
-        accesses = [r.access for r in s.reads() if hasattr(r, "access")] + [x.access for x in s.body]
-        for a in accesses:
-            if a.remote:
+        reads = [("reads", r.access) for r in s.reads() if hasattr(r, "access")]
+        for verb, a in reads + [("writes", x.access) for x in s.body]:
+            if a.remote:  # a rank loop's peer: every rank, so some off this rank's node
                 peer = off_node_peers(0, ctx.world, rpn)[0]
-                ctx.err(a.loc, f"stage '{s.name}' cannot run on the copy engines across nodes: rank 0 copies "
+                ctx.err(a.loc, f"stage '{s.name}' cannot run on the copy engines across nodes: rank 0 {verb} "
                         f"{a.tensor} of rank {peer}, off its node (ranks_per_node={rpn}), and copy engines reach "
                         "peers by pointer; use transport=sm")
                 break
