@@ -28,6 +28,8 @@ from tilec.passes.verify.context import Ctx
 from tilec.run_vs_reference import compare_calls
 from tilec.runtime import spawn
 
+SMALL_EXAMPLES = ("ag_gemm", "gemm_rs", "gemm_ar", "flash_decode", "flash_decode_splits")
+
 
 def small(example: str, world: int) -> dict:
     """Sizes that keep the interpreter quick: a tile or two per rank."""
@@ -38,19 +40,21 @@ def small(example: str, world: int) -> dict:
 
 
 # world -> [(ranks_per_node, example, schedule)]: every example, every schedule kind and ranks_per_node 1, 2, world
-# (and the copy engines on one node, whose 4-byte epoch writes set the low half of a 64-bit signal word)
+# (and the copy engines on one node, whose 4-byte epoch writes set the low half of a 64-bit signal word); a fourth
+# item overrides sizes (BM 64 at world 3: a tile over two ranks' rows, td.remote_get, a ragged last tile)
 RUNS = {
     2: [(1, "ag_gemm", "fused-push"), (1, "flash_decode", "fused-push"),
         (2, "ag_gemm", "fused-pull"), (2, "ag_gemm", "flags+dma")],
-    3: [(1, "ag_gemm", "fused-pull"), (1, "gemm_rs", "flags"), (3, "gemm_ar", "bsp")],
+    3: [(1, "ag_gemm", "fused-pull", {"BM": 64}), (1, "gemm_rs", "flags"), (3, "gemm_ar", "bsp")],
     4: [(2, "ag_gemm", "fused-push"), (2, "gemm_rs", "fused-push"), (2, "flash_decode_splits", "flags")],
 }
 GENERATED = {2: (31, "fused-pull"), 3: (7, "fused-push"), 4: (12, "specialized")}  # world -> (seed, schedule), rpn 1
 
 
-def _compile(example, world, schedule, rpn, **kw):
+def _compile(example, world, schedule, rpn, dims=None, **kw):
     schedule, _, transport = schedule.partition("+")  # flags+dma: the copy stages on the copy engines (one node)
-    return tilec.compile(f"examples/{example}.tile", world=world, schedule=schedule, dims=small(example, world),
+    dims = small(example, world) | (dims or {})
+    return tilec.compile(f"examples/{example}.tile", world=world, schedule=schedule, dims=dims,
                          backend="nvshmem", ranks_per_node=rpn, wait_timeout=30, transport=transport or "sm", **kw)
 
 
@@ -71,8 +75,10 @@ def _generated(world):
 @pytest.mark.parametrize("world", sorted(RUNS))
 def test_examples_and_generated_programs_across_nodes(world, monkeypatch):
     batch, meta = [], {}
-    for rpn, example, schedule in RUNS[world]:
-        prog = _compile(example, world, schedule, rpn)
+    for rpn, example, schedule, *dims in RUNS[world]:
+        prog = _compile(example, world, schedule, rpn, *dims)
+        if dims:
+            assert "td.remote_get(" in prog.source
         calls = make_calls(prog, 2, seed=world * 10 + rpn, positive=("lens",))
         if "lens" in prog.signature():  # sequence lengths: integers within the cache
             for per_rank in calls:
@@ -242,3 +248,26 @@ def test_gpu_branches_compile_to_ptx_with_only_nvshmem_left_to_link(schedule):
         compile_for_target(prog, "cuda:90")
     one_node = _compile("ag_gemm", 2, schedule, 2)
     assert compile_for_target(one_node, "cuda:90")  # pointers only: it links as Iris kernels do
+
+
+def test_device_module_exports_what_the_printed_kernels_call():
+    import triton
+
+    import tilec.device as td
+    import tilec.device_nvshmem as tdn
+
+    jitted = [n for n, v in vars(td).items() if isinstance(v, triton.runtime.jit.JITFunction)]
+    assert "program_major" in jitted and "first_task" in jitted
+    assert all(getattr(tdn, n, None) is getattr(td, n) for n in jitted)  # imported, not copied
+    called = set()
+    for example in SMALL_EXAMPLES:
+        for schedule in ("bsp", "flags", "fused-pull", "fused-push", "specialized"):
+            try:
+                called |= set(re.findall(r"\btd\.(\w+)\(", _compile(example, 4, schedule, 2).source))
+            except ScheduleError:
+                continue
+    straddling = tilec.compile("examples/ag_gemm.tile", 4, "fused-pull", {"M": 128, "N": 64, "K": 64},
+                               backend="nvshmem", ranks_per_node=2).source  # a 64-row tile over two ranks' rows
+    called |= set(re.findall(r"\btd\.(\w+)\(", straddling))
+    assert {"get", "put", "signal", "remote_get", "wait_peer"} <= called
+    assert all(isinstance(getattr(tdn, n, None), triton.runtime.jit.JITFunction) for n in called), called
