@@ -115,14 +115,19 @@ def record_measured(k: str, schedule: str, micros: float) -> None:
 
 
 def candidates(program, source: str, world: int, dims: dict[str, int], bound_dims: dict[str, int],
-               granularity: str = "auto", device: str | None = None) -> list[dict]:
+               granularity: str = "auto", device: str | None = None, ranks_per_node: int | None = None) -> list[dict]:
     """Every variant that applies (schedule, and schedule+dma where its copy stages can run on the copy engines),
     with its predicted (and, when measured on `device`, measured) time, best first: by measured time once every
     variant has one, else by the model. `program`: a path or a CompiledProgram of the same source (the model
-    compiles every variant from it); device: a GPU name or CPU_KEY (default: this process's GPU, else CPU_KEY)."""
+    compiles every variant from it); device: a GPU name or CPU_KEY (default: this process's GPU, else CPU_KEY);
+    ranks_per_node below the world: the model ranks for nodes of that many, IB between them (model.across_nodes)."""
     k = key(source, world, {d: bound_dims[d] for d in bound_dims}, device)
     entry = _load().get(k, {})
     m = machine(world)
+    if ranks_per_node and ranks_per_node < world:
+        from tilec.perf.model import across_nodes
+
+        m = across_nodes(m, world, ranks_per_node)
     # predictions depend on the tile sizes and flag granularity asked for, which the key (the program's shape) leaves
     # out so that measured times of a shape are found whatever tiles the tuner picked: keep each request's apart
     asked = [f"{d}={v}" for d, v in sorted(dims.items()) if d not in bound_dims]
@@ -149,7 +154,8 @@ def compile_auto(program, world: int = 1, dims: dict[str, int] | None = None, *,
 
     base = compile_program(program, world, "bsp", dims, granularity=granularity, source=source,
                            retype=options.get("retype"))
-    ranking = candidates(base, base.program.source, world, dims or {}, dict(base.program.dims), granularity)
+    ranking = candidates(base, base.program.source, world, dims or {}, dict(base.program.dims), granularity,
+                         ranks_per_node=options.get("ranks_per_node"))
     rows = [r for r in ranking if schedule is None or split_variant(r["schedule"])[0] == schedule]
     kind = transport if transport in ("sm", DMA) else "sm" if transport not in (None, "auto") else None
     if kind is None and 0 < (options.get("ranks_per_node") or world) < world:
