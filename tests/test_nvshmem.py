@@ -55,7 +55,8 @@ def _compile(example, world, schedule, rpn, dims=None, **kw):
     schedule, _, transport = schedule.partition("+")  # flags+dma: the copy stages on the copy engines (one node)
     dims = small(example, world) | (dims or {})
     return tilec.compile(f"examples/{example}.tile", world=world, schedule=schedule, dims=dims,
-                         backend="nvshmem", ranks_per_node=rpn, wait_timeout=30, transport=transport or "sm", **kw)
+                         backend="nvshmem", ranks_per_node=rpn, transport=transport or "sm",
+                         **{"wait_timeout": 30, **kw})
 
 
 def _generated(world):
@@ -271,3 +272,20 @@ def test_device_module_exports_what_the_printed_kernels_call():
     called |= set(re.findall(r"\btd\.(\w+)\(", straddling))
     assert {"get", "put", "signal", "remote_get", "wait_peer"} <= called
     assert all(isinstance(getattr(tdn, n, None), triton.runtime.jit.JITFunction) for n in called), called
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("no_shm_leftovers")
+def test_a_wait_on_an_off_node_flag_times_out_with_the_usual_message():
+    """Rank 1 calls again while rank 0 stands in its entry barrier: rank 1's waits on rank 0's signal words, polled
+    by gets across "nodes" (td.wait_peer), end after the wall-clock timeout as a WaitTimeout naming the flag."""
+    from tests.test_wait_timeout import late_call
+
+    prog = _compile("flash_decode", 2, "flags", 1, wait_timeout=2.0)
+    assert "td.wait_peer(" in prog.source
+    inputs = make_calls(prog, 1, seed=5)[0]
+    for d in inputs:
+        d["lens"] = torch.full(d["lens"].shape, 100, dtype=torch.int32)
+    _, (elapsed, msg) = spawn(late_call, 2, heap_bytes=1 << 22, timeout=240, args=(prog, inputs))
+    assert msg is not None and "waited on flag" in msg and "on rank 0" in msg, msg
+    assert 2.0 <= elapsed < 20, elapsed
