@@ -29,6 +29,8 @@ def nvshmem_available() -> bool:
 
 
 def _check_gpus(world: int) -> torch.device:
+    import torch.distributed as dist
+
     n = torch.cuda.device_count()
     if n == 0:
         raise TilecRuntimeError("backend nvshmem needs a CUDA GPU; none is visible (use backend='cpu', whose "
@@ -44,7 +46,7 @@ def _check_gpus(world: int) -> torch.device:
             raise TilecRuntimeError(f"backend nvshmem with {world} ranks on {n} GPU(s) needs MPS (NVSHMEM fails to "
                                     "start several PEs on one GPU without it): start nvidia-cuda-mps-control -d first "
                                     "(docs/SCALE.md)")
-    return torch.device("cuda", torch.distributed.get_rank() % n)
+    return torch.device("cuda", dist.get_rank() % n)
 
 
 class NvshmemHeap(Heap):
