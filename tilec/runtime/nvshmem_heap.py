@@ -10,6 +10,7 @@ imported only when a heap is built or a kernel compiled, so this module imports 
 from __future__ import annotations
 
 import logging
+import warnings
 
 import torch
 
@@ -70,6 +71,12 @@ class NvshmemHeap(Heap):
 
         symm_mem.set_backend("NVSHMEM")
         group = dist.group.WORLD.group_name
+        try:  # what releases before rendezvous-by-name wanted first (deprecated since: quietly, as the probe does)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                symm_mem.enable_symm_mem_for_group(group)
+        except Exception as e:  # noqa: BLE001 - newer torch needs none
+            log.debug("enable_symm_mem_for_group: %s", e)
         size = max(int(heap_bytes), 1 << 21)
         arena = symm_mem.empty(size, dtype=torch.uint8, device=device)  # the first and only allocation of every rank
         self._handle = symm_mem.rendezvous(arena, group=group)
