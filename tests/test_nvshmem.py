@@ -28,7 +28,7 @@ from tilec.passes.verify.context import Ctx
 from tilec.run_vs_reference import compare_calls
 from tilec.runtime import spawn
 
-SMALL_EXAMPLES = ("ag_gemm", "gemm_rs", "gemm_ar", "flash_decode", "flash_decode_splits")
+SMALL_EXAMPLES = ("ag_gemm", "gemm_rs", "gemm_ar", "flash_decode", "flash_decode_splits")  # moe: its own inputs
 
 
 def small(example: str, world: int) -> dict:
@@ -89,6 +89,15 @@ def test_examples_and_generated_programs_across_nodes(world, monkeypatch):
         key = (example, schedule, rpn)
         batch.append((key, prog, calls, ()))
         meta[key] = (prog, calls)
+    moe_ref = None
+    if world == 4:  # examples/moe.tile: a data-dependent gather of a peer's rows, off the node, and back
+        from tests.test_rows import _moe_case
+
+        inputs, moe_ref, _ = _moe_case(world, 24, 2, 16, 2, "any", seed=10)
+        mprog = tilec.compile("examples/moe.tile", world=world, schedule="flags", dims={"T": 24, "K": 2},
+                              backend="nvshmem", ranks_per_node=2, wait_timeout=30)
+        assert "td.get(" in mprog.source and "td.wait_peer(" in mprog.source
+        batch.append((("moe", "flags", 2), mprog, [inputs], ()))
     g, gprog = _generated(world)
     gcalls = make_calls(gprog, 2, seed=world)
     batch.append((("generated", g.name, 1), gprog, gcalls, g.plain))
@@ -98,6 +107,8 @@ def test_examples_and_generated_programs_across_nodes(world, monkeypatch):
         rows = compare_calls(prog, [results[r][key] for r in range(world)], calls)
         bad = [r for r in rows if not r.ok]
         assert not bad, (key, bad[:3])
+    for r in range(world if moe_ref is not None else 0):
+        assert rel_err(results[r][("moe", "flags", 2)][0]["O"], moe_ref[r]) < 2e-2, r
     for c, ins in enumerate(gcalls):
         for r, want in enumerate(g.expect(ins)):
             got = results[r][("generated", g.name, 1)][c]

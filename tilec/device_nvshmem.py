@@ -21,35 +21,14 @@ import triton
 import triton.language as tl
 from triton.language import core
 
-from tilec.device import (  # noqa: F401 - the generated module calls these as td.*
-    arrive,
-    arrive_left,
-    attend,
-    attend_finish,
-    attend_init,
-    attend_step,
-    backoff,
-    barrier,
-    call_ok,
-    claims_done,
-    clock,
-    dot,
-    enter,
-    first_task,
-    grow_rows,
-    halve_rows,
-    leave,
-    lse_merge,
-    mark,
-    next_task,
-    peer_offset,
-    program_major,
-    release,
-    shrink_rows,
-    timed_out,
-    wait,
-    wait_all,
-)
+import tilec.device as _device
+from tilec.device import backoff, call_ok, clock, release, timed_out, wait, wait_all
+
+# every @triton.jit function of tilec/device.py, the same objects (the printed kernels call them as td.*): imported,
+# not copied, so a helper added there is here too
+# (a JITFunction, or the interpreter's InterpretedFunction: either wraps its Python function as .fn)
+globals().update({n: f for n, f in vars(_device).items()
+                  if getattr(getattr(f, "fn", None), "__module__", None) == _device.__name__})
 
 try:  # present with torch's triton support; only the GPU branches below reference it
     import torch.distributed._symmetric_memory._nvshmem_triton as nv
