@@ -5,12 +5,14 @@ one GPU under MPS go through NVSHMEM's own transport). Ranks side by side on one
 (benchmarks/runs/mps_world.sh --spawn W python -m pytest -m gpu tests/gpu/test_gpu_nvshmem.py --world W); without
 it, and without NVSHMEM, a launch must fail with a clear error, not hang."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
 import tilec
 from tests import _workers
-from tests._util import make_calls
+from tests._util import make_calls, rel_err
 from tilec.errors import ScheduleError
 from tilec.passes.schedules import SCHEDULES
 from tilec.run_vs_reference import compare_calls
@@ -75,13 +77,21 @@ def test_every_example_on_nvshmem(world, per_node):
     if why:
         pytest.skip(why)
     batch, meta = _cases(world, per_node)
+    from tests.test_rows import _moe_case  # examples/moe.tile with its routing tables
+
+    inputs, moe_ref, _ = _moe_case(world, 24, 2, 16, 2, "any", seed=10)
+    for schedule in ("bsp", "flags", "specialized"):
+        mprog = tilec.compile("examples/moe.tile", world=world, schedule=schedule, dims={"T": 24, "K": 2},
+                              backend="nvshmem", ranks_per_node=per_node, wait_timeout=30)
+        batch.append((("moe", schedule, per_node), mprog, [inputs], ()))
     results = spawn(_workers.run_cases, world, backend="nvshmem", heap_bytes=1 << 26, timeout=600, args=(batch,))
-    bad = []
+    bad = [(("moe", s), r) for s in ("bsp", "flags", "specialized") for r in range(world)
+           if rel_err(results[r][("moe", s, per_node)][0]["O"], moe_ref[r]) >= 2e-2]
     for key, (prog, calls) in meta.items():
         rows = compare_calls(prog, [results[r][key] for r in range(world)], calls)
         bad += [(key, r) for r in rows if not r.ok]
     assert not bad, bad[:6]
-    assert {k[0] for k in meta} == set(EXAMPLES)
+    assert {k[0] for k in meta} | {"moe"} == {p.stem for p in Path("examples").glob("*.tile")}
 
 
 @pytest.mark.world(2)
