@@ -16,13 +16,16 @@ from tilec.perf.taxes import TaxRow, taxes
 PER_NODE = 8
 WORLDS = (8, 16, 32, 64)
 # one shape per example: the AG+GEMM paper shape that is most communication-bound per FLOP, the same GEMM for the
-# reduce-scatter / all-reduce programs, a long-context decode step (4096 positions per rank: 32K-256K keys)
+# reduce-scatter / all-reduce programs, a long-context decode step (4096 positions per rank: 32K-256K keys), an
+# expert-parallel MoE layer (4096 tokens of 4096 per rank, top-2 of 2 experts per rank, 1024 slots per sender)
 SHAPES = {
     "ag_gemm": {"M": 8192, "N": 4608, "K": 36864, "BM": 128, "BN": 128, "BK": 64},
     "gemm_rs": {"M": 8192, "N": 4608, "K": 36864, "BM": 128, "BN": 128, "BK": 64},
     "gemm_ar": {"M": 8192, "N": 4608, "K": 36864, "BM": 128, "BN": 128, "BK": 64},
     "flash_decode": {"B": 8, "HKV": 8, "G": 4, "D": 128, "S": 4096, "BS": 256},
     "flash_decode_splits": {"B": 8, "HKV": 8, "G": 4, "D": 128, "S": 4096, "NS": 16, "L": 256, "BS": 256},
+    "moe": {"T": 4096, "H": 4096, "F": 1024, "EL": 2, "C": 1024, "K": 2, "BT": 64, "BC": 64, "BH": 128, "BF": 128,
+            "BK": 64},
 }
 MARK = "<!-- scale_predictions -->"
 
