@@ -24,11 +24,12 @@ def extern_libs(kernel_names: list) -> dict:
     kernel registered for NVSHMEM's module initialization (newer torch's `requires_nvshmem` does that)."""
     import torch.distributed._symmetric_memory._nvshmem_triton as nv
 
-    if not hasattr(nv, "requires_nvshmem"):
+    hook = getattr(nv, "_nvshmem_init_hook", None)
+    if not hasattr(nv, "requires_nvshmem") or hook is None:
         return nv.enable_triton()
     import triton
 
     for k in kernel_names:
         nv.NvshmemKernelRegistry.register(getattr(getattr(k, "fn", k), "__name__", str(k)))
-    triton.knobs.runtime.jit_post_compile_hook = nv._nvshmem_init_hook
+    triton.knobs.runtime.jit_post_compile_hook = hook
     return {"libnvshmem_device": nv.NvshmemLibFinder.find_device_library()}
