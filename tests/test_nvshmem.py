@@ -300,3 +300,21 @@ def test_a_wait_on_an_off_node_flag_times_out_with_the_usual_message():
     _, (elapsed, msg) = spawn(late_call, 2, heap_bytes=1 << 22, timeout=240, args=(prog, inputs))
     assert msg is not None and "waited on flag" in msg and "on rank 0" in msg, msg
     assert 2.0 <= elapsed < 20, elapsed
+
+
+def test_only_kernels_that_call_nvshmem_take_its_name_and_library():
+    """A kernel with no NVSHMEM call has no NVSHMEM device state in its module, and NVSHMEM's module init fails on it
+    ('named symbol not found'): only kernels that call NVSHMEM are named *_nvshmem, and only those launch with its
+    device library (runtime/launch.extern_libs)."""
+    from types import SimpleNamespace
+
+    from tilec.runtime.launch import _needs_nvshmem
+
+    prog = tilec.compile("examples/ag_gemm.tile", world=2, schedule="bsp", backend="nvshmem", ranks_per_node=1)
+    kernels = re.findall(r"^def (k\d+_\w+)\(", prog.source, re.M)
+    named = {k: k.endswith("_nvshmem") for k in kernels}
+    assert named == {"k0_gather_nvshmem": True, "k1_gemm": False}, named
+    gemm_body = prog.source.split("def k1_gemm(")[1]
+    assert "td.get(" not in gemm_body and "td.put(" not in gemm_body and "td.signal(" not in gemm_body
+    assert _needs_nvshmem(SimpleNamespace(fn=SimpleNamespace(__name__="k0_gather_nvshmem")))
+    assert not _needs_nvshmem(SimpleNamespace(fn=SimpleNamespace(__name__="k1_gemm")))

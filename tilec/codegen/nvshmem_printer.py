@@ -24,7 +24,7 @@ from dataclasses import replace
 from . import kir as K
 from .triton_printer import Printer
 
-__all__ = ["OP_SPELLING", "NvshmemPrinter", "lower"]
+__all__ = ["NVSHMEM_SUFFIX", "OP_SPELLING", "NvshmemPrinter", "lower"]
 
 # kir operation -> the NVSHMEM-aware call and the arguments it takes after the operation's own
 OP_SPELLING = {
@@ -36,6 +36,7 @@ OP_SPELLING = {
     "release": "td.signal",
 }
 RANK = K.Name("rank")
+NVSHMEM_SUFFIX = "_nvshmem"  # the kernels that call NVSHMEM: torch's post-compile hook initializes their modules
 
 
 class NvshmemPrinter(Printer):
@@ -67,14 +68,31 @@ def backend_fields(options: dict, world: int) -> dict:
 
 
 def lower(kern: K.Kernel, world: int, ranks_per_node: int) -> K.Kernel:
-    """Every access of kern that may reach a peer off the node as an NVSHMEM operation (the module's op table). The
-    entry is renamed `<name>_nvshmem`: torch initializes NVSHMEM's device state in the modules of kernels so named
-    (its post-compile hook; some releases look for "nvshmem" in the kernel's name)."""
+    """Every access of kern that may reach a peer off the node as an NVSHMEM operation (the module's op table). An
+    entry that then calls NVSHMEM is renamed `<name>_nvshmem`: torch initializes NVSHMEM's device state in the modules
+    of kernels so named (its post-compile hook; some releases look for "nvshmem" in the kernel's name), and only those
+    are launched with NVSHMEM's device library (a kernel that calls none has no device state to initialize: NVSHMEM's
+    module init fails with 'named symbol not found')."""
     def fn(f: K.Fn) -> K.Fn:
         return replace(f, body=_lower_body(f.body, _peer_names(f.body), world, ranks_per_node))
 
-    entry = fn(kern.entry)
-    return K.Kernel(replace(entry, name=f"{entry.name}_nvshmem"), tuple(fn(t) for t in kern.tasks))
+    entry, tasks = fn(kern.entry), tuple(fn(t) for t in kern.tasks)
+    if not any(_calls_nvshmem(f.body) for f in (entry, *tasks)):
+        return K.Kernel(entry, tasks)  # no NVSHMEM call: a module without NVSHMEM's device state cannot be initialized
+    return K.Kernel(replace(entry, name=f"{entry.name}{NVSHMEM_SUFFIX}"), tasks)
+
+
+def _calls_nvshmem(body: tuple[K.Stmt, ...]) -> bool:
+    """Whether body calls an NVSHMEM operation of the op table (after lower)."""
+    spelled, found = frozenset(OP_SPELLING.values()), []
+
+    def look(e: K.Expr) -> K.Expr:
+        if isinstance(e, K.Call) and e.fn in spelled:
+            found.append(e.fn)
+        return e
+
+    K.map_exprs(body, look)
+    return bool(found)
 
 
 def _peer_names(body: tuple[K.Stmt, ...]) -> dict[str, K.Expr]:

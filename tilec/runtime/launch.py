@@ -179,13 +179,18 @@ def module_bases(ctx, mod):
     return ctx.compiled[key]
 
 
-def extern_libs(ctx, mod) -> dict:
-    """Launch options of a module whose kernels call NVSHMEM's device library (several nodes, on a GPU)."""
-    if ctx.interpret or getattr(mod, "RANKS_PER_NODE", mod.WORLD) >= mod.WORLD:
+def extern_libs(ctx, mod, k) -> dict:
+    """Launch options of kernel k of a module of several nodes (on a GPU) that calls NVSHMEM's device library: the
+    printer names those `*_nvshmem` (codegen/nvshmem_printer.py); the others launch without it."""
+    if ctx.interpret or getattr(mod, "RANKS_PER_NODE", mod.WORLD) >= mod.WORLD or not _needs_nvshmem(k):
         return {}
     from .nvshmem_launch import extern_libs as libs
 
-    return {"extern_libs": libs([entry[0] for entry in mod.KERNELS])}
+    return {"extern_libs": libs([entry[0] for entry in mod.KERNELS if _needs_nvshmem(entry[0])])}
+
+
+def _needs_nvshmem(k) -> bool:
+    return getattr(getattr(k, "fn", k), "__name__", "").endswith("_nvshmem")
 
 
 def warmup(ctx, mod, buffers) -> None:
@@ -210,7 +215,7 @@ def warmup(ctx, mod, buffers) -> None:
 
 def _compile(ctx, mod, k, args, pdl: bool, claim: bool):
     compiled = k.warmup(*args, INTERPRET=ctx.interpret, GRAPH=ctx.graph, PDL=pdl, CLAIM=claim, grid=(1,),
-                        num_warps=mod.NUM_WARPS, num_stages=mod.NUM_STAGES, launch_pdl=pdl, **extern_libs(ctx, mod))
+                        num_warps=mod.NUM_WARPS, num_stages=mod.NUM_STAGES, launch_pdl=pdl, **extern_libs(ctx, mod, k))
     if hasattr(compiled, "result"):  # Triton's asynchronous compile mode hands back a future
         compiled = compiled.result()
     return compiled
@@ -289,7 +294,7 @@ def _launch_kernels(ctx, mod, epoch, only) -> None:
             else:
                 k[(nprog,)](*args, INTERPRET=ctx.interpret, GRAPH=ctx.graph, PDL=pdl, CLAIM=claim,
                             num_warps=mod.NUM_WARPS,
-                            num_stages=mod.NUM_STAGES, launch_pdl=pdl, **extern_libs(ctx, mod))
+                            num_stages=mod.NUM_STAGES, launch_pdl=pdl, **extern_libs(ctx, mod, k))
     ctx.join_streams()
 
 
