@@ -17,8 +17,10 @@ from tilec.errors import ArgumentError, CompileError, Diagnostic, Loc
 from tilec.frontend import ast, rows
 from tilec.frontend.affine import NotAffine, affine
 from tilec.frontend.limits import MAX_LOOPS, MAX_SIZE, MAX_TASKS, MAX_TILE, MAX_WORLD, tile_problems
+from tilec.frontend.pieces import StagePieces
 from tilec.ir.builtins import TILE_FNS
 from tilec.ir.reserved import reserved_problem
+from tilec.ir.peers import inputs as peer_inputs
 from tilec.ir.types import (
     ME,
     Access,
@@ -273,6 +275,7 @@ class _Checker:
             return StageIR(s.name, (), (), s.loc)
         body = []
         self.implicit: list[Var] = []  # `:` slices become one-trip tile loops over the whole dimension
+        self.pieces = StagePieces(self.world, self.consts)  # peers and `%` / `//` pieces: derived variables
         errors = len(self.errors)
         for a in s.body:
             try:
@@ -284,7 +287,7 @@ class _Checker:
         if len(loops) + len(self.implicit) > MAX_LOOPS:
             self.err(s.loc, f"stage '{s.name}' has {len(loops)} loops and {len(self.implicit)} `:` slices: too many"
                             f" (tilec's limit is {MAX_LOOPS} together)")
-        return StageIR(s.name, tuple(loops) + tuple(self.implicit), tuple(body), s.loc)
+        return StageIR(s.name, tuple(loops) + tuple(self.implicit) + self.pieces.derived(), tuple(body), s.loc)
 
     def _tile_var(self, name: str, extent: ast.Expr, step: ast.Expr, loc: Loc) -> Var:
         try:
@@ -334,7 +337,7 @@ class _Checker:
         return stores
 
     def _check_injective(self, target: Access, loops: tuple[Var, ...], stage: str, loc: Loc) -> None:
-        used = target.vars
+        used = peer_inputs(target.vars, self.pieces.vars)
         for v in loops:
             if v.name not in used and v.trips > 1:  # a one-trip loop (or `:`) makes no second task
                 raise _Err(loc, f"write conflict in stage '{stage}': tasks that differ only in '{v.name}' write"
@@ -352,7 +355,11 @@ class _Checker:
         if t is None:
             raise _Err(r.loc, f"unknown tensor '{r.tensor}'")
         rank = ME
-        if r.rank is not None:
+        if r.rank is not None and not isinstance(r.rank, str):  # `X@(rank + 1)`: a peer expression
+            if not t.symmetric:
+                raise _Err(r.loc, f"'{t.name}' is not symmetric: only symmetric tensors can be accessed on a peer")
+            rank = self.pieces.peer(r.rank, vars_)
+        elif r.rank is not None:
             rv = vars_.get(r.rank)
             if rv is None or not rv.is_rank:
                 raise _Err(r.loc, f"'{r.rank}' in '{r.tensor}@{r.rank}' must be a rank loop variable or 'rank'")
@@ -382,7 +389,10 @@ class _Checker:
                 tiles.append(v.name)
                 shape.append(v.step)
                 continue
-            terms, c = _affine(e, self.consts, vars_)
+            try:
+                terms, c = affine(e, self.consts, vars_, self.pieces.callback(vars_))
+            except NotAffine as x:
+                raise _Err(x.loc, x.msg) from None
             bad = [v for v, k in terms.items() if k.denominator != 1] + ([""] if c.denominator != 1 else [])
             if bad:
                 raise _Err(e.loc, "index is not an integer for every tile" + self._values_hint(e))
@@ -398,8 +408,8 @@ class _Checker:
             ext = vars_[tv].step if tv else 1
             lo, hi = aff.const, aff.const
             for v, k in aff.terms:
-                top = vars_[v].extent - 1
-                lo, hi = lo + min(0, k * top), hi + max(0, k * top)
+                bot, top = self.pieces.range_of(v, vars_)
+                lo, hi = lo + min(k * bot, k * top), hi + max(k * bot, k * top)
             if lo < 0 or hi >= t.shape[d]:
                 raise _Err(e.loc, f"index out of bounds: dim {d} of '{t.name}' reaches [{lo}, {hi}] but its size is"
                                   f" {t.shape[d]}")
@@ -446,13 +456,13 @@ class _Checker:
                 raise _Err(e.loc, f"dtype mismatch in '@': {a.dtype} @ {b.dtype} (cast one side, e.g. f32(x))")
             return Dot(a, b, "f32", (a.shape[0], b.shape[1]), e.loc)
         if isinstance(e, ast.BinOp):
-            if e.op == "%":  # index arithmetic (`_affine`) and integer constants only: tile math has no remainder
+            if e.op in ("%", "//"):  # index arithmetic (`_affine`) and integer constants only: no remainder in tiles
                 try:
                     return Const(_const(e, self.consts, "'%' of constants"), "i32", (), e.loc)
                 except _Err as err:
                     if err.msg == "division by zero":
                         raise
-                raise _Err(e.loc, "'%' is only for index and size arithmetic on dims, not in tile math (which has"
+                raise _Err(e.loc, f"'{e.op}' is only for index and size arithmetic on dims, not in tile math (which has"
                                   " + - * / and functions)")
             a, b = self.expr(e.lhs, vars_), self.expr(e.rhs, vars_)
             shape = _broadcast(a.shape, b.shape, scalars=True)

@@ -1,0 +1,111 @@
+"""Sema's half of peer expressions and index pieces (the algebra is tilec/ir/peers.py).
+
+A stage's `X@(rank + s + 1)[...]` and `((rank + 1) % W) * M + m` are checked here: a peer is affine in `rank` and
+rank loop variables (taken modulo W); a `%` or `//` in an index divides by a constant and uses only variables of one
+element per task (rank, rank loops, unit-step loops), as a tile loop must stay the tile's start, coefficient 1.
+Each distinct piece becomes one derived variable of the stage (`Var.derived`), named `_peerN` or `_pieceN`.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from tilec.errors import Loc
+from tilec.frontend import ast
+from tilec.frontend.affine import NotAffine, affine
+from tilec.ir.peers import Piece, flatten
+from tilec.ir.types import Var
+
+
+class StagePieces:
+    def __init__(self, world: int, consts: dict[str, int]):
+        self.world, self.consts = world, consts
+        self.vars: dict[str, Var] = {}  # derived variables by name, in the order they were made
+        self._named: dict[Piece, str] = {}
+
+    def derived(self) -> tuple[Var, ...]:
+        return tuple(self.vars.values())
+
+    def range_of(self, v: str, vars_: dict[str, Var]) -> tuple[int, int]:
+        """The smallest and largest value variable v takes (a derived one: what its piece can reach)."""
+        x = vars_[v]
+        if x.derived is None:
+            return 0, max(x.extent - 1, 0)
+        p: Piece = x.derived
+        return p.reach({u: self.range_of(u, vars_) for u in p.vars})
+
+    def callback(self, vars_: dict[str, Var]):
+        """affine()'s `piece` hook for an index of this stage."""
+        def piece(op: str, terms: dict, const, by, loc: Loc) -> str:
+            return self._piece(op, terms, const, by, loc, vars_)
+        return piece
+
+    def _piece(self, op: str, terms: dict, const, by, loc: Loc, vars_: dict[str, Var]) -> tuple[dict, int]:
+        if not (isinstance(by, int | Fraction) and Fraction(by).denominator == 1 and by > 0):
+            raise NotAffine(loc, f"'{op}' by {by}: an index piece divides by a positive integer constant")
+        by = int(by)
+        if any(Fraction(k).denominator != 1 for k in terms.values()) or Fraction(const).denominator != 1:
+            raise NotAffine(loc, f"'{op}' of a fraction: the expression before '{op}' must be an integer")
+        terms, const = {v: int(k) for v, k in terms.items()}, int(const)
+        if all((k * vars_[v].step) % by == 0 for v, k in terms.items()) and const % by == 0:
+            # an exact division (or a remainder that is always 0): affine after all
+            if op == "%":
+                return {}, 0
+            return {v: Fraction(k, by) for v, k in terms.items()}, const // by
+        tiles = [v for v in terms if vars_[v].kind == "tile" and vars_[v].step > 1]
+        if tiles:
+            v = tiles[0]
+            raise NotAffine(loc, f"'{op} {by}' of tile loop '{v}' (step {vars_[v].step}) is not tile-aligned: a tile"
+                                 f" would split; keep '{v}' outside the '{op}' with coefficient 1, or use a piece of"
+                                 " rank, rank loops and unit-step loops")
+        terms, const = flatten(terms, const, {n: x.derived for n, x in self.vars.items()}, by) if op == "%" else \
+            (terms, const)
+        kind = "peer" if op == "%" and by == self.world and all(vars_[v].is_rank for v in terms) else "piece"
+        return {self._name(Piece.make(terms, const, op, by), kind, loc, vars_): 1}, 0
+
+    def _name(self, p: Piece, kind: str, loc: Loc, vars_: dict[str, Var]) -> str:
+        if p not in self._named:
+            name = f"_{kind}{sum(1 for x in self.vars.values() if x.kind == kind)}"
+            self._named[p] = name
+            self.vars[name] = Var(name, kind, 1, 1, loc, derived=p)
+        name = self._named[p]
+        vars_[name] = self.vars[name]
+        return name
+
+    def peer(self, e: ast.Expr, vars_: dict[str, Var]) -> str:
+        """The rank variable `X@(e)` names: `rank` or a rank loop variable itself, else a derived peer."""
+        from tilec.frontend.sema import _Err
+
+        where = f"peer '{_text(e)}'"
+        try:
+            terms, c = affine(e, self.consts, vars_, self.callback(vars_))
+        except NotAffine as x:
+            raise _Err(x.loc, f"{where} is not affine in `rank` and rank loop variables ({x.msg})") from None
+        if any(Fraction(k).denominator != 1 for k in terms.values()) or Fraction(c).denominator != 1:
+            raise _Err(e.loc, f"{where} is not an integer for every task")
+        for v in terms:
+            if not vars_[v].is_rank:
+                raise _Err(e.loc, f"{where} uses '{v}', which is not `rank` or a rank loop variable (a peer is"
+                                  " affine in those, modulo the world size)")
+        terms, c = flatten({v: int(k) for v, k in terms.items()}, int(c),
+                           {n: x.derived for n, x in self.vars.items()}, self.world)
+        p = Piece.make(terms, c, "%", self.world)
+        if p.const == 0 and len(p.terms) == 1 and p.terms[0][1] == 1 and vars_[p.terms[0][0]].derived is None:
+            return p.terms[0][0]
+        if not p.terms:
+            raise _Err(e.loc, f"{where} is rank {p.const} in every task: name a rank loop variable or `rank`"
+                              " (a fixed rank is not supported)")
+        return self._name(p, "peer", e.loc, vars_)
+
+
+def _text(e: ast.Expr) -> str:
+    if isinstance(e, ast.Int):
+        return str(e.value)
+    if isinstance(e, ast.Name):
+        return e.id
+    if isinstance(e, ast.Neg):
+        return f"-{_text(e.operand)}"
+    if isinstance(e, ast.BinOp):
+        return f"{_text(e.lhs)} {e.op} {_text(e.rhs)}"
+    return "..."
+
