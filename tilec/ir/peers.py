@@ -139,3 +139,28 @@ def inputs(names, dom: dict) -> set[str]:
         else:
             todo += list(p.vars)
     return out
+
+
+def known_from(known, dom: dict) -> set[str]:
+    """The variables whose value `known` fixes: each derived variable known, with every input of it known but one
+    that it steps through every value of (Piece.inverts; a peer `rank + s` and `rank` give `s`), makes that one
+    known too, and a known derived variable's inputs known when all of them are determined that way. A flag's
+    counter, its holder and key known, then says which producer tasks bump it (replace-barriers' count)."""
+    out = set(known)
+    grew = True
+    while grew:
+        grew = False
+        for name, v in dom.items():
+            p = getattr(v, "derived", None)
+            if p is None:
+                continue
+            if name not in out and all(x in out for x in p.vars):
+                out.add(name)
+                grew = True
+            elif name in out:
+                left = [x for x in p.vars if x not in out]
+                if len(left) == 1 and p.inverts(left[0]) and dom[left[0]].is_rank and p.by == dom.get(
+                        left[0]).extent:
+                    out.add(left[0])
+                    grew = True
+    return out

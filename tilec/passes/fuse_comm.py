@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.errors import ScheduleError
+from tilec.ir import peers
 from tilec.ir.graph import (
     Pull,
     Stage,
@@ -93,7 +94,11 @@ class FuseComm(Pass):
             loops = {v.name: v for v in cp.loops} | {ME: Var(ME, "me", prog.world, 1, cp.loc)}
             invert(buf, loops, set(), prog.world, f"fused-pull of stage '{cp.name}'")
             if not all(v.name in buf.vars for v in cp.loops):
-                why.append(f"stage '{cp.name}' writes the same tile from several tasks")
+                via = [v.name for v in cp.loops if v.name not in buf.vars and v.name in peers.inputs(buf.vars, loops)]
+                why.append(f"stage '{cp.name}' indexes {buf.tensor} through a peer expression of '{via[0]}' ({buf}): a"
+                           " pull reads a copy's source by the loop variables that index its tiles (flags and"
+                           " fused-push run it)" if via else
+                           f"stage '{cp.name}' writes the same tile from several tasks")
                 continue
 
             def to_pull(e, buf=buf, src=src, cp=cp):

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.errors import ScheduleError
+from tilec.ir import peers
 from tilec.ir.graph import (
     FLAGS,
     Flag,
@@ -154,8 +155,9 @@ class ReplaceBarriers(Pass):
         dims = invert(write, loops, set(key), world, f"replace-barriers for stage '{p.name}'")
         # counters are bumped by every producer task that maps onto them; the destination rank var only selects
         # which rank's counters, so it does not multiply the count
-        count = trips(v for v in p.loops if v.name not in key and v.name != write.rank)
-        if write.rank != ME and ME not in key:  # every rank pushes into the same counters of the peer
+        known = peers.known_from(set(key) | {write.rank}, loops)  # a peer in the key fixes its ring step
+        count = trips(v for v in p.loops if v.name not in known)
+        if write.rank != ME and ME not in known:  # every rank pushes into the same counters of the peer
             count *= world
         return Flag(name, write.tensor, p.name, write, tuple(key), flag_size(dims), count, self.granularity, p.loc)
 

@@ -134,8 +134,8 @@ def _hang(ctx: Ctx, c: Stage, w: Wait, f: Flag, plan, sc, red: set[str], info: F
     read's tasks over this rank's own rows poll nothing)."""
     read = w.read
     owner_red = read.rank in red
-    joint = sorted(peers.inputs({v for r in plan.reach for v, _ in r.terms} | {r.tile.name for r in plan.reach if r.tile}
-                                | (set() if owner_red else {read.rank}) | set(extra), sc))
+    joint = {v for r in plan.reach for v, _ in r.terms} | {r.tile.name for r in plan.reach if r.tile}
+    joint = sorted(peers.inputs(joint | (set() if owner_red else {read.rank}) | set(extra), sc))
     env = peers.derive(regions.grid([sc[v] for v in joint], f"the wait on {f.name}"), sc)
     n = len(next(iter(env.values()))) if env else 1
     box_lo = [np.zeros(n, dtype=np.int64) if owner_red else env[read.rank]]
