@@ -14,7 +14,7 @@ from tilec.errors import Loc
 from tilec.frontend import ast
 from tilec.frontend.affine import NotAffine, affine
 from tilec.ir.peers import Piece, flatten
-from tilec.ir.types import Var
+from tilec.ir.types import ME, Var
 
 
 class StagePieces:
@@ -90,6 +90,8 @@ class StagePieces:
         terms, c = flatten({v: int(k) for v, k in terms.items()}, int(c),
                            {n: x.derived for n, x in self.vars.items()}, self.world)
         p = Piece.make(terms, c, "%", self.world)
+        if self.world == 1:  # every peer is this rank
+            return ME
         if p.const == 0 and len(p.terms) == 1 and p.terms[0][1] == 1 and vars_[p.terms[0][0]].derived is None:
             return p.terms[0][0]
         if not p.terms:
