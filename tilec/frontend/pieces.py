@@ -47,11 +47,10 @@ class StagePieces:
         if any(Fraction(k).denominator != 1 for k in terms.values()) or Fraction(const).denominator != 1:
             raise NotAffine(loc, f"'{op}' of a fraction: the expression before '{op}' must be an integer")
         terms, const = {v: int(k) for v, k in terms.items()}, int(const)
-        if all((k * vars_[v].step) % by == 0 for v, k in terms.items()) and const % by == 0:
-            # an exact division (or a remainder that is always 0): affine after all
-            if op == "%":
-                return {}, 0
-            return {v: Fraction(k, by) for v, k in terms.items()}, const // by
+        if op == "%" and all((k * vars_[v].step) % by == 0 for v, k in terms.items()):
+            return {}, const % by  # every value of the terms is a multiple of `by`: the remainder is the constant's
+        if op == "//" and all(k % by == 0 for k in terms.values()):
+            return {v: k // by for v, k in terms.items()}, const // by  # an exact division: affine after all
         tiles = [v for v in terms if vars_[v].kind == "tile" and vars_[v].step > 1]
         if tiles:
             v = tiles[0]
