@@ -242,7 +242,8 @@ def _by_expectation(e: UnexpectedInput, source: str) -> str | None:
         return _MESSAGES["loop"]
     if expected == {"COLON"} and at.split(" ", 1)[0] in ("in", "out", "buf"):
         return _MESSAGES["tensor"]
-    if (expected and expected <= {"NAME", "PEER", "UNDERSCORE"}) or (expected == {"LSQB"} and at == "barrier"):
+    targets = {"NAME", "PEER", "PEER_AT", "UNDERSCORE"}
+    if (expected and expected <= targets) or (expected == {"LSQB"} and at == "barrier"):
         return _MESSAGES["body"]
     return None
 

@@ -73,18 +73,16 @@ class StagePieces:
 
     def peer(self, e: ast.Expr, vars_: dict[str, Var]) -> str:
         """The rank variable `X@(e)` names: `rank` or a rank loop variable itself, else a derived peer."""
-        from tilec.frontend.sema import _Err
-
         where = f"peer '{_text(e)}'"
         try:
             terms, c = affine(e, self.consts, vars_, self.callback(vars_))
         except NotAffine as x:
-            raise _Err(x.loc, f"{where} is not affine in `rank` and rank loop variables ({x.msg})") from None
+            raise NotAffine(x.loc, f"{where} is not affine in `rank` and rank loop variables ({x.msg})") from None
         if any(Fraction(k).denominator != 1 for k in terms.values()) or Fraction(c).denominator != 1:
-            raise _Err(e.loc, f"{where} is not an integer for every task")
+            raise NotAffine(e.loc, f"{where} is not an integer for every task")
         for v in terms:
             if not vars_[v].is_rank:
-                raise _Err(e.loc, f"{where} uses '{v}', which is not `rank` or a rank loop variable (a peer is"
+                raise NotAffine(e.loc, f"{where} uses '{v}', which is not `rank` or a rank loop variable (a peer is"
                                   " affine in those, modulo the world size)")
         terms, c = flatten({v: int(k) for v, k in terms.items()}, int(c),
                            {n: x.derived for n, x in self.vars.items()}, self.world)
@@ -94,7 +92,7 @@ class StagePieces:
         if p.const == 0 and len(p.terms) == 1 and p.terms[0][1] == 1 and vars_[p.terms[0][0]].derived is None:
             return p.terms[0][0]
         if not p.terms:
-            raise _Err(e.loc, f"{where} is rank {p.const} in every task: name a rank loop variable or `rank`"
+            raise NotAffine(e.loc, f"{where} is rank {p.const} in every task: name a rank loop variable or `rank`"
                               " (a fixed rank is not supported)")
         return self._name(p, "peer", e.loc, vars_)
 

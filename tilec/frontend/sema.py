@@ -18,6 +18,7 @@ from tilec.frontend import ast, rows
 from tilec.frontend.affine import NotAffine, affine
 from tilec.frontend.limits import MAX_LOOPS, MAX_SIZE, MAX_TASKS, MAX_TILE, MAX_WORLD, tile_problems
 from tilec.frontend.pieces import StagePieces
+from tilec.frontend.steps import ring_steps
 from tilec.ir.builtins import TILE_FNS
 from tilec.ir.reserved import reserved_problem
 from tilec.ir.peers import inputs as peer_inputs
@@ -358,7 +359,10 @@ class _Checker:
         if r.rank is not None and not isinstance(r.rank, str):  # `X@(rank + 1)`: a peer expression
             if not t.symmetric:
                 raise _Err(r.loc, f"'{t.name}' is not symmetric: only symmetric tensors can be accessed on a peer")
-            rank = self.pieces.peer(r.rank, vars_)
+            try:
+                rank = self.pieces.peer(r.rank, vars_)
+            except NotAffine as x:
+                raise _Err(x.loc, x.msg) from None
         elif r.rank is not None:
             rv = vars_.get(r.rank)
             if rv is None or not rv.is_rank:
@@ -538,6 +542,23 @@ class _Checker:
                         " between them")
         return None
 
+    def reads_own_writes(self, it: StageIR, st: Store, ld: Load) -> bool:
+        """Whether some task of stage `it` reads an element of `ld`'s tensor that a task of it stores, on any rank
+        (exactly: ir/regions.py; a question too large to decide counts as yes)."""
+        from tilec.ir import regions
+        from tilec.ir.types import reduction_vars
+
+        me = {ME: Var(ME, "me", self.world, 1, it.loc)}
+        shape = self.tensors[ld.access.tensor].shape
+        scope = {v.name: v for v in it.loops} | me | {v.name: v for v in reduction_vars(st.value)}
+        try:
+            want = regions.region(ld.access, scope, self.world, shape)
+            return any(regions.common(want, regions.region(x.access, {v.name: v for v in it.loops} | me, self.world,
+                                                           shape)) is not None
+                       for x in it.body if x.access.tensor == ld.access.tensor)
+        except regions.Undecidable:
+            return True
+
     def phases(self, items: list[StageIR | BarrierIR]) -> None:
         written_before: set[str] = set()  # by stages in earlier phases
         phase_writes: dict[str, tuple[str, bool]] = {}  # tensor -> (first stage, written remotely by any)
@@ -552,11 +573,14 @@ class _Checker:
                 for ld in loads(st.value):
                     a, name = ld.access, ld.access.tensor
                     t = self.tensors[name]
-                    if name in written_here:
+                    if name in written_here and self.reads_own_writes(it, st, ld):
                         self.err(ld.loc, f"stage '{it.name}' reads '{name}', which it also writes: tasks would race"
-                                         " on it; write the result to another tensor")
+                                         " on it; write the result to another tensor (or loop over steps first,"
+                                         " `s in ranks` or `s in W - 1 by 1`: step s may read step s - 1)")
                         continue
-                    if t.kind != "in" and name not in written_before and name not in phase_writes:
+                    if name in written_here:  # elements no task of this stage writes (a ring step's chunk)
+                        pass
+                    elif t.kind != "in" and name not in written_before and name not in phase_writes:
                         self.err(ld.loc, f"stage '{it.name}' reads '{name}' before any stage writes it")
                     elif name in phase_writes and (a.remote or phase_writes[name][1]):
                         why = self.read_race(it, st, ld, phase_stores[name])
@@ -666,14 +690,20 @@ def check(prog: ast.Program, world: int, dims: dict[str, int] | None = None) -> 
     c.declare()
     items: list[StageIR | BarrierIR] = []
     names: set[str] = set()
-    for it in prog.items:
-        if isinstance(it, ast.Barrier):
-            items.append(BarrierIR(it.loc))
-            continue
-        if it.name in names:
-            c.err(it.loc, f"stage '{it.name}' is already defined")
-        names.add(it.name)
-        items.append(c.stage(it))
+    for item in prog.items:
+        try:  # a stage that forwards what it received runs step by step (frontend/steps.py)
+            steps = ring_steps(item, c.consts, world) if isinstance(item, ast.Stage) else None
+        except NotAffine as x:
+            c.err(x.loc, x.msg)
+            steps = None
+        for it in [item] if steps is None else steps:
+            if isinstance(it, ast.Barrier):
+                items.append(BarrierIR(it.loc))
+                continue
+            if it.name in names:
+                c.err(it.loc, f"stage '{it.name}' is already defined")
+            names.add(it.name)
+            items.append(c.stage(it))
     if not any(isinstance(i, StageIR) for i in items):
         c.err(prog.loc, "program has no stages")
     if not c.errors:

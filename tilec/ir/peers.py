@@ -164,3 +164,34 @@ def known_from(known, dom: dict) -> set[str]:
                     out.add(left[0])
                     grew = True
     return out
+
+
+def transpose(loops: tuple, rv: str, world: int, me: str = "rank") -> tuple | None:
+    """The loops of a copy stage whose task on rank `me` pulls from the rank its peer variable `rv` names, for the
+    same copies run by that peer, pushing (fuse-comm push renames `me` and `rv` in the accesses): every piece has
+    `me` and `rv` swapped, and rv's own piece is inverted, rank = a^-1 (rv - rest) mod W, so the new `rv` is the
+    rank that pulled. None where that inverse does not exist (rank's coefficient shares a factor with W, or the
+    rest depends on another piece)."""
+    from dataclasses import replace
+
+    by = {v.name: v for v in loops}
+    p = getattr(by.get(rv), "derived", None)
+    if p is None:
+        return tuple(loops)
+    a = dict(p.terms).get(me, 0)
+    rest = {u: k for u, k in p.terms if u != me}
+    if math.gcd(a, world) != 1 or any(getattr(by.get(u), "derived", None) is not None for u in rest):
+        return None
+    inv = pow(a, -1, world)
+    inverted = Piece.make({me: inv, **{u: -inv * k for u, k in rest.items()}}, -inv * p.const, "%", world)
+    swap = {me: rv, rv: me}
+    plain = [v for v in loops if v.derived is None]
+    others = []
+    for v in loops:
+        if v.derived is not None and v.name != rv:
+            q = v.derived
+            terms: dict[str, int] = {}
+            for u, k in q.terms:
+                terms[swap.get(u, u)] = terms.get(swap.get(u, u), 0) + k
+            others.append(replace(v, derived=Piece.make(terms, q.const, q.op, q.by)))
+    return (*plain, replace(by[rv], derived=inverted), *others)

@@ -146,10 +146,15 @@ class FuseComm(Pass):
                 why.append(f"stage '{racy[0].name}' reads '{racy[1]}' in the phase of stage '{cp.name}' (no barrier"
                            " between them), so tiles pushed by peers could arrive after it reads them")
                 continue
+            turned = peers.transpose(cp.loops, rv, program_of(g).world, ME)  # a peer expression: its inverse
+            if turned is None:
+                why.append(f"stage '{cp.name}' pulls from a peer expression ({cp.body[0].value.access}) that does not"
+                           " invert: a push needs the rank that pulled")
+                continue
             body = tuple(replace(st, access=_swap_rank(st.access, rv),
                                  value=replace(st.value, access=_swap_rank(st.value.access, rv))) for st in cp.body)
             dsts = ", ".join(f"{st.access.tensor}@{rv}" for st in cp.body)
-            set_payload(g, sid(cp.name), replace(cp, body=body, note=_join(cp.note, f"pushes to {dsts}")))
+            set_payload(g, sid(cp.name), replace(cp, loops=turned, body=body, note=_join(cp.note, f"pushes to {dsts}")))
             pushed += 1
         if not pushed:
             if any(st.access.remote for s in stages(g) for st in s.body):

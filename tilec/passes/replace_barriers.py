@@ -54,6 +54,7 @@ from tilec.ir.types import ME, Var, reduction_vars, trips
 from tilec.ir.wait_plan import release_signature
 
 from .base import Pass
+from .ring_writers import reads_from, ring_writers
 
 GRANULARITIES = ("auto", "tile", "rank", "tensor")
 
@@ -72,10 +73,12 @@ class ReplaceBarriers(Pass):
         # verifier prove it), so no order between them matters; writers across a barrier need that barrier
         read = {r.access.tensor for c in stages(g) for r in c.reads() if not isinstance(r, Pull)}
         phase = {s.name: i for i, ph in enumerate(phases(g)) for s in ph}
+        several = ring_writers(g)  # tensors whose writers store disjoint elements: a read waits on the one it reads
         for s in stages(g):
             for st in s.body:
                 t = st.access.tensor
-                if t in writer and writer[t] != s.name and (t in read or phase[s.name] != phase[writer[t]]):
+                if t in writer and writer[t] != s.name and (t in read or phase[s.name] != phase[writer[t]]) and \
+                        t not in several:
                     raise ScheduleError(f"replace-barriers: '{t}' is written by stages '{writer[t]}' and '{s.name}';"
                                         " per-tile flags cannot order the second write after the first one's readers")
                 writer.setdefault(t, s.name)
@@ -91,7 +94,13 @@ class ReplaceBarriers(Pass):
                 t = r.access.tensor
                 if t not in writer or writer[t] == c.name:
                     continue
-                p = payload_of(g, sid(writer[t]))
+                if t in several:
+                    w = reads_from(g, several[t], c, r.access)
+                    if w is None or w == c.name:
+                        continue
+                    p = payload_of(g, sid(w))
+                else:
+                    p = payload_of(g, sid(writer[t]))
                 st, fname = _covering_store(p, c, r.access, prog)
                 deps.append((c, r, p, st, fname))
                 reduced.setdefault(fname, set()).update(
