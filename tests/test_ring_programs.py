@@ -18,11 +18,27 @@ from tilec.runtime import spawn
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = [(s, "sm") for s in SCHEDULES] + [("flags", "dma"), ("fused-push", "dma")]
 # what must apply, per example, at a world of more than one rank (the rest may refuse, saying why)
-MUST = {"ring_all_gather": {("bsp", "sm"), ("flags", "sm")},
+MUST = {"ring_all_gather": {("bsp", "sm"), ("flags", "sm"), ("fused-push", "sm")},
         "ring_ag_gemm": {("bsp", "sm"), ("flags", "sm"), ("fused-push", "sm"), ("specialized", "sm"),
                          ("flags", "dma"), ("fused-push", "dma")},
+        "ring_direct": {("bsp", "sm"), ("flags", "sm"), ("fused-push", "sm"), ("specialized", "sm"),
+                        ("flags", "dma"), ("fused-push", "dma")},
         "shift": {("bsp", "sm"), ("flags", "sm")}}
 
+# the ring in the other direction, without forwarding: step s reads rank r + s's rows straight from it
+RING_DIRECT = """program ring_direct(world W)
+  dims  M = 256, N = 192, K = 128
+  tiles BM = 64, BN = 64, BK = 32
+  in  A  : f16[M/W, K] symmetric
+  in  B  : f16[K, N]
+  out C  : f16[M, N]
+  buf Ag : f16[M, K] symmetric
+  stage ring over s in ranks, m in M/W by BM, k in K by BK:
+    Ag[((rank + s) % W) * M/W + m, k] = A@(rank + s)[m, k]
+  barrier
+  stage gemm over s in ranks, m in M/W by BM, n in N by BN:
+    C[((rank + s) % W) * M/W + m, n] = sum k in K by BK: Ag[((rank + s) % W) * M/W + m, k] @ B[k, n]
+"""
 SHIFT = """program shift(world W)
   dims  M = 64
   tiles BM = 16
@@ -38,24 +54,26 @@ SHIFT = """program shift(world W)
 
 
 def _compile(name, world, schedule, transport, dims):
-    if name == "shift":
-        return tilec.compile("tests/shift.tile", world=world, schedule=schedule, transport=transport, dims=dims,
-                             source=SHIFT)
+    if name in ("shift", "ring_direct"):
+        return tilec.compile(f"tests/{name}.tile", world=world, schedule=schedule, transport=transport, dims=dims,
+                             source=SHIFT if name == "shift" else RING_DIRECT)
     return tilec.compile(f"examples/{name}.tile", world=world, schedule=schedule, transport=transport, dims=dims)
 
 
 def _cases(world):
-    m = 32 * world
+    m = 16 * world  # one tile per chunk: the CPU emulation runs every step's kernels
     g = torch.Generator().manual_seed(world)
     a = [torch.randn(m // world, 32, generator=g).half() for _ in range(world)]
     b = torch.randn(32, 32, generator=g).half()
     full = torch.cat([x.float() for x in a])
     x = [torch.randn(64, generator=g) for _ in range(world)]
     progs = {
-        "ring_all_gather": ({"M": m, "K": 32, "BM": 16, "BK": 16}, [{"A": a[r]} for r in range(world)],
+        "ring_all_gather": ({"M": m, "K": 32, "BM": 16, "BK": 32}, [{"A": a[r]} for r in range(world)],
                             [{"Ag": full} for _ in range(world)]),
-        "ring_ag_gemm": ({"M": m, "N": 32, "K": 32, "BM": 16, "BN": 16, "BK": 16},
+        "ring_ag_gemm": ({"M": m, "N": 32, "K": 32, "BM": 16, "BN": 32, "BK": 16},
                          [{"A": a[r], "B": b} for r in range(world)], [{"C": full @ b.float()} for _ in range(world)]),
+        "ring_direct": ({"M": m, "N": 32, "K": 32, "BM": 16, "BN": 32, "BK": 32},
+                        [{"A": a[r], "B": b} for r in range(world)], [{"C": full @ b.float()} for _ in range(world)]),
         "shift": ({}, [{"A": x[r]} for r in range(world)],
                   [{"Y": 2 * (x[(r + 1) % world] + x[(r - 1) % world])} for r in range(world)]),
     }
@@ -68,7 +86,7 @@ def _cases(world):
                 refused[(name, sched, transport)] = str(e)
                 continue
             key = (name, sched, transport)
-            cases.append((key, prog, [inputs, inputs], ()))
+            cases.append((key, prog, [inputs], ()))
             want[key] = outs
     return cases, want, refused
 
@@ -91,15 +109,17 @@ def test_ring_programs_match_torch(world):
 
 
 def test_every_schedule_applies_or_says_why():
-    """`tilec check` lists a reason per schedule that does not apply; the ring programs' refusals name the stage."""
-    for name in ("ring_all_gather", "ring_ag_gemm"):
+    """A schedule that does not apply to a ring program says why (`tilec check` lists it)."""
+    for name in ("ring_all_gather", "ring_ag_gemm", "ring_direct"):
         for sched in SCHEDULES:
             try:
                 _compile(name, 4, sched, "sm", None)
             except ScheduleError as e:
-                assert sched in str(e) and "does not apply" in str(e), str(e)
-    with pytest.raises(ScheduleError, match="peer expression of 's'"):
-        _compile("ring_ag_gemm", 4, "fused-pull", "sm", None)
+                assert f"{sched} does not apply: " in str(e) and len(str(e)) > 40, str(e)
+    with pytest.raises(ScheduleError, match="through a peer expression of 's'"):
+        _compile("ring_direct", 4, "fused-pull", "sm", None)
+    with pytest.raises(ScheduleError, match="transport=dma needs flags"):
+        _compile("ring_ag_gemm", 4, "bsp", "dma", None)
 
 
 def test_a_neighbour_read_waits_on_exactly_one_peer():
@@ -119,14 +139,21 @@ def test_a_neighbour_read_waits_on_exactly_one_peer():
     assert len(shift_waits) == 2 and all(", _peer0, " in ln or ", _peer1, " in ln for ln in shift_waits), shift_waits
 
 
-def test_a_ring_step_waits_on_the_chunk_of_its_step():
-    """ring_ag_gemm under flags: step s of the GEMM waits on the rows of Ag its step s copied (one chunk of one
-    neighbour), not on every peer's rows: the counter it polls is that chunk's."""
+def test_a_ring_step_waits_on_the_chunk_its_neighbour_received():
+    """ring_ag_gemm under flags at world 4: ring step s waits on one counter of its left neighbour's step s - 1
+    (the chunk it forwards), and GEMM step s on the one ring step that brought its chunk, never on every peer."""
     prog = _compile("ring_ag_gemm", 4, "flags", "sm", None)
-    (w,) = waits(prog.graph, "gemm")
-    assert w.read.rank == "rank"  # the chunk is local: the copy stage of this rank fetched it
-    assert str(w.read) == "Ag[64*_peer0 + m, k]"  # its rows: the chunk of peer (rank + s) % W
-    assert "_peer0 = (rank + s) % 4" in prog.source
+    g = prog.graph
+    for s in range(3):
+        (w,) = waits(g, f"ring_{s}")
+        assert w.producer == ("own" if s == 0 else f"ring_{s - 1}")
+        peer = {v.name: v.derived for v in stage(g, f"ring_{s}").loops if v.derived is not None}[w.read.rank]
+        assert [peer.ranks({"rank": [r]}) for r in range(4)] == [{(r - 1) % 4} for r in range(4)]
+    for s in range(4):
+        (w,) = waits(g, f"gemm_{s}")
+        assert w.read.rank == "rank" and w.producer == ("own" if s == 0 else f"ring_{s - 1}")
+    src = prog.source
+    assert "td.wait(F_Ag_ring_0 + lo // 64, epoch * 4, rank, _peer0," in src and "_peer0 = (rank + 3) % 4" in src
 
 
 def _error(body: str, world: int = 4) -> str:

@@ -18,7 +18,7 @@ from tilec.frontend import ast, rows
 from tilec.frontend.affine import NotAffine, affine
 from tilec.frontend.limits import MAX_LOOPS, MAX_SIZE, MAX_TASKS, MAX_TILE, MAX_WORLD, tile_problems
 from tilec.frontend.pieces import StagePieces
-from tilec.frontend.steps import ring_steps
+from tilec.frontend.steps import forwards, ring_steps
 from tilec.ir.builtins import TILE_FNS
 from tilec.ir.reserved import reserved_problem
 from tilec.ir.peers import inputs as peer_inputs
@@ -690,12 +690,15 @@ def check(prog: ast.Program, world: int, dims: dict[str, int] | None = None) -> 
     c.declare()
     items: list[StageIR | BarrierIR] = []
     names: set[str] = set()
+    stepped: set[str] = set()  # tensors written by forwarding stages
     for item in prog.items:
         try:  # a stage that forwards what it received runs step by step (frontend/steps.py)
-            steps = ring_steps(item, c.consts, world) if isinstance(item, ast.Stage) else None
+            steps = ring_steps(item, c.consts, world, stepped) if isinstance(item, ast.Stage) else None
         except NotAffine as x:
             c.err(x.loc, x.msg)
             steps = None
+        if steps is not None and forwards(item):
+            stepped |= {t.tensor for a in item.body for t in a.targets if t is not None}
         for it in [item] if steps is None else steps:
             if isinstance(it, ast.Barrier):
                 items.append(BarrierIR(it.loc))

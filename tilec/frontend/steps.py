@@ -7,7 +7,9 @@ Step s reads the chunk its left neighbour received at step s - 1. Such a stage, 
 a unit-step tile loop (its steps), becomes one stage per step, `ring_0`, `ring_1`, ..., with that loop's variable
 a constant in each and a `barrier` between consecutive ones: every check of sema and every pass then applies as
 to stages written out by hand (flags turn the barriers into one neighbour's per-tile flags; bsp keeps them).
-A stage of zero steps (`s in W - 1 by 1` at a world of one) is no stage at all.
+A stage of zero steps (`s in W - 1 by 1` at a world of one) is no stage at all. A stage over steps reading what a
+forwarding stage wrote (`gemm over s in ranks, ...` reading the chunk that arrived at step s) runs step by step as
+well, so each step's reads wait on one step of the ring.
 """
 
 from __future__ import annotations
@@ -51,10 +53,15 @@ def forwards(st: ast.Stage) -> bool:
     return any(r.tensor in written for a in st.body for r in _refs(a.value))
 
 
-def ring_steps(st: ast.Stage, consts: dict[str, int], world: int) -> list[ast.Stage | ast.Barrier] | None:
+def ring_steps(st: ast.Stage, consts: dict[str, int], world: int,
+               stepped: set[str] = frozenset()) -> list[ast.Stage | ast.Barrier] | None:
     """The stage's steps with barriers between them, or None when it is not a forwarding stage over steps (sema
-    then says why it may not read what it writes). NotAffine where its step count is not a constant."""
-    if not forwards(st) or not st.loops:
+    then says why it may not read what it writes). A stage over steps that reads a tensor an earlier forwarding
+    stage wrote (`stepped`: a GEMM over the chunks a ring gathers) runs step by step too, without barriers: each
+    step reads the chunk of one step of the ring. NotAffine where its step count is not a constant."""
+    fwd = forwards(st)
+    reads = {r.tensor for a in st.body for r in _refs(a.value)}
+    if not (fwd or reads & stepped) or not st.loops:
         return None
     lp = st.loops[0]
     if lp.kind == "rank":
@@ -70,7 +77,7 @@ def ring_steps(st: ast.Stage, consts: dict[str, int], world: int) -> list[ast.St
         n = int(n)
     out: list[ast.Stage | ast.Barrier] = []
     for i in range(n):
-        if i:
+        if i and fwd:
             out.append(ast.Barrier(st.loc))
         body = tuple(_subst(a, lp.var, i) for a in st.body)
         out.append(ast.Stage(f"{st.name}_{i}", st.loops[1:], body, st.loc))
