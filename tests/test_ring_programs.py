@@ -1,4 +1,5 @@
-"""Peer expressions (`X@(rank + s)`, `X@(rank + 1)`) and `%` / `//` index pieces: the ring examples compile under
+"""Peer expressions (`X@(rank + s)`, `X@(rank + 1)`) and `%` / `//` index pieces: the ring examples (a forwarded
+ring all-gather, a ring AG+GEMM, a direct ring, a neighbour exchange, a pipeline send) compile under
 every schedule that applies (the others say why), verify, and match torch on 1-4 CPU ranks; one ring step waits on
 its one neighbour's flag; peers that are not affine, `%` by a variable and `//` pieces that split a tile are
 located errors; the peer algebra (tilec/ir/peers.py) on its own."""
@@ -23,7 +24,22 @@ MUST = {"ring_all_gather": {("bsp", "sm"), ("flags", "sm"), ("fused-push", "sm")
                          ("flags", "dma"), ("fused-push", "dma")},
         "ring_direct": {("bsp", "sm"), ("flags", "sm"), ("fused-push", "sm"), ("specialized", "sm"),
                         ("flags", "dma"), ("fused-push", "dma")},
-        "shift": {("bsp", "sm"), ("flags", "sm")}}
+        "shift": {("bsp", "sm"), ("flags", "sm")},
+        "send": {("bsp", "sm"), ("flags", "sm"), ("fused-push", "sm")}}
+
+# a pipeline's send: every rank stores into its right neighbour's buffer, which that rank then reads
+SEND = """program send(world W)
+  dims  M = 64
+  tiles BM = 16
+  in  A : f32[M]
+  out Y : f32[M]
+  buf X : f32[M] symmetric
+  stage send over m in M by BM:
+    X@(rank + 1)[m] = A[m] * 2
+  barrier
+  stage recv over m in M by BM:
+    Y[m] = X[m] + 1
+"""
 
 # the ring in the other direction, without forwarding: step s reads rank r + s's rows straight from it
 RING_DIRECT = """program ring_direct(world W)
@@ -54,9 +70,9 @@ SHIFT = """program shift(world W)
 
 
 def _compile(name, world, schedule, transport, dims):
-    if name in ("shift", "ring_direct"):
+    if name in ("shift", "ring_direct", "send"):
         return tilec.compile(f"tests/{name}.tile", world=world, schedule=schedule, transport=transport, dims=dims,
-                             source=SHIFT if name == "shift" else RING_DIRECT)
+                             source={"shift": SHIFT, "ring_direct": RING_DIRECT, "send": SEND}[name])
     return tilec.compile(f"examples/{name}.tile", world=world, schedule=schedule, transport=transport, dims=dims)
 
 
@@ -76,6 +92,7 @@ def _cases(world):
                         [{"A": a[r], "B": b} for r in range(world)], [{"C": full @ b.float()} for _ in range(world)]),
         "shift": ({}, [{"A": x[r]} for r in range(world)],
                   [{"Y": 2 * (x[(r + 1) % world] + x[(r - 1) % world])} for r in range(world)]),
+        "send": ({}, [{"A": x[r]} for r in range(world)], [{"Y": 2 * x[(r - 1) % world] + 1} for r in range(world)]),
     }
     cases, want, refused = [], {}, {}
     for name, (dims, inputs, outs) in progs.items():
