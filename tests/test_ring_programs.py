@@ -209,3 +209,30 @@ def test_peer_algebra():
     assert p.inverts("s") and not Piece.make({"s": 2}, 0, "%", w).inverts("s")
     q = Piece.make({"rank": 1}, 3, "//", 2)
     assert q.reach({"rank": (0, 3)}) == (1, 3) and q.evaluate({"rank": 3}) == 3
+
+
+TWO_WRITERS = """program two(world W)
+  dims  M = 64
+  tiles BM = 16
+  in  A : f32[M] symmetric
+  out Y : f32[2*M]
+  buf X : f32[2*M] symmetric
+  stage own over m in M by BM:
+    X[m] = A[m]
+  barrier
+  stage ring over s in 1 by 1, m in M by BM:
+    X[M + m] = X@(rank + 1)[m]
+  barrier
+  stage use over m in 2*M by BM:
+    Y[m] = X[m]
+"""
+
+
+def test_a_read_across_two_ring_writers_is_refused_under_flags():
+    """`use` reads X[m] over both halves, which `own` and the ring's step write: one read, two producers. bsp runs
+    it; flags refuses it, located, as a flag orders one producer."""
+    tilec.compile("tests/two.tile", world=2, schedule="bsp", source=TWO_WRITERS)
+    with pytest.raises(ScheduleError) as e:
+        tilec.compile("tests/two.tile", world=2, schedule="flags", source=TWO_WRITERS)
+    assert "stage 'use' (tests/two.tile:14:12) reads X[m], which reaches the elements of stages 'own' and" \
+           " 'ring_0'" in str(e.value)

@@ -95,7 +95,8 @@ class FuseComm(Pass):
             invert(buf, loops, set(), prog.world, f"fused-pull of stage '{cp.name}'")
             if not all(v.name in buf.vars for v in cp.loops):
                 via = [v.name for v in cp.loops if v.name not in buf.vars and v.name in peers.inputs(buf.vars, loops)]
-                why.append(f"stage '{cp.name}' indexes {buf.tensor} through a peer expression of '{via[0]}' ({buf}): a"
+                why.append(f"stage '{cp.name}' ({cp.loc}) indexes {buf.tensor} through a peer expression of"
+                           f" '{via[0]}' ({buf}): a"
                            " pull reads a copy's source by the loop variables that index its tiles (flags and"
                            " fused-push run it)" if via else
                            f"stage '{cp.name}' writes the same tile from several tasks")
@@ -148,7 +149,8 @@ class FuseComm(Pass):
                 continue
             turned = peers.transpose(cp.loops, rv, program_of(g).world, ME)  # a peer expression: its inverse
             if turned is None:
-                why.append(f"stage '{cp.name}' pulls from a peer expression ({cp.body[0].value.access}) that does not"
+                why.append(f"stage '{cp.name}' ({cp.loc}) pulls from a peer expression ({cp.body[0].value.access})"
+                           " that does not"
                            " invert: a push needs the rank that pulled")
                 continue
             body = tuple(replace(st, access=_swap_rank(st.access, rv),

@@ -49,7 +49,8 @@ def reads_from(g: nx.DiGraph, writers: list, c, read: Access) -> str | None:
     want = regions.region(read, _dom(c, prog.world, reads=True), prog.world, prog.tensor(read.tensor).shape)
     hit = list(dict.fromkeys(s.name for s, _st, r in writers if regions.common(want, r) is not None))
     if len(hit) > 1:
-        raise ScheduleError(f"replace-barriers: stage '{c.name}' reads {read}, which reaches the elements of stages"
+        raise ScheduleError(f"replace-barriers: stage '{c.name}' ({read.loc}) reads {read}, which reaches the elements"
+                            " of stages"
                             f" '{hit[0]}' and '{hit[1]}'; a flag orders one producer: rewrite the read as one per"
                             " writer")
     return hit[0] if hit else None
