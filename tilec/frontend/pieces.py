@@ -34,6 +34,11 @@ class StagePieces:
         p: Piece = x.derived
         return p.reach({u: self.range_of(u, vars_) for u in p.vars})
 
+    def _of_ranks(self, v: str, vars_: dict[str, Var]) -> bool:
+        """Whether v is an index piece of `rank` and rank loops only (`rank % 2` in `X@(rank + 1 - 2 * (rank % 2))`)."""
+        p = vars_[v].derived
+        return p is not None and all(vars_[u].is_rank or self._of_ranks(u, vars_) for u in p.vars)
+
     def callback(self, vars_: dict[str, Var]):
         """affine()'s `piece` hook for an index of this stage."""
         def piece(op: str, terms: dict, const, by, loc: Loc) -> str:
@@ -84,7 +89,7 @@ class StagePieces:
         if any(Fraction(k).denominator != 1 for k in terms.values()) or Fraction(c).denominator != 1:
             raise NotAffine(e.loc, f"{where} is not an integer for every task")
         for v in terms:
-            if not vars_[v].is_rank:
+            if not (vars_[v].is_rank or self._of_ranks(v, vars_)):
                 raise NotAffine(e.loc, f"{where} uses '{v}', which is not `rank` or a rank loop variable (a peer is"
                                   " affine in those, modulo the world size)")
         terms, c = flatten({v: int(k) for v, k in terms.items()}, int(c),
