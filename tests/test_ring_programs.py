@@ -206,7 +206,7 @@ def test_peers_that_are_not_affine_are_located_errors():
     msg = _error("Y[m] = X@(rank * rank)[m]")
     assert "tests/bad.tile:11:15: error: peer 'rank * rank' is not affine" in msg
     msg = _error("Y[m] = X@(rank + m)[m]")
-    assert "tests/bad.tile:11:15:" in msg and "'m', which is not `rank` or a rank loop variable" in msg
+    assert "tests/bad.tile:11:15:" in msg and "'m', which is not `rank`, a rank loop variable or a unit-step" in msg
 
 
 def test_remainder_by_a_variable_is_a_located_error():

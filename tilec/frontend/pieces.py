@@ -37,7 +37,7 @@ class StagePieces:
     def _of_ranks(self, v: str, vars_: dict[str, Var]) -> bool:
         """Whether v is an index piece of `rank` and rank loops only (`rank % 2` in `X@(rank + 1 - 2 * (rank % 2))`)."""
         p = vars_[v].derived
-        return p is not None and all(vars_[u].is_rank or self._of_ranks(u, vars_) for u in p.vars)
+        return p is not None and all(_scalar(vars_[u]) or self._of_ranks(u, vars_) for u in p.vars)
 
     def callback(self, vars_: dict[str, Var]):
         """affine()'s `piece` hook for an index of this stage."""
@@ -89,9 +89,9 @@ class StagePieces:
         if any(Fraction(k).denominator != 1 for k in terms.values()) or Fraction(c).denominator != 1:
             raise NotAffine(e.loc, f"{where} is not an integer for every task")
         for v in terms:
-            if not (vars_[v].is_rank or self._of_ranks(v, vars_)):
-                raise NotAffine(e.loc, f"{where} uses '{v}', which is not `rank` or a rank loop variable (a peer is"
-                                  " affine in those, modulo the world size)")
+            if not (_scalar(vars_[v]) or self._of_ranks(v, vars_)):
+                raise NotAffine(e.loc, f"{where} uses '{v}', which is not `rank`, a rank loop variable or a unit-step"
+                                       " loop (a peer is affine in those, modulo the world size)")
         terms, c = flatten({v: int(k) for v, k in terms.items()}, int(c),
                            {n: x.derived for n, x in self.vars.items()}, self.world)
         p = Piece.make(terms, c, "%", self.world)
@@ -103,6 +103,11 @@ class StagePieces:
             raise NotAffine(e.loc, f"{where} is rank {p.const} in every task: name a rank loop variable or `rank`"
                               " (a fixed rank is not supported)")
         return self._name(p, "peer", e.loc, vars_)
+
+
+def _scalar(v: Var) -> bool:
+    """A variable of one value per task a peer may use: `rank`, a rank loop, a unit-step loop (`s in W - 1 by 1`)."""
+    return v.is_rank or (v.kind == "tile" and v.step == 1)
 
 
 def _text(e: ast.Expr) -> str:

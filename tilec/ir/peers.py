@@ -159,8 +159,9 @@ def known_from(known, dom: dict) -> set[str]:
                 grew = True
             elif name in out:
                 left = [x for x in p.vars if x not in out]
-                if len(left) == 1 and p.inverts(left[0]) and dom[left[0]].is_rank and p.by == dom.get(
-                        left[0]).extent:
+                u = left[0] if len(left) == 1 else None
+                x = dom.get(u)  # `rank`, a rank loop or a unit-step loop: values 0..extent-1, one each for the piece
+                if x is not None and x.derived is None and x.step == 1 and x.extent <= p.by and p.inverts(u):
                     out.add(left[0])
                     grew = True
     return out
