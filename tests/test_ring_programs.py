@@ -258,3 +258,24 @@ def test_a_read_across_two_ring_writers_is_refused_under_flags():
         tilec.compile("tests/two.tile", world=2, schedule="flags", source=TWO_WRITERS)
     assert "stage 'use' (tests/two.tile:14:12) reads X[m], which reaches the elements of stages 'own' and" \
            " 'ring_0'" in str(e.value)
+
+
+def test_a_peer_in_a_key_fixes_its_step_and_a_push_inverts_it():
+    """peers.known_from: the counter's holder and a peer `rank + s` known, `s` is (one producer task per counter);
+    peers.transpose: the pull `A@(rank + s)` becomes the push by that peer to (rank - s), the rank that pulled."""
+    from tilec.ir.peers import known_from, transpose
+    from tilec.ir.types import Var
+
+    w = 4
+    p = Var("_peer0", "peer", 1, 1, None, derived=Piece.make({"rank": 1, "s": 1}, 0, "%", w))
+    dom = {"s": Var("s", "rank", w, 1, None), "m": Var("m", "tile", 64, 16, None), "_peer0": p,
+           "rank": Var("rank", "me", w, 1, None)}
+    assert known_from({"_peer0", "rank"}, dom) == {"_peer0", "rank", "s"}
+    assert "s" not in known_from({"_peer0"}, dom)
+    two = Var("_peer0", "peer", 1, 1, None, derived=Piece.make({"rank": 1, "s": 2}, 0, "%", w))
+    assert "s" not in known_from({"_peer0", "rank"}, dom | {"_peer0": two})  # 2*s does not step through every rank
+    loops = transpose((dom["s"], dom["m"], p), "_peer0", w)
+    (q,) = [v for v in loops if v.derived is not None]
+    for r in range(w):  # on rank r (the old peer), the new `_peer0` is the rank that pulled from it
+        for s in range(w):
+            assert q.derived.evaluate({"rank": r, "s": s}) == (r - s) % w
