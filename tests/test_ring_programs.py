@@ -1,5 +1,6 @@
 """Peer expressions (`X@(rank + s)`, `X@(rank + 1)`) and `%` / `//` index pieces: the ring examples (a forwarded
-ring all-gather, a ring AG+GEMM, a direct ring, a neighbour exchange, a pipeline send) compile under
+ring all-gather, a ring AG+GEMM, a ring reduce-scatter, a direct ring, a neighbour exchange, a pipeline send, pairs)
+compile under
 every schedule that applies (the others say why), verify, and match torch on 1-4 CPU ranks; one ring step waits on
 its one neighbour's flag; peers that are not affine, `%` by a variable and `//` pieces that split a tile are
 located errors; the peer algebra (tilec/ir/peers.py) on its own."""
@@ -26,7 +27,8 @@ MUST = {"ring_all_gather": {("bsp", "sm"), ("flags", "sm"), ("fused-push", "sm")
                         ("flags", "dma"), ("fused-push", "dma")},
         "shift": {("bsp", "sm"), ("flags", "sm")},
         "send": {("bsp", "sm"), ("flags", "sm"), ("fused-push", "sm")},
-        "pairs": {("bsp", "sm"), ("flags", "sm"), ("specialized", "sm")}}
+        "pairs": {("bsp", "sm"), ("flags", "sm"), ("specialized", "sm")},
+        "ring_reduce_scatter": {("bsp", "sm"), ("flags", "sm"), ("specialized", "sm")}}
 
 # pairs of ranks swap their rows (a peer of a `%` piece), and `//` and `%` pieces place a rank's row
 PAIRS = """program pairs(world W)
@@ -99,6 +101,8 @@ def _cases(world):
     b = torch.randn(32, 32, generator=g).half()
     full = torch.cat([x.float() for x in a])
     x = [torch.randn(64, generator=g) for _ in range(world)]
+    p = [torch.randn(m, 16, generator=g) for _ in range(world)]
+    total = sum(p)
     progs = {
         "ring_all_gather": ({"M": m, "K": 32, "BM": 16, "BK": 32}, [{"A": a[r]} for r in range(world)],
                             [{"Ag": full} for _ in range(world)]),
@@ -109,6 +113,8 @@ def _cases(world):
         "shift": ({}, [{"A": x[r]} for r in range(world)],
                   [{"Y": 2 * (x[(r + 1) % world] + x[(r - 1) % world])} for r in range(world)]),
         "send": ({}, [{"A": x[r]} for r in range(world)], [{"Y": 2 * x[(r - 1) % world] + 1} for r in range(world)]),
+        "ring_reduce_scatter": ({"M": m, "N": 16, "BM": 16, "BN": 16}, [{"P": p[r]} for r in range(world)],
+                                [{"R": total[16 * r:16 * r + 16]} for r in range(world)]),
         "pairs": ({}, [{"A": x[r][:16]} for r in range(world)],
                   [{"Y": torch.cat([x[r][:16], x[(r + 1 - 2 * (r % 2)) % world][:16]][:: 1 if r % 2 == 0 else -1]),
                     "Z": (slice(16 * r, 16 * r + 16), 3 * x[r][:16])} for r in range(world)]),
