@@ -285,3 +285,19 @@ def test_a_peer_in_a_key_fixes_its_step_and_a_push_inverts_it():
     for r in range(w):  # on rank r (the old peer), the new `_peer0` is the rank that pulled from it
         for s in range(w):
             assert q.derived.evaluate({"rank": r, "s": s}) == (r - s) % w
+
+
+def test_the_cost_model_ranks_the_ring_programs():
+    """tilec.perf.auto.rank_schedules predicts a time for every schedule that applies to the ring programs (what
+    `--schedule auto` picks from), beside the one-shot AG+GEMM; docs/language.md says which it predicts wins."""
+    import math
+
+    from tilec.perf.auto import rank_schedules
+
+    dims = {"M": 512, "N": 256, "K": 256, "BM": 128, "BN": 128, "BK": 64}
+    ring = dict(rank_schedules(f"{ROOT}/examples/ring_ag_gemm.tile", 2, dims))
+    one_shot = dict(rank_schedules(f"{ROOT}/examples/ag_gemm.tile", 2, dims))
+    rs = dict(rank_schedules(f"{ROOT}/examples/ring_reduce_scatter.tile", 2, {"M": 512, "N": 256}))
+    for ranked in (ring, one_shot, rs):
+        assert {"bsp", "flags"} <= set(ranked) and all(math.isfinite(t) and t > 0 for t in ranked.values()), ranked
+    assert "fused-push" in ring and "fused-pull" not in ring
