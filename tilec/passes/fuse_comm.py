@@ -17,6 +17,7 @@ mode=push (the owner stores its tiles into every peer's buffer):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 import networkx as nx
@@ -123,7 +124,7 @@ class FuseComm(Pass):
             update_state(g, order=_drop_dangling_barriers([n for n in node_order(g) if n != sid(cp.name)], g))
             fused += 1
         if not fused:
-            raise ScheduleError("fused-pull does not apply: " + ("; ".join(why) or "no stage is a pure tile copy"))
+            raise ScheduleError("fused-pull does not apply: " + (_steps_once(why) or "no stage is a pure tile copy"))
         rebuild_edges(g)
         return g
 
@@ -161,9 +162,22 @@ class FuseComm(Pass):
         if not pushed:
             if any(st.access.remote for s in stages(g) for st in s.body):
                 return g  # the program already stores into its peers: nothing to transpose
-            raise ScheduleError("fused-push does not apply: " + ("; ".join(why) or "no stage is a pure tile copy"))
+            raise ScheduleError("fused-push does not apply: " + (_steps_once(why) or "no stage is a pure tile copy"))
         rebuild_edges(g)
         return g
+
+
+def _steps_once(why: list[str]) -> str:
+    """The reasons joined, one per ring (frontend/steps.py): the reason of steps 'ring_1', 'ring_2', ... of a ring
+    that is the one of 'ring_0' is said once, for its first step."""
+    first: dict[str, str] = {}
+    again: set[str] = set()
+    for w in why:
+        key = re.sub(r"'(\w+)_\d+'", r"'\1_*'", w)
+        if key in first and key != w:
+            again.add(key)
+        first.setdefault(key, w)
+    return "; ".join(w + (" (and its later steps)" if k in again else "") for k, w in first.items())
 
 
 def _same_phase_readers(g: nx.DiGraph, cp: Stage) -> tuple[Stage, str] | None:
