@@ -301,3 +301,14 @@ def test_the_cost_model_ranks_the_ring_programs():
     for ranked in (ring, one_shot, rs):
         assert {"bsp", "flags"} <= set(ranked) and all(math.isfinite(t) and t > 0 for t in ranked.values()), ranked
     assert "fused-push" in ring and "fused-pull" not in ring
+
+
+def test_a_stage_reading_what_it_writes_needs_its_steps_first():
+    """Only a stage over steps first may read the tensor it writes (step s reads step s - 1): elsewhere it is the
+    located race it always was, saying how to write a ring."""
+    src = TWO_WRITERS.replace("stage ring over s in 1 by 1, m in M by BM:", "stage ring over m in M by BM:") \
+        .replace("X[M + m] = X@(rank + 1)[m]", "X[M + m] = X@(rank + 1)[m] + X[m]")
+    with pytest.raises(CompileError) as e:
+        tilec.compile("tests/two.tile", world=2, schedule="bsp", source=src)
+    assert "tests/two.tile:11:16: error: stage 'ring' reads 'X', which it also writes" in str(e.value)
+    assert "loop over steps first" in str(e.value)

@@ -138,6 +138,7 @@ class _Checker:
         self.placeholders: set[str] = set()  # dims and tiles whose value was bad: checked with 1 in its place
         self.value_errors = 0  # how many errors the dims' and tiles' values gave
         self.tainted: set[str] = set()  # tensors and loop variables sized by such dims
+        self.steps: set[str] = set()  # the stages a ring's steps became (frontend/steps.py): they may read their tensor
 
     def err(self, loc: Loc, msg: str) -> None:
         self.errors.append(Diagnostic(loc, msg))
@@ -573,14 +574,12 @@ class _Checker:
                 for ld in loads(st.value):
                     a, name = ld.access, ld.access.tensor
                     t = self.tensors[name]
-                    if name in written_here and self.reads_own_writes(it, st, ld):
+                    if name in written_here and (it.name not in self.steps or self.reads_own_writes(it, st, ld)):
                         self.err(ld.loc, f"stage '{it.name}' reads '{name}', which it also writes: tasks would race"
                                          " on it; write the result to another tensor (or loop over steps first,"
                                          " `s in ranks` or `s in W - 1 by 1`: step s may read step s - 1)")
                         continue
-                    if name in written_here:  # elements no task of this stage writes (a ring step's chunk)
-                        pass
-                    elif t.kind != "in" and name not in written_before and name not in phase_writes:
+                    if t.kind != "in" and name not in written_before and name not in phase_writes:
                         self.err(ld.loc, f"stage '{it.name}' reads '{name}' before any stage writes it")
                     elif name in phase_writes and (a.remote or phase_writes[name][1]):
                         why = self.read_race(it, st, ld, phase_stores[name])
@@ -699,6 +698,7 @@ def check(prog: ast.Program, world: int, dims: dict[str, int] | None = None) -> 
             steps = None
         if steps is not None and forwards(item):
             stepped |= {t.tensor for a in item.body for t in a.targets if t is not None}
+            c.steps |= {x.name for x in steps if isinstance(x, ast.Stage)}
         for it in [item] if steps is None else steps:
             if isinstance(it, ast.Barrier):
                 items.append(BarrierIR(it.loc))
