@@ -138,6 +138,7 @@ class _Checker:
         self.placeholders: set[str] = set()  # dims and tiles whose value was bad: checked with 1 in its place
         self.value_errors = 0  # how many errors the dims' and tiles' values gave
         self.tainted: set[str] = set()  # tensors and loop variables sized by such dims
+        self.pieces = StagePieces(world, self.consts)  # each stage's (stage() starts its own)
         self.steps: set[str] = set()  # the stages a ring's steps became (frontend/steps.py): they may read their tensor
 
     def err(self, loc: Loc, msg: str) -> None:
@@ -244,6 +245,7 @@ class _Checker:
 
     # -- stages ---------------------------------------------------------------------------------
     def stage(self, s: ast.Stage) -> StageIR | None:
+        self.pieces = StagePieces(self.world, self.consts)  # peers and `%` / `//` pieces: derived variables
         vars_: dict[str, Var] = {ME: Var(ME, "me", self.world, 1, s.loc)}
         loops = []
         for lp in s.loops:
@@ -277,7 +279,6 @@ class _Checker:
             return StageIR(s.name, (), (), s.loc)
         body = []
         self.implicit: list[Var] = []  # `:` slices become one-trip tile loops over the whole dimension
-        self.pieces = StagePieces(self.world, self.consts)  # peers and `%` / `//` pieces: derived variables
         errors = len(self.errors)
         for a in s.body:
             try:

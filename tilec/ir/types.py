@@ -20,7 +20,7 @@ class Var:
     extent: int
     step: int
     loc: Loc = field(compare=False, repr=False)
-    derived: object = None  # a peers.Piece: a variable of one trip every task computes from the others
+    derived: object = field(default=None, kw_only=True)  # a peers.Piece: one trip, every task computes it
 
 
     @property
