@@ -56,6 +56,8 @@ class StagePieces:
             return {}, const % by  # every value of the terms is a multiple of `by`: the remainder is the constant's
         if op == "//" and all(k % by == 0 for k in terms.values()):
             return {v: k // by for v, k in terms.items()}, const // by  # an exact division: affine after all
+        if op == "%":  # reduced modulo `by` first: at a world of 2, `(rank - 2) % W` is `rank`
+            terms, const = {v: k % by for v, k in terms.items() if k % by}, const % by
         lo, hi = Piece.make(terms, const, "//", 1).span({v: self.range_of(v, vars_) for v in terms})
         if 0 <= lo and hi < by and all(vars_[v].kind != "tile" or vars_[v].step == 1 for v in terms):
             return (terms, const) if op == "%" else ({}, 0)  # never wraps: `(rank + 0) % W` is `rank`
