@@ -20,7 +20,8 @@ from tilec.runtime import spawn
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = [(s, "sm") for s in SCHEDULES] + [("flags", "dma"), ("fused-push", "dma")]
 # what must apply, per example, at a world of more than one rank (the rest may refuse, saying why)
-MUST = {"ring_all_gather": {("bsp", "sm"), ("flags", "sm"), ("fused-push", "sm")},
+MUST = {"ring_all_gather": {("bsp", "sm"), ("flags", "sm"), ("fused-push", "sm"), ("flags", "dma"),
+                            ("fused-push", "dma")},
         "ring_ag_gemm": {("bsp", "sm"), ("flags", "sm"), ("fused-push", "sm"), ("specialized", "sm"),
                          ("flags", "dma"), ("fused-push", "dma")},
         "ring_direct": {("bsp", "sm"), ("flags", "sm"), ("fused-push", "sm"), ("specialized", "sm"),
@@ -28,7 +29,7 @@ MUST = {"ring_all_gather": {("bsp", "sm"), ("flags", "sm"), ("fused-push", "sm")
         "shift": {("bsp", "sm"), ("flags", "sm")},
         "send": {("bsp", "sm"), ("flags", "sm"), ("fused-push", "sm")},
         "pairs": {("bsp", "sm"), ("flags", "sm"), ("specialized", "sm")},
-        "ring_reduce_scatter": {("bsp", "sm"), ("flags", "sm"), ("specialized", "sm")}}
+        "ring_reduce_scatter": {("bsp", "sm"), ("flags", "sm"), ("specialized", "sm"), ("flags", "dma")}}
 
 # pairs of ranks swap their rows (a peer of a `%` piece), and `//` and `%` pieces place a rank's row
 PAIRS = """program pairs(world W)
