@@ -20,8 +20,8 @@ from tilec.frontend.limits import MAX_LOOPS, MAX_SIZE, MAX_TASKS, MAX_TILE, MAX_
 from tilec.frontend.pieces import StagePieces
 from tilec.frontend.steps import forwards, ring_steps
 from tilec.ir.builtins import TILE_FNS
-from tilec.ir.reserved import reserved_problem
 from tilec.ir.peers import inputs as peer_inputs
+from tilec.ir.reserved import reserved_problem
 from tilec.ir.types import (
     ME,
     Access,
