@@ -188,6 +188,24 @@ class GenProgram:
 # -- the model ----------------------------------------------------------------------------------------------------
 
 
+RING_PEERS = ("(rank + r)", "(rank + r + 1)", "(rank - r)", "(rank - r - 1)")
+
+
+def peer_rank(peer: str | None, env: dict[str, int], world: int) -> int:
+    """The rank a load's peer names: this one (None, "rank"), a rank variable's, or a ring peer's (RING_PEERS:
+    `rank` and `r` with coefficients +-1 and a constant, modulo the world)."""
+    if peer in (None, "rank"):
+        return env["rank"]
+    if peer in env:
+        return env[peer]
+    terms = peer.strip("()").replace("- ", "+ -").split(" + ")
+    total = 0
+    for t in terms:
+        sign, name = (-1, t[1:]) if t.startswith("-") else (1, t)
+        total += sign * (int(name) if name.isdigit() else env[name])
+    return total % world
+
+
 class _State:
     """Every rank's copy of every tensor (f32 values as stored) and which of its elements were written."""
 
@@ -201,7 +219,7 @@ class _State:
             self.vals[n] = [torch.zeros(t.shape) if full else torch.full(t.shape, float("nan")) for _ in range(world)]
 
     def _slices(self, a: Load, env: dict[str, int]) -> tuple[int, tuple[slice, slice]]:
-        rank = env["rank"] if a.peer in (None, "rank") else env[a.peer]
+        rank = peer_rank(a.peer, env, self.world)
         sl = []
         for d, ix in enumerate(a.index):
             s = ix.start(env)
@@ -449,8 +467,8 @@ class _Gen:
 
         if kind == "copy":
             value = src(peer=rng.choice([None, None, "rank"]))
-        elif kind == "pull":
-            value = src(peer="r")
+        elif kind == "pull":  # focus="ring": the gather names its peer round the ring, `X@(rank + r + 1)`
+            value = src(peer=rng.choice(RING_PEERS) if self.focus == "ring" and self._first_gather else "r")
         elif kind == "push":
             value = src()
         elif kind == "math":
@@ -604,7 +622,8 @@ def generate(seed: int, world: int, stages: int | None = None, focus: bool | str
     """The program of `seed` for `world` ranks (1-4 stages unless `stages` says how many). `focus`: 2-3 stages,
     the first a gather of an input into a buffer with `rank` in its source index (an all-to-all), read by the next
     (the class fused-pull once got wrong); focus="push": the same with the first stage a push of an input into
-    the peers (`T@r[... rank ...] = X[...]`: what a copy engine then pushes). `dtype`: most tensors of that
+    the peers (`T@r[... rank ...] = X[...]`: what a copy engine then pushes); focus="ring": the gather's peer an
+    expression round the ring (`X@(rank + r + 1)[...]`, RING_PEERS). `dtype`: most tensors of that
     dtype (else f32, f16 and bf16 drawn 6:3:1 per tensor); a program's name says which."""
     g = _Gen(seed, world, focus, dtype)
     return g.program(stages or g.rng.choice([2, 3] if focus else [1, 2, 2, 3, 3, 4]))

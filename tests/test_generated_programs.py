@@ -391,3 +391,11 @@ def test_default_run_has_all_to_all_pulls_at_every_world():
     for world in WORLDS[1:]:
         pulls = [prog for c, (_g, prog) in rows if c.world == world and c.schedule == "fused-pull"]
         assert any(_all_to_all_pull(p) for p in pulls), f"no fused-pull row of world {world} pulls an all-to-all"
+
+
+def test_ring_peers_match_torch():
+    """Generated gathers whose peer goes round the ring (`X@(rank + r + 1)[...]`, gen_programs.RING_PEERS) under
+    every schedule at world 3, against the generator's model (two programs: this file stays quick)."""
+    failures, stats = run_world(3, [(s, "ring") for s in range(2)])
+    _check(failures, stats)
+    assert sum(n for (_s, outcome), n in stats.items() if outcome != "does not apply") >= 4, dict(stats)

@@ -72,6 +72,9 @@ class Reference:
         for vals in itertools.product(*ranges):
             env = dict(zip((v.name for v in st.loops), vals, strict=True)) | {ME: rank}
             env |= {f"#{v.name}": self._count(v, env) for v in st.loops if isinstance(v, Counted)}
+            for v in st.loops:  # peers and index pieces: computed from the others (ir/peers.py)
+                if v.derived is not None:
+                    env[v.name] = v.derived.evaluate(env)
             done: dict[int, object] = {}  # a tile function's results, shared by the stores of its outputs
             for s in st.body:
                 if id(s.value) not in done:

@@ -19,7 +19,7 @@ import networkx as nx
 import numpy as np
 
 from tilec.errors import ScheduleError
-from tilec.ir import regions
+from tilec.ir import peers, regions
 from tilec.ir.graph import Flag, dma_stages, flags, program_of, tensor
 from tilec.ir.queries import flag_dims
 from tilec.ir.tiling import strides
@@ -99,6 +99,7 @@ def _boxes(g: nx.DiGraph, s, st, f, q: int):
     n = len(next(iter(env.values()))) if env else 1
     env[ME] = np.full(n, q, dtype=np.int64)
     dom[ME] = Var(ME, "me", world, 1, s.loc)
+    env = peers.derive(env, dom)  # peers and index pieces of the rank (ir/peers.py)
     src, dst = st.value.access, st.access
     srank = env[src.rank] if src.rank != ME else env[ME]
     drank = env[dst.rank] if dst.rank != ME else env[ME]

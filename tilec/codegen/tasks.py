@@ -41,6 +41,31 @@ def stage_comment(prog, st) -> str:
     return out if len(out) <= COMMENT_WIDTH else out[: COMMENT_WIDTH - 3] + "..."
 
 
+def piece_expr(p, loops, world: int):
+    """A derived variable's value (ir/peers.Piece) as index arithmetic: the affine part made non-negative first
+    (a multiple of the divisor added, taken back off a `//`), so `%` and `//` agree on every backend."""
+    from tilec.ir.types import ME
+
+    def ranges(names):
+        out = {}
+        for n in names:
+            v = next((x for x in loops if x.name == n), None)
+            if n == ME or v is None:
+                out[n] = (0, world - 1)
+            elif v.derived is not None:
+                out[n] = v.derived.reach(ranges(v.derived.vars))
+            else:
+                out[n] = (0, max(v.extent - 1, 0))
+        return out
+
+    lift = p.nonneg(ranges(p.vars))
+    parts = [E(name) if k == 1 else mul(name, k) for name, k in p.terms]
+    x = add(*parts, p.const + lift) if p.const + lift else add(*parts)
+    if p.op == "%":
+        return mod(x, p.by)
+    return sub(fdiv(x, p.by), lift // p.by) if lift else fdiv(x, p.by)
+
+
 def _broadcasts(src: tuple, dst: tuple) -> bool:
     """Whether a value of shape src broadcasts to the tile dst: a scalar, or the same rank with each dim equal or 1."""
     return not src or (len(src) == len(dst) and all(n in (1, d) for n, d in zip(src, dst, strict=True)))
@@ -113,7 +138,9 @@ class Tasks:
         rank loop's own value (Stage.skip_equal: local-in-place) counts W - 1 values of that variable: r' >= rank
         stands for r' + 1."""
         skip = self.skipped_rank()
-        loops = [replace(v, extent=self.world - 1) if v.name == skip else v for v in self.st.loops]
+        derived = [v for v in self.st.loops if v.derived is not None]  # peers, index pieces: computed below
+        loops = [replace(v, extent=self.world - 1) if v.name == skip else v for v in self.st.loops
+                 if v.derived is None]
         b = Block()
         tiles = [v for v in loops if not v.is_rank]
         grouped = group_m > 1 and len(loops) >= 2 and all(not v.is_rank and v.trips > 1 for v in loops[-2:])
@@ -146,6 +173,8 @@ class Tasks:
                 else:
                     b.add(assign(v.name, val if v.step == 1 else mul(val, v.step)))
                 div *= v.trips
+        for v in derived:
+            b.add(assign(v.name, piece_expr(v.derived, self.st.loops, self.world)))
         out = [At("    ", x) for x in b.done()]
         for v in tiles:
             if v.step > 1 or v.name.startswith("_"):  # unit-step loops index like scalars (`:` slices do not)

@@ -62,8 +62,11 @@ def _add(a: dict, b: dict, sign: int) -> dict:
     return {v: k for v, k in out.items() if not is_zero(k)}
 
 
-def affine(e: ast.Expr, env: Mapping[str, Num], unknowns: Container[str] = ()) -> tuple[dict[str, Num], Num]:
-    """(terms, const) of e: coefficients of the unknowns, the rest folded into the constant (see the module)."""
+def affine(e: ast.Expr, env: Mapping[str, Num], unknowns: Container[str] = (),
+           piece=None) -> tuple[dict[str, Num], Num]:
+    """(terms, const) of e: coefficients of the unknowns, the rest folded into the constant (see the module).
+    piece(op, terms, const, by, loc) -> (terms, const), where given, is the value of a `%` or `//` of unknowns by a
+    constant (an index piece, ir/peers.py: sema names it as one more unknown)."""
     if isinstance(e, ast.Int):
         return {}, e.value
     if isinstance(e, ast.Name):
@@ -73,11 +76,11 @@ def affine(e: ast.Expr, env: Mapping[str, Num], unknowns: Container[str] = ()) -
             return {e.id: 1}, 0
         raise NotAffine(e.loc, f"unknown name '{e.id}'")
     if isinstance(e, ast.Neg):
-        t, c = affine(e.operand, env, unknowns)
+        t, c = affine(e.operand, env, unknowns, piece)
         return {v: _mul(k, -1) for v, k in t.items()}, _mul(c, -1)
-    if isinstance(e, ast.BinOp) and e.op in "+-*/%":
-        lt, lc = affine(e.lhs, env, unknowns)
-        rt, rc = affine(e.rhs, env, unknowns)
+    if isinstance(e, ast.BinOp) and e.op in ("+", "-", "*", "/", "%", "//"):
+        lt, lc = affine(e.lhs, env, unknowns, piece)
+        rt, rc = affine(e.rhs, env, unknowns, piece)
         if e.op in "+-":
             s = 1 if e.op == "+" else -1
             return _add(lt, rt, s), norm(lc + _mul(rc, s))
@@ -92,10 +95,14 @@ def affine(e: ast.Expr, env: Mapping[str, Num], unknowns: Container[str] = ()) -
             raise NotAffine(e.loc, "division by zero")
         if e.op == "/":
             return {v: _div(k, rc, e.loc) for v, k in lt.items()}, _div(lc, rc, e.loc)
+        if lt and piece is not None:
+            return piece(e.op, lt, lc, rc, e.loc)
         if lt:
-            raise NotAffine(e.loc, "index is not affine: '%' of a loop variable")
+            raise NotAffine(e.loc, f"index is not affine: '{e.op}' of a loop variable")
         if not (concrete(lc) and concrete(rc)):
-            raise NotAffine(e.loc, "'%' of a symbolic size")
+            raise NotAffine(e.loc, f"'{e.op}' of a symbolic size")
+        if e.op == "//":
+            return {}, norm(Fraction(lc) // Fraction(rc))
         return {}, norm(Fraction(lc) % Fraction(rc))
     if isinstance(e, ast.Ref):  # `X[idx[m], k]`: a gather, which the tile graph cannot express
         raise NotAffine(e.loc, f"'{e.tensor}[...]' reads a tensor: data-dependent indices are not supported yet (hint:"

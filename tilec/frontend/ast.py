@@ -36,10 +36,11 @@ class Full:
 
 @dataclass(frozen=True)
 class Ref:
-    """`X[i, j]` (local copy) or `X@r[i, j]` (rank r's copy of a symmetric tensor)."""
+    """`X[i, j]` (local copy), `X@r[i, j]` (rank r's copy of a symmetric tensor) or `X@(rank + 1)[i, j]` (the
+    copy of the rank a peer expression names: `rank` holds the expression)."""
 
     tensor: str
-    rank: str | None
+    rank: str | Expr | None
     index: tuple[Expr, ...]
     loc: Loc
 

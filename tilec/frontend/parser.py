@@ -155,6 +155,11 @@ class _ToAst(Transformer):
         return ast.Ref(tensor, rank or None, tuple(index), self._loc(meta))
 
     @v_args(meta=True)
+    def peer_ref(self, meta, children):
+        head, peer, *index = children
+        return ast.Ref(str(head)[:-1], peer, tuple(index), self._loc(meta))
+
+    @v_args(meta=True)
     def reduce(self, meta, children):
         var = str(children[0])
         if len(children) == 3:  # sum v in ranks: body
@@ -162,6 +167,7 @@ class _ToAst(Transformer):
         return ast.Reduce(var, children[1], children[2], children[3], self._loc(meta))
 
     add, sub, mul, div, mod, matmul = (_binop(o) for o in "+-*/%@")
+    floordiv = _binop("//")
 
     @v_args(meta=True)
     def neg(self, meta, children):
@@ -236,7 +242,8 @@ def _by_expectation(e: UnexpectedInput, source: str) -> str | None:
         return _MESSAGES["loop"]
     if expected == {"COLON"} and at.split(" ", 1)[0] in ("in", "out", "buf"):
         return _MESSAGES["tensor"]
-    if (expected and expected <= {"NAME", "PEER", "UNDERSCORE"}) or (expected == {"LSQB"} and at == "barrier"):
+    targets = {"NAME", "PEER", "PEER_AT", "UNDERSCORE"}
+    if (expected and expected <= targets) or (expected == {"LSQB"} and at == "barrier"):
         return _MESSAGES["body"]
     return None
 
@@ -256,12 +263,13 @@ _IN_WORDS = {
     "INT": "an integer",
     "FLOAT": "a number",
     "PEER": "a peer's tile `X@r[...]`",
+    "PEER_AT": "a peer's tile `X@(rank + 1)[...]`",
     "DTYPE": f"a dtype: {_DTYPE_LIST}",
     "KIND": "a tensor declaration (`in`, `out`, `buf`)",
     "$END": "the end of the file",
 }
 # Sets of terminals said as one phrase where the parser would accept any of them.
-_EXPR_START = frozenset({"INT", "FLOAT", "NAME", "PEER", "LPAR", "MINUS", "SUM"})
+_EXPR_START = frozenset({"INT", "FLOAT", "NAME", "PEER", "PEER_AT", "LPAR", "MINUS", "SUM"})
 _OPERATORS = frozenset({"PLUS", "MINUS", "STAR", "SLASH", "PERCENT", "AT"})
 _DECLS = frozenset({"DIMS", "TILES", "KIND"})
 _FIRST = ("RSQB", "RPAR", "COMMA", "COLON", "EQUAL")

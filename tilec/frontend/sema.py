@@ -17,7 +17,10 @@ from tilec.errors import ArgumentError, CompileError, Diagnostic, Loc
 from tilec.frontend import ast, rows
 from tilec.frontend.affine import NotAffine, affine
 from tilec.frontend.limits import MAX_LOOPS, MAX_SIZE, MAX_TASKS, MAX_TILE, MAX_WORLD, tile_problems
+from tilec.frontend.pieces import StagePieces
+from tilec.frontend.steps import forwards, ring_steps
 from tilec.ir.builtins import TILE_FNS
+from tilec.ir.peers import inputs as peer_inputs
 from tilec.ir.reserved import reserved_problem
 from tilec.ir.types import (
     ME,
@@ -135,6 +138,8 @@ class _Checker:
         self.placeholders: set[str] = set()  # dims and tiles whose value was bad: checked with 1 in its place
         self.value_errors = 0  # how many errors the dims' and tiles' values gave
         self.tainted: set[str] = set()  # tensors and loop variables sized by such dims
+        self.pieces = StagePieces(world, self.consts)  # each stage's (stage() starts its own)
+        self.steps: set[str] = set()  # the stages a ring's steps became (frontend/steps.py): they may read their tensor
 
     def err(self, loc: Loc, msg: str) -> None:
         self.errors.append(Diagnostic(loc, msg))
@@ -240,6 +245,7 @@ class _Checker:
 
     # -- stages ---------------------------------------------------------------------------------
     def stage(self, s: ast.Stage) -> StageIR | None:
+        self.pieces = StagePieces(self.world, self.consts)  # peers and `%` / `//` pieces: derived variables
         vars_: dict[str, Var] = {ME: Var(ME, "me", self.world, 1, s.loc)}
         loops = []
         for lp in s.loops:
@@ -284,7 +290,7 @@ class _Checker:
         if len(loops) + len(self.implicit) > MAX_LOOPS:
             self.err(s.loc, f"stage '{s.name}' has {len(loops)} loops and {len(self.implicit)} `:` slices: too many"
                             f" (tilec's limit is {MAX_LOOPS} together)")
-        return StageIR(s.name, tuple(loops) + tuple(self.implicit), tuple(body), s.loc)
+        return StageIR(s.name, tuple(loops) + tuple(self.implicit) + self.pieces.derived(), tuple(body), s.loc)
 
     def _tile_var(self, name: str, extent: ast.Expr, step: ast.Expr, loc: Loc) -> Var:
         try:
@@ -334,7 +340,7 @@ class _Checker:
         return stores
 
     def _check_injective(self, target: Access, loops: tuple[Var, ...], stage: str, loc: Loc) -> None:
-        used = target.vars
+        used = peer_inputs(target.vars, self.pieces.vars)
         for v in loops:
             if v.name not in used and v.trips > 1:  # a one-trip loop (or `:`) makes no second task
                 raise _Err(loc, f"write conflict in stage '{stage}': tasks that differ only in '{v.name}' write"
@@ -352,7 +358,14 @@ class _Checker:
         if t is None:
             raise _Err(r.loc, f"unknown tensor '{r.tensor}'")
         rank = ME
-        if r.rank is not None:
+        if r.rank is not None and not isinstance(r.rank, str):  # `X@(rank + 1)`: a peer expression
+            if not t.symmetric:
+                raise _Err(r.loc, f"'{t.name}' is not symmetric: only symmetric tensors can be accessed on a peer")
+            try:
+                rank = self.pieces.peer(r.rank, vars_)
+            except NotAffine as x:
+                raise _Err(x.loc, x.msg) from None
+        elif r.rank is not None:
             rv = vars_.get(r.rank)
             if rv is None or not rv.is_rank:
                 raise _Err(r.loc, f"'{r.rank}' in '{r.tensor}@{r.rank}' must be a rank loop variable or 'rank'")
@@ -382,7 +395,10 @@ class _Checker:
                 tiles.append(v.name)
                 shape.append(v.step)
                 continue
-            terms, c = _affine(e, self.consts, vars_)
+            try:
+                terms, c = affine(e, self.consts, vars_, self.pieces.callback(vars_))
+            except NotAffine as x:
+                raise _Err(x.loc, x.msg) from None
             bad = [v for v, k in terms.items() if k.denominator != 1] + ([""] if c.denominator != 1 else [])
             if bad:
                 raise _Err(e.loc, "index is not an integer for every tile" + self._values_hint(e))
@@ -398,8 +414,8 @@ class _Checker:
             ext = vars_[tv].step if tv else 1
             lo, hi = aff.const, aff.const
             for v, k in aff.terms:
-                top = vars_[v].extent - 1
-                lo, hi = lo + min(0, k * top), hi + max(0, k * top)
+                bot, top = self.pieces.range_of(v, vars_)
+                lo, hi = lo + min(k * bot, k * top), hi + max(k * bot, k * top)
             if lo < 0 or hi >= t.shape[d]:
                 raise _Err(e.loc, f"index out of bounds: dim {d} of '{t.name}' reaches [{lo}, {hi}] but its size is"
                                   f" {t.shape[d]}")
@@ -446,13 +462,13 @@ class _Checker:
                 raise _Err(e.loc, f"dtype mismatch in '@': {a.dtype} @ {b.dtype} (cast one side, e.g. f32(x))")
             return Dot(a, b, "f32", (a.shape[0], b.shape[1]), e.loc)
         if isinstance(e, ast.BinOp):
-            if e.op == "%":  # index arithmetic (`_affine`) and integer constants only: tile math has no remainder
+            if e.op in ("%", "//"):  # index arithmetic (`_affine`) and integer constants only: no remainder in tiles
                 try:
                     return Const(_const(e, self.consts, "'%' of constants"), "i32", (), e.loc)
                 except _Err as err:
                     if err.msg == "division by zero":
                         raise
-                raise _Err(e.loc, "'%' is only for index and size arithmetic on dims, not in tile math (which has"
+                raise _Err(e.loc, f"'{e.op}' is only for index and size arithmetic on dims, not in tile math (which has"
                                   " + - * / and functions)")
             a, b = self.expr(e.lhs, vars_), self.expr(e.rhs, vars_)
             shape = _broadcast(a.shape, b.shape, scalars=True)
@@ -528,6 +544,23 @@ class _Checker:
                         " between them")
         return None
 
+    def reads_own_writes(self, it: StageIR, st: Store, ld: Load) -> bool:
+        """Whether some task of stage `it` reads an element of `ld`'s tensor that a task of it stores, on any rank
+        (exactly: ir/regions.py; a question too large to decide counts as yes)."""
+        from tilec.ir import regions
+        from tilec.ir.types import reduction_vars
+
+        me = {ME: Var(ME, "me", self.world, 1, it.loc)}
+        shape = self.tensors[ld.access.tensor].shape
+        scope = {v.name: v for v in it.loops} | me | {v.name: v for v in reduction_vars(st.value)}
+        try:
+            want = regions.region(ld.access, scope, self.world, shape)
+            return any(regions.common(want, regions.region(x.access, {v.name: v for v in it.loops} | me, self.world,
+                                                           shape)) is not None
+                       for x in it.body if x.access.tensor == ld.access.tensor)
+        except regions.Undecidable:
+            return True
+
     def phases(self, items: list[StageIR | BarrierIR]) -> None:
         written_before: set[str] = set()  # by stages in earlier phases
         phase_writes: dict[str, tuple[str, bool]] = {}  # tensor -> (first stage, written remotely by any)
@@ -542,9 +575,10 @@ class _Checker:
                 for ld in loads(st.value):
                     a, name = ld.access, ld.access.tensor
                     t = self.tensors[name]
-                    if name in written_here:
+                    if name in written_here and (it.name not in self.steps or self.reads_own_writes(it, st, ld)):
                         self.err(ld.loc, f"stage '{it.name}' reads '{name}', which it also writes: tasks would race"
-                                         " on it; write the result to another tensor")
+                                         " on it; write the result to another tensor (or loop over steps first,"
+                                         " `s in ranks` or `s in W - 1 by 1`: step s may read step s - 1)")
                         continue
                     if t.kind != "in" and name not in written_before and name not in phase_writes:
                         self.err(ld.loc, f"stage '{it.name}' reads '{name}' before any stage writes it")
@@ -656,14 +690,24 @@ def check(prog: ast.Program, world: int, dims: dict[str, int] | None = None) -> 
     c.declare()
     items: list[StageIR | BarrierIR] = []
     names: set[str] = set()
-    for it in prog.items:
-        if isinstance(it, ast.Barrier):
-            items.append(BarrierIR(it.loc))
-            continue
-        if it.name in names:
-            c.err(it.loc, f"stage '{it.name}' is already defined")
-        names.add(it.name)
-        items.append(c.stage(it))
+    stepped: set[str] = set()  # tensors written by forwarding stages
+    for item in prog.items:
+        try:  # a stage that forwards what it received runs step by step (frontend/steps.py)
+            steps = ring_steps(item, c.consts, world, stepped) if isinstance(item, ast.Stage) else None
+        except NotAffine as x:
+            c.err(x.loc, x.msg)
+            steps = None
+        if steps is not None and forwards(item):
+            stepped |= {t.tensor for a in item.body for t in a.targets if t is not None}
+            c.steps |= {x.name for x in steps if isinstance(x, ast.Stage)}
+        for it in [item] if steps is None else steps:
+            if isinstance(it, ast.Barrier):
+                items.append(BarrierIR(it.loc))
+                continue
+            if it.name in names:
+                c.err(it.loc, f"stage '{it.name}' is already defined")
+            names.add(it.name)
+            items.append(c.stage(it))
     if not any(isinstance(i, StageIR) for i in items):
         c.err(prog.loc, "program has no stages")
     if not c.errors:

@@ -48,6 +48,8 @@ def fmt_expr(e: TExpr) -> str:
 
 
 def fmt_loop(v: Var) -> str:
+    if v.derived is not None:  # a peer or an index piece (ir/peers.py): computed, not looped over
+        return f"{v.name} = {v.derived}"
     if v.is_rank:
         return f"{v.name} in ranks"
     return f"{v.name} in {v.extent} by {v.step}"

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tilec.ir import peers
 from tilec.ir.types import Access, Affine, Var, trips
 
 LIMIT = 1 << 22  # variable-value combinations enumerated at once
@@ -63,14 +64,17 @@ def values(v: Var) -> np.ndarray:
 def grid(vs: list[Var], what=None) -> dict[str, np.ndarray]:
     """Every combination of the variables' values, flattened (C order: the last var varies fastest). `what`
     (text, or a callable giving it, as formatting accesses costs more than enumerating them) names the question."""
+    derived = [v for v in vs if v.derived is not None]  # computed from the others (ir/peers.py), not enumerated
+    vs = [v for v in vs if v.derived is None]
     n = trips(vs)
     if n > LIMIT:
         what = what() if callable(what) else what
         raise Undecidable(f"{what}: {n} combinations of {', '.join(v.name for v in vs)} exceed {LIMIT}")
     if not vs:
-        return {}
+        return peers.derive({}, {v.name: v for v in derived})
     mesh = np.meshgrid(*[values(v) for v in vs], indexing="ij")
-    return {v.name: m.ravel() for v, m in zip(vs, mesh, strict=True)}
+    env = {v.name: m.ravel() for v, m in zip(vs, mesh, strict=True)}
+    return peers.derive(env, {v.name: v for v in derived})
 
 
 def interval(aff: Affine, tile: str | None, dom: dict[str, Var], env: dict[str, np.ndarray], n: int):
@@ -135,11 +139,12 @@ def region(a: Access, dom: dict[str, Var], world: int, shape: tuple[int, ...], w
     """The region of access `a` over every combination of the domain's variables (`dom` includes `rank`), but
     those where a `skip` pair's variables are equal (Stage.skip_equal)."""
     axes = axes_of(a)
-    axis_vars = [set(aff.vars) | ({tv} if tv else set()) for aff, tv in axes]
+    # a derived variable (a peer, an index piece: ir/peers.py) is computed from its inputs, which vary instead
+    axis_vars = [peers.inputs(set(aff.vars) | ({tv} if tv else set()), dom) for aff, tv in axes]
     comps = []
     used: set[str] = set()
     for grp, vs in skip_groups(axis_vars, skip):
-        env = grid_skip([dom[v] for v in vs], skip, what or (lambda: str(a)))
+        env = peers.derive(grid_skip([dom[v] for v in vs], skip, what or (lambda: str(a))), dom)
         n = len(next(iter(env.values()))) if env else 1
         if n == 0:  # every combination is skipped: nothing is accessed, which boxes cannot say
             raise Undecidable(f"{what or a}: every task is skipped")

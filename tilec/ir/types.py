@@ -16,10 +16,12 @@ class Var:
     """A loop variable. Tile vars step over element offsets [0, extent) by `step`; rank vars take 0..W-1."""
 
     name: str
-    kind: str  # "tile" | "rank" | "me"
+    kind: str  # "tile" | "rank" | "me" | "peer" / "piece" (derived, ir/peers.py)
     extent: int
     step: int
     loc: Loc = field(compare=False, repr=False)
+    derived: object = field(default=None, kw_only=True)  # a peers.Piece: one trip, every task computes it
+
 
     @property
     def trips(self) -> int:
@@ -27,7 +29,7 @@ class Var:
 
     @property
     def is_rank(self) -> bool:
-        return self.kind in ("rank", "me")
+        return self.kind in ("rank", "me", "peer")
 
 
 def trips(loops: Iterable[Var]) -> int:

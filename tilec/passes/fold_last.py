@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.errors import ScheduleError
+from tilec.ir import peers
 from tilec.ir.builtins import TILE_FNS
 from tilec.ir.graph import (
     Flag,
@@ -125,7 +126,7 @@ class FoldLast(Pass):
             key = tuple(v for v in m.key if v not in whole)
             members.append((m.write, key))
         (write, key), *others = members
-        count = trips(v for v in p.loops if v.name not in key and v.name != write.rank)
+        count = trips(v for v in p.loops if v.name not in peers.known_from(set(key) | {write.rank}, loops))
         size = flag_size(invert(write, loops, set(key), world, f"fold of stage '{c.name}'"))
         arrival = Flag(f"{f.name}:{c.name}", write.tensor, p.name, write, key, size, count, f.granularity, f.loc,
                        tuple(others))

@@ -17,11 +17,13 @@ mode=push (the owner stores its tiles into every peer's buffer):
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 import networkx as nx
 
 from tilec.errors import ScheduleError
+from tilec.ir import peers
 from tilec.ir.graph import (
     Pull,
     Stage,
@@ -93,7 +95,12 @@ class FuseComm(Pass):
             loops = {v.name: v for v in cp.loops} | {ME: Var(ME, "me", prog.world, 1, cp.loc)}
             invert(buf, loops, set(), prog.world, f"fused-pull of stage '{cp.name}'")
             if not all(v.name in buf.vars for v in cp.loops):
-                why.append(f"stage '{cp.name}' writes the same tile from several tasks")
+                via = [v.name for v in cp.loops if v.name not in buf.vars and v.name in peers.inputs(buf.vars, loops)]
+                why.append(f"stage '{cp.name}' ({cp.loc}) indexes {buf.tensor} through a peer expression of"
+                           f" '{via[0]}' ({buf}): a"
+                           " pull reads a copy's source by the loop variables that index its tiles (flags and"
+                           " fused-push run it)" if via else
+                           f"stage '{cp.name}' writes the same tile from several tasks")
                 continue
 
             def to_pull(e, buf=buf, src=src, cp=cp):
@@ -117,7 +124,7 @@ class FuseComm(Pass):
             update_state(g, order=_drop_dangling_barriers([n for n in node_order(g) if n != sid(cp.name)], g))
             fused += 1
         if not fused:
-            raise ScheduleError("fused-pull does not apply: " + ("; ".join(why) or "no stage is a pure tile copy"))
+            raise ScheduleError("fused-pull does not apply: " + (_steps_once(why) or "no stage is a pure tile copy"))
         rebuild_edges(g)
         return g
 
@@ -141,17 +148,36 @@ class FuseComm(Pass):
                 why.append(f"stage '{racy[0].name}' reads '{racy[1]}' in the phase of stage '{cp.name}' (no barrier"
                            " between them), so tiles pushed by peers could arrive after it reads them")
                 continue
+            turned = peers.transpose(cp.loops, rv, program_of(g).world, ME)  # a peer expression: its inverse
+            if turned is None:
+                why.append(f"stage '{cp.name}' ({cp.loc}) pulls from a peer expression ({cp.body[0].value.access})"
+                           " that does not"
+                           " invert: a push needs the rank that pulled")
+                continue
             body = tuple(replace(st, access=_swap_rank(st.access, rv),
                                  value=replace(st.value, access=_swap_rank(st.value.access, rv))) for st in cp.body)
             dsts = ", ".join(f"{st.access.tensor}@{rv}" for st in cp.body)
-            set_payload(g, sid(cp.name), replace(cp, body=body, note=_join(cp.note, f"pushes to {dsts}")))
+            set_payload(g, sid(cp.name), replace(cp, loops=turned, body=body, note=_join(cp.note, f"pushes to {dsts}")))
             pushed += 1
         if not pushed:
             if any(st.access.remote for s in stages(g) for st in s.body):
                 return g  # the program already stores into its peers: nothing to transpose
-            raise ScheduleError("fused-push does not apply: " + ("; ".join(why) or "no stage is a pure tile copy"))
+            raise ScheduleError("fused-push does not apply: " + (_steps_once(why) or "no stage is a pure tile copy"))
         rebuild_edges(g)
         return g
+
+
+def _steps_once(why: list[str]) -> str:
+    """The reasons joined, one per ring (frontend/steps.py): the reason of steps 'ring_1', 'ring_2', ... of a ring
+    that is the one of 'ring_0' is said once, for its first step."""
+    first: dict[str, str] = {}
+    again: set[str] = set()
+    for w in why:
+        key = re.sub(r"'(\w+)_\d+'", r"'\1_*'", w)
+        if key in first and key != w:
+            again.add(key)
+        first.setdefault(key, w)
+    return "; ".join(w + (" (and its later steps)" if k in again else "") for k, w in first.items())
 
 
 def _same_phase_readers(g: nx.DiGraph, cp: Stage) -> tuple[Stage, str] | None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.errors import ScheduleError
+from tilec.ir import peers
 from tilec.ir.graph import (
     FLAGS,
     Flag,
@@ -53,6 +54,7 @@ from tilec.ir.types import ME, Var, reduction_vars, trips
 from tilec.ir.wait_plan import release_signature
 
 from .base import Pass
+from .ring_writers import reads_from, ring_writers
 
 GRANULARITIES = ("auto", "tile", "rank", "tensor")
 
@@ -71,10 +73,12 @@ class ReplaceBarriers(Pass):
         # verifier prove it), so no order between them matters; writers across a barrier need that barrier
         read = {r.access.tensor for c in stages(g) for r in c.reads() if not isinstance(r, Pull)}
         phase = {s.name: i for i, ph in enumerate(phases(g)) for s in ph}
+        several = ring_writers(g)  # tensors whose writers store disjoint elements: a read waits on the one it reads
         for s in stages(g):
             for st in s.body:
                 t = st.access.tensor
-                if t in writer and writer[t] != s.name and (t in read or phase[s.name] != phase[writer[t]]):
+                if t in writer and writer[t] != s.name and (t in read or phase[s.name] != phase[writer[t]]) and \
+                        t not in several:
                     raise ScheduleError(f"replace-barriers: '{t}' is written by stages '{writer[t]}' and '{s.name}';"
                                         " per-tile flags cannot order the second write after the first one's readers")
                 writer.setdefault(t, s.name)
@@ -90,7 +94,13 @@ class ReplaceBarriers(Pass):
                 t = r.access.tensor
                 if t not in writer or writer[t] == c.name:
                     continue
-                p = payload_of(g, sid(writer[t]))
+                if t in several:
+                    w = reads_from(g, several[t], c, r.access)
+                    if w is None or w == c.name:
+                        continue
+                    p = payload_of(g, sid(w))
+                else:
+                    p = payload_of(g, sid(writer[t]))
                 st, fname = _covering_store(p, c, r.access, prog)
                 deps.append((c, r, p, st, fname))
                 reduced.setdefault(fname, set()).update(
@@ -154,8 +164,9 @@ class ReplaceBarriers(Pass):
         dims = invert(write, loops, set(key), world, f"replace-barriers for stage '{p.name}'")
         # counters are bumped by every producer task that maps onto them; the destination rank var only selects
         # which rank's counters, so it does not multiply the count
-        count = trips(v for v in p.loops if v.name not in key and v.name != write.rank)
-        if write.rank != ME and ME not in key:  # every rank pushes into the same counters of the peer
+        known = peers.known_from(set(key) | {write.rank}, loops)  # a peer in the key fixes its ring step
+        count = trips(v for v in p.loops if v.name not in known)
+        if write.rank != ME and ME not in known:  # every rank pushes into the same counters of the peer
             count *= world
         return Flag(name, write.tensor, p.name, write, tuple(key), flag_size(dims), count, self.granularity, p.loc)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from tilec.errors import ScheduleError
-from tilec.ir import regions
+from tilec.ir import peers, regions
 from tilec.ir.graph import DMA, Flag, Stage
 from tilec.ir.regions import Undecidable
 from tilec.ir.tiling import DimInverse, flag_size, strides
@@ -102,11 +102,12 @@ def _hits(ctx: Ctx, f: Flag, p: Stage, dims: list[DimInverse]) -> np.ndarray:
     shape = (ctx.world, *(d.size for d in dims))
     axis_vars = [{f.write.rank}] + [({d.rank_var} if d.key_rank and d.rank_var else set())
                                     | ({d.tile_var} if d.key_tile and d.tile_var else set()) for d in dims]
+    axis_vars = [peers.inputs(vs, dom) for vs in axis_vars]  # a peer's inputs vary, it is computed (ir/peers.py)
     hits = np.ones(shape, dtype=np.int64)
     used: set[str] = set()
     for grp, vs in regions.skip_groups(axis_vars, p.skip_equal):  # skipped tasks release nothing
         used |= set(vs)
-        env = regions.grid_skip([dom[v] for v in vs], p.skip_equal, f"releases of flag {f.name}")
+        env = peers.derive(regions.grid_skip([dom[v] for v in vs], p.skip_equal, f"releases of flag {f.name}"), dom)
         n = len(next(iter(env.values()))) if env else 1
         if not grp:
             hits = hits * n

@@ -33,7 +33,10 @@ def check(ctx: Ctx) -> None:
             a = e.access
             if ctx.tensor(a.tensor).kind == "in":
                 continue
+            r = ctx.region(a, sc, f"r:{c.name}")
             ws = by_tensor.get(a.tensor, [])
+            if len(ws) > 1:  # several writers (the steps of a ring): the ones whose elements this read reaches
+                ws = [w for w in ws if _meets(ctx, e.loc, c, a, r, w[2])]
             for s, _, _ in ws:
                 if s.name != c.name:
                     dep.add_edge(s.name, c.name)
@@ -46,10 +49,14 @@ def check(ctx: Ctx) -> None:
                 who = f"before stage '{later[0][0].name}' writes it" if later else "which no stage writes"
                 ctx.err(e.loc, f"stage '{c.name}' reads '{a.tensor}' {who}")
                 continue
-            r = ctx.region(a, sc, f"r:{c.name}")
             hole = decide(ctx, e.loc, f"stage '{c.name}' reads {a}", regions.uncovered, [w[2] for w in prior], r)
             if hole:
                 ctx.err(e.loc, f"stage '{c.name}' reads {a}, but no earlier stage writes {ctx.element(a.tensor, hole)}")
+                continue
+            if ctx.flagged and len(prior) > 1:
+                ctx.err(e.loc, f"cannot prove that stage '{c.name}' waits for every writer of what it reads of {a}:"
+                               f" it reaches elements of stages '{prior[0][0].name}' and '{prior[1][0].name}' (per-tile"
+                               " flags order one producer); rewrite the read as one per writer")
                 continue
             if ctx.flagged:
                 ctx.flag_reads.append((c, rd, prior[0][0].name))
@@ -139,3 +146,12 @@ def _in_place(ctx: Ctx, c: Stage, rd: Read, sc: dict[str, Var], by_tensor, dep: 
         ctx.flag_reads.append((c, rd, cp.name))
     elif ctx.phase[cp.name] >= ctx.phase[c.name]:
         ctx.err(e.loc, f"read before flag: {what} without a barrier or a wait on its flag")
+
+
+def _meets(ctx: Ctx, loc, c: Stage, a, r, rw) -> bool:
+    """Whether the read region r and a writer's region rw share an element (undecidable: reported, and yes)."""
+    try:
+        return regions.common(r, rw) is not None
+    except regions.Undecidable:
+        decide(ctx, loc, f"stage '{c.name}' reads {a}", regions.common, r, rw)
+        return True

@@ -9,7 +9,7 @@ import itertools
 
 import numpy as np
 
-from tilec.ir import regions
+from tilec.ir import peers, regions
 from tilec.ir.graph import Flag, InPlace, Stage, Wait
 from tilec.ir.regions import Undecidable
 from tilec.ir.tiling import DimInverse, strides
@@ -90,9 +90,9 @@ def _wait_check(ctx: Ctx, c: Stage, rd: Read, w: Wait, f: Flag) -> str | None:
     for r in plan.reach:
         d = r.dim
         aff, tv = read.index[d.dim], read.tile[d.dim]
-        outer = sorted((set(aff.vars) - red) | extra)
+        outer = sorted(peers.inputs((set(aff.vars) - red) | extra, sc))
         inner = sorted(v for v in set(aff.vars) if v in red)
-        env = regions.grid([sc[v] for v in outer + inner], f"the wait on {f.name}")
+        env = peers.derive(regions.grid([sc[v] for v in outer + inner], f"the wait on {f.name}"), sc)
         n = len(next(iter(env.values()))) if env else 1
         lo, hi = regions.interval(aff, tv, sc, env, n)
         need_lo, need_hi = _lin_span(d, lo, hi - 1)
@@ -134,9 +134,9 @@ def _hang(ctx: Ctx, c: Stage, w: Wait, f: Flag, plan, sc, red: set[str], info: F
     read's tasks over this rank's own rows poll nothing)."""
     read = w.read
     owner_red = read.rank in red
-    joint = sorted({v for r in plan.reach for v, _ in r.terms} | {r.tile.name for r in plan.reach if r.tile}
-                   | (set() if owner_red else {read.rank}) | set(extra))
-    env = regions.grid([sc[v] for v in joint], f"the wait on {f.name}")
+    joint = {v for r in plan.reach for v, _ in r.terms} | {r.tile.name for r in plan.reach if r.tile}
+    joint = sorted(peers.inputs(joint | (set() if owner_red else {read.rank}) | set(extra), sc))
+    env = peers.derive(regions.grid([sc[v] for v in joint], f"the wait on {f.name}"), sc)
     n = len(next(iter(env.values()))) if env else 1
     box_lo = [np.zeros(n, dtype=np.int64) if owner_red else env[read.rank]]
     box_hi = [np.full(n, ctx.world - 1, dtype=np.int64) if owner_red else env[read.rank]]
