@@ -6,6 +6,7 @@ of a two-loop stage was decoded from itself, and its rows went wrong)."""
 from __future__ import annotations
 
 import keyword
+import re
 
 # the kernels' parameters and locals that are not temporaries (codegen/text.Names keeps temporaries off the
 # program's own names) and the module's globals
@@ -19,8 +20,13 @@ KERNEL_NAMES = frozenset({
 RESERVED = KERNEL_NAMES | frozenset(keyword.kwlist) | frozenset({"range", "min", "max", "int", "float"})
 
 
+DERIVED = re.compile(r"_(peer|piece)\d+")  # the variables a stage's peers and index pieces become (ir/peers.py)
+
+
 def reserved_problem(name: str, what: str) -> str | None:
     """The error for a program naming a `what` (dim, tile, tensor, loop variable) `name`, or None."""
+    if DERIVED.fullmatch(name):
+        return f"{what} '{name}' is a name tilec gives a stage's peers and index pieces (_peerN, _pieceN); rename it"
     if name not in RESERVED:
         return None
     why = "a Python keyword" if keyword.iskeyword(name) else "a name the generated kernels use for their own values"
