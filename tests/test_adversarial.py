@@ -59,7 +59,8 @@ def missing_waits(prog) -> list[str]:
     for (consumer, flag), fo in folded.items():  # fold-last: the producer's completing arrival runs the consumer
         text = blocks.get(fo.producer, "")
         fp = f"{pname(flag)} + "
-        arrives = by_name[flag].count == 1 or f"td.arrive({fp}" in text or f"td.arrive_left({fp}" in text
+        # td.arrive(F + counter, ...), or td.arrive(F, ...) where the flag has one counter
+        arrives = by_name[flag].count == 1 or re.search(rf"td\.arrive(_left)?\({pname(flag)}( \+ |,)", text)
         if not arrives or f"{consumer}_task(" not in text:  # a group of one task runs its consumers unconditionally
             problems.append(f"stage {fo.producer}: does not arrive on {flag} and run {consumer}'s tasks")
         if f"td.arrive_left({fp}" in text and f"td.wait({fp}" not in text:  # shared: all but the last must wait

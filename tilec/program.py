@@ -16,7 +16,7 @@ from tilec import settings
 from tilec.errors import ArgumentError, TilecError
 from tilec.frontend.sema import BoundProgram
 from tilec.ir.gather import INDEX_RANGE, index_range_error
-from tilec.ir.graph import flags
+from tilec.ir.graph import flags, kernels_of
 from tilec.ir.printer import print_graph
 from tilec.runtime import launch
 from tilec.runtime.launch import MAX_PROGRAMS_PER_SM, LaunchContext  # noqa: F401 - where callers import them
@@ -392,6 +392,11 @@ class CompiledProgram:
 
             torch.cuda.synchronize(heap.device)
         self._check_timeout(heap, st)
+
+    @property
+    def kernel_count(self) -> int:
+        """How many kernels persist grouped the stages into."""
+        return len(kernels_of(self.graph))
 
     @property
     def has_host_barrier(self) -> bool:
