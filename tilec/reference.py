@@ -15,6 +15,7 @@ import torch
 from tilec.errors import IndexRangeError
 from tilec.frontend.sema import BarrierIR, BoundProgram, StageIR
 from tilec.ir.builtins import TILE_FNS
+from tilec.ir import tile_ops
 from tilec.ir.dtypes import DTYPES, torch_dtype
 from tilec.ir.gather import Counted, check_number, range_message
 from tilec.ir.types import ME, Access, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var, loads
@@ -152,7 +153,8 @@ class Reference:
             args = [_logical(self._eval(a, env, scope), a) for a in e.args]
             return TILE_FNS[e.fn].reference(*args)
         if isinstance(e, Dot):
-            return self._eval(e.lhs, env, scope).float() @ self._eval(e.rhs, env, scope).float()
+            a, b = self._eval(e.lhs, env, scope).float(), self._eval(e.rhs, env, scope).float()
+            return _matrix(a, e.lhs) @ _matrix(b, e.rhs)
         if isinstance(e, Sum):
             v = e.var
             if _contracts_only(e):  # sum over k of A[., k] @ B[k, .] is one matmul over the whole k range
@@ -174,6 +176,8 @@ class Reference:
                 return (torch.maximum if e.op == "max" else torch.minimum)(*args)
             if e.op.startswith("cast_"):
                 return args[0].to(TORCH_DTYPE[e.dtype]).float()
+            if e.op in tile_ops.OPS:
+                return tile_ops.reference(e.op, e.attr, _as_logical(args[0], e.args[0]))
             return _FNS[e.op](args[0])
         raise TypeError(f"reference: unsupported expression {type(e).__name__}")
 
@@ -195,6 +199,21 @@ def _logical(x: torch.Tensor, e) -> torch.Tensor:
     if isinstance(e, Load):
         return x.reshape([n for n, tv in zip(x.shape, e.access.tile, strict=True) if tv is not None])
     return x.reshape([n for n in x.shape if n != 1])
+
+
+def _as_logical(x: torch.Tensor, e) -> torch.Tensor:
+    """Tile x of expression e with the dims that are not e's logical dims dropped (by e's shape, not x's: the last
+    tile of a ragged loop may have one row)."""
+    if isinstance(e, Load):
+        return _logical(x, e)
+    if x.dim() != len(e.shape):
+        return x
+    return x.reshape([n for n, s in zip(x.shape, e.shape, strict=True) if s != 1])
+
+
+def _matrix(x: torch.Tensor, e) -> torch.Tensor:
+    """An operand of `@` as a matrix: a tile of more than 2 dims loses those that are not its logical dims."""
+    return _as_logical(x, e) if x.dim() > 2 else x
 
 
 def _contracts_only(e: Sum) -> bool:

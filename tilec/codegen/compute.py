@@ -12,6 +12,7 @@ from tilec.ir.types import ME, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var, l
 
 from . import build
 from . import kir as K
+from . import tile_ops
 from .build import At, E, add, assign, bcast, call, cmp, sub, to, tup
 from .copies import tile_name
 from .text import row_major_strides
@@ -97,7 +98,11 @@ class Compute:
             if e.dtype == "f32":  # tile math is f32; integer scalars (lengths, offsets) stay integers
                 args = [to(a, "tl.float32") if isinstance(x, Load | Pull) else a
                         for a, x in zip(args, e.args, strict=True)]
-            if e.op in "+-*/":
+            if len(e.args) == 2:  # numpy broadcasting: a tile of lower rank gets leading axes of size 1
+                args = [tile_ops.padded(a, x, len(e.shape)) for a, x in zip(args, e.args, strict=True)]
+            if tile_ops.is_tile_op(e):
+                r = tile_ops.emit(self, e, args[0])
+            elif e.op in "+-*/":
                 r = K.Bin(e.op, args[0], args[1])
             elif e.op in ("max", "min"):
                 r = call(f"tl.{e.op}imum", args[0], args[1])
@@ -111,6 +116,7 @@ class Compute:
             return E(name)
         if isinstance(e, Dot):
             a, b = self.expr(e.lhs, out, indent), self.expr(e.rhs, out, indent)
+            a, b = tile_ops.matrix(a, e.lhs), tile_ops.matrix(b, e.rhs)
             name = self.tmp("prod")
             out.append(At(indent, assign(name, self.dot(e, a, b, None))))
             return E(name)
@@ -210,7 +216,10 @@ class Compute:
         tile var shorter than its step (`p in 40 by 64`), `min(step, extent - start)` of a ragged multi-trip one;
         None where every row is. Row-wise reductions (attend's keys, lse_merge's partials) must skip the padding:
         masked loads give 0 there, which is a real key or partial to them."""
-        v = self.scope[[t for t in x.access.tile if t][0]]
+        lead = 0
+        if tile_ops.is_tile_op(x):  # lse_merge(o, lse, dim=d): the partials' dim d taken to the front of a load
+            lead, x = x.attr[0], x.args[0]
+        v = self.scope[[t for t in x.access.tile if t][lead]]
         if v.extent % v.step == 0:
             return None
         if v.extent < v.step:
@@ -264,6 +273,7 @@ class Compute:
             if ragged:  # a computed operand is not zero in the last tile's masked lanes (exp(0) = 1)
                 a = _zero_past(e.body.lhs, a, v, 1, out, inner)
                 b = _zero_past(e.body.rhs, b, v, 0, out, inner)
+            a, b = tile_ops.matrix(a, e.body.lhs), tile_ops.matrix(b, e.body.rhs)
             out.append(At(inner, assign(acc, self.dot(e.body, a, b, E(acc)))))
         else:
             x = self.expr(e.body, out, inner)

@@ -12,6 +12,7 @@ from tilec.ir.types import ME, Const, Idx, Op
 
 from . import gathers
 from . import kir as K
+from . import tile_ops
 from .build import At, Block, E, add, assign, call, cmp, fdiv, mod, mul, sub, to, tup
 
 COMMENT_WIDTH = 116  # a stage's comment is cut to this many columns (the statement may be longer)
@@ -67,8 +68,13 @@ def piece_expr(p, loops, world: int):
 
 
 def _broadcasts(src: tuple, dst: tuple) -> bool:
-    """Whether a value of shape src broadcasts to the tile dst: a scalar, or the same rank with each dim equal or 1."""
-    return not src or (len(src) == len(dst) and all(n in (1, d) for n, d in zip(src, dst, strict=True)))
+    """Whether a value of shape src broadcasts to the tile dst: a scalar, or (numpy's rule) a shape of at most dst's
+    rank whose dims, aligned at the last, are each equal to dst's or 1; one of lower rank that is the same tile up to
+    unit dims is reshaped instead."""
+    if src and len(src) < len(dst) and [n for n in src if n != 1] == [n for n in dst if n != 1]:
+        return False
+    return not src or (len(src) <= len(dst) and all(n in (1, d) for n, d in zip(src, dst[len(dst) - len(src):],
+                                                                                   strict=True)))
 
 
 class Tasks:
@@ -98,7 +104,7 @@ class Tasks:
                     v = call("tl.reshape", val, shape)
             elif isinstance(s.value, Const | Op | Idx) and s.value.shape != a.shape and \
                     _broadcasts(s.value.shape, a.shape):
-                v = call("tl.broadcast_to", val, shape)
+                v = call("tl.broadcast_to", tile_ops.padded(val, s.value, len(a.shape)), shape)
             elif s.value.shape != a.shape:  # same tile up to unit dims, e.g. a [BM, BN] sum into P[r, m, n], or
                 # a [BM, 1] column into a [1, BM] row (Z[r, m] = Y[m, 0] * 2): not a broadcast
                 v = call("tl.reshape", val, shape)

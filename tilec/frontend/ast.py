@@ -61,8 +61,20 @@ class Neg:
 
 @dataclass(frozen=True)
 class Call:
+    """`f(x, y)`; `kw`: keyword arguments (`sum(x, dim=1)`) in order."""
+
     fn: str
     args: tuple[Expr, ...]
+    loc: Loc
+    kw: tuple[tuple[str, Expr], ...] = ()
+
+
+@dataclass(frozen=True)
+class Attr:
+    """`x.T`: an attribute of a tile."""
+
+    value: Expr
+    name: str
     loc: Loc
 
 
@@ -77,7 +89,7 @@ class Reduce:
     loc: Loc
 
 
-Expr = Int | Float | Name | Ref | BinOp | Neg | Call | Reduce
+Expr = Int | Float | Name | Ref | BinOp | Neg | Call | Attr | Reduce
 
 # ---- declarations and statements ---------------------------------------------------------------
 

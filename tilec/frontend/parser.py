@@ -175,7 +175,20 @@ class _ToAst(Transformer):
 
     @v_args(meta=True)
     def call(self, meta, children):
-        return ast.Call(str(children[0]), tuple(children[1:]), self._loc(meta))
+        args = tuple(c for c in children[1:] if not isinstance(c, tuple))
+        kw = tuple(c for c in children[1:] if isinstance(c, tuple))
+        return ast.Call(str(children[0]), args, self._loc(meta), kw)
+
+    @v_args(meta=True)
+    def sum_call(self, meta, children):
+        return self.call(meta, [Token("NAME", "sum"), *children])
+
+    def kwarg(self, children):
+        return (str(children[0]), children[1])
+
+    @v_args(meta=True)
+    def attr(self, meta, children):
+        return ast.Attr(children[0], str(children[1]), self._loc(meta))
 
     def _int(self, t: Token) -> int:
         digits = str(t).lstrip("0")

@@ -19,6 +19,7 @@ from tilec.frontend.affine import NotAffine, affine
 from tilec.frontend.limits import MAX_LOOPS, MAX_SIZE, MAX_TASKS, MAX_TILE, MAX_WORLD, tile_problems
 from tilec.frontend.pieces import StagePieces
 from tilec.frontend.steps import forwards, ring_steps
+from tilec.ir import tile_ops
 from tilec.ir.builtins import TILE_FNS
 from tilec.ir.peers import inputs as peer_inputs
 from tilec.ir.reserved import reserved_problem
@@ -45,7 +46,7 @@ from tilec.ir.types import (
 
 UNARY_FNS = {"exp", "log", "sqrt", "relu", "silu", "sigmoid", "tanh", "abs"}
 BINARY_FNS = {"max", "min"}
-CASTS = {"f16", "bf16", "f32"}
+CASTS = set(tile_ops.CASTS)
 TUPLE_FNS = {name: f.results for name, f in TILE_FNS.items()}  # tile-library functions with several results
 
 
@@ -454,13 +455,14 @@ class _Checker:
             return Op("neg", (x,), "i32" if x.dtype == "i32" else "f32", x.shape, e.loc)
         if isinstance(e, ast.BinOp) and e.op == "@":
             a, b = self.expr(e.lhs, vars_), self.expr(e.rhs, vars_)
-            if len(a.shape) != 2 or len(b.shape) != 2:
-                raise _Err(e.loc, f"'@' needs 2-d tiles, got {_shp(a.shape)} @ {_shp(b.shape)}")
-            if a.shape[1] != b.shape[0]:
-                raise _Err(e.loc, f"shape mismatch in '@': {_shp(a.shape)} @ {_shp(b.shape)}")
+            shape = tile_ops.matmul(logical_shape(a), logical_shape(b))
+            if isinstance(shape, str):
+                raise _Err(e.loc, shape)
             if a.dtype != b.dtype:
                 raise _Err(e.loc, f"dtype mismatch in '@': {a.dtype} @ {b.dtype} (cast one side, e.g. f32(x))")
-            return Dot(a, b, "f32", (a.shape[0], b.shape[1]), e.loc)
+            return Dot(a, b, "f32", shape, e.loc)
+        if isinstance(e, ast.Attr):
+            return self.attr(e, vars_)
         if isinstance(e, ast.BinOp):
             if e.op in ("%", "//"):  # index arithmetic (`_affine`) and integer constants only: no remainder in tiles
                 try:
@@ -476,6 +478,8 @@ class _Checker:
                 raise _Err(e.loc, f"shape mismatch in '{e.op}': {_shp(a.shape)} and {_shp(b.shape)}")
             ints = a.dtype == b.dtype == "i32" and e.op in "+-*"
             return Op(e.op, (a, b), "i32" if ints else "f32", shape, e.loc)
+        if isinstance(e, ast.Call) and (e.kw or e.fn == "sum"):
+            return self.reduction(e, vars_)
         if isinstance(e, ast.Call):
             args = [self.expr(x, vars_) for x in e.args]
             if e.fn in CASTS and len(args) == 1:
@@ -506,9 +510,55 @@ class _Checker:
             return Sum(v, body, "f32", body.shape, e.loc)
         raise _Err(e.loc, "unsupported expression")
 
+    def attr(self, e: ast.Attr, vars_: dict[str, Var]) -> Op:
+        """`x.T`: the transpose of a 2-d tile (ir/tile_ops.py)."""
+        if e.name != "T":
+            raise _Err(e.loc, f"a tile has no attribute '{e.name}' (tiles have `.T`, the transpose)")
+        x = self.expr(e.value, vars_)
+        shape = tile_ops.transpose(logical_shape(x))
+        if isinstance(shape, str):
+            raise _Err(e.loc, shape)
+        return Op(tile_ops.PERMUTE, (x,), x.dtype, shape, e.loc, (1, 0))
+
+    def _kwargs(self, e: ast.Call, allowed: tuple[str, ...]) -> dict[str, int]:
+        out = {}
+        for k, v in e.kw:
+            if k not in allowed:
+                raise _Err(v.loc, f"{e.fn}() has no argument '{k}'" + (f" (it takes {', '.join(allowed)})"
+                                                                         if allowed else ""))
+            out[k] = _const(v, self.consts, f"{e.fn}'s {k}")
+        return out
+
+    def reduction(self, e: ast.Call, vars_: dict[str, Var]) -> TExpr:
+        """`sum(x, dim=d)`, `max(x, dim=d)`, `min(x, dim=d)` (keepdim=1 keeps d as a dim of size 1)."""
+        if e.fn not in tile_ops.REDUCTIONS:
+            if e.fn in TUPLE_FNS:
+                raise _Err(e.loc, f"'{e.fn}' returns several results: use it as `X[...], Y[...] = {e.fn}(...)`")
+            self._kwargs(e, ())
+        kw = self._kwargs(e, ("dim", "keepdim"))
+        if "dim" not in kw or len(e.args) != 1:
+            raise _Err(e.loc, f"{e.fn}(x, dim=d) reduces one tile along dim d"
+                              + ("" if e.fn == "sum" else f"; {e.fn}(a, b) is the element-wise {e.fn}imum"))
+        x = self.expr(e.args[0], vars_)
+        shape = logical_shape(x)
+        d = tile_ops.check_dim(e.fn, shape, kw["dim"])
+        if isinstance(d, str):
+            raise _Err(e.loc, d)
+        keep = bool(kw.get("keepdim", 0))
+        out = shape[:d] + (1,) * keep + shape[d + 1:]
+        return Op(tile_ops.REDUCTIONS[e.fn], (x,), tile_ops.reduce_dtype(e.fn, x.dtype), out, e.loc, (d, int(keep)))
+
     def tuple_call(self, e: ast.Call, vars_: dict[str, Var]) -> TupleCall:
         fn = TILE_FNS[e.fn]
         args = tuple(self.expr(x, vars_) for x in e.args)
+        dim = self._kwargs(e, ("dim",) if e.fn == "lse_merge" else ()).get("dim", 0)
+        if dim and len(args) == 2:  # lse_merge(o, lse, dim=d): the partials' dim d taken to the front
+            d = tile_ops.check_dim(e.fn, logical_shape(args[1]), dim)
+            if isinstance(d, str):
+                raise _Err(e.loc, d)
+            perms = [tile_ops.to_front(len(logical_shape(a)), d) for a in args]
+            args = tuple(Op(tile_ops.PERMUTE, (a,), a.dtype, tile_ops.permuted(logical_shape(a), p), a.loc, p)
+                         for a, p in zip(args, perms, strict=True))
         outs = fn.check([logical_shape(a) for a in args], args)
         if isinstance(outs, str):
             raise _Err(e.loc, outs)
@@ -664,23 +714,9 @@ def _shp(s: tuple[int, ...]) -> str:
 
 
 def _broadcast(a: tuple[int, ...], b: tuple[int, ...], scalars: bool = False) -> tuple[int, ...] | None:
-    """The shape of an element-wise operation on tiles of shapes a and b (None: they do not fit). scalars: one
-    element (`v[3]` of a 1-d tensor, shape [1]) goes with a tile of any rank at least its own, as a number does."""
-    if not a or not b:
-        return a or b
-    if scalars and len(a) != len(b):
-        if math.prod(b) == 1 and len(b) < len(a):
-            return a
-        if math.prod(a) == 1 and len(a) < len(b):
-            return b
-    if len(a) != len(b):
-        return None
-    out = []
-    for x, y in zip(a, b, strict=True):
-        if x != y and 1 not in (x, y):
-            return None
-        out.append(max(x, y))
-    return tuple(out)
+    """The shape of an element-wise operation on tiles of shapes a and b (None: they do not fit): numpy's rule
+    (ir/tile_ops.py)."""
+    return tile_ops.broadcast(a, b)
 
 
 def check(prog: ast.Program, world: int, dims: dict[str, int] | None = None) -> BoundProgram:

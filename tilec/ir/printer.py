@@ -43,6 +43,11 @@ def fmt_expr(e: TExpr) -> str:
             return f"({fmt_expr(e.args[0])} {_INFIX[e.op]} {fmt_expr(e.args[1])})"
         if e.op == "neg":
             return f"-{fmt_expr(e.args[0])}"
+        if e.op == "permute":
+            return f"{fmt_expr(e.args[0])}.T" if e.attr == (1, 0) else f"permute({fmt_expr(e.args[0])}, {e.attr})"
+        if e.op.endswith("_dim"):
+            keep = ", keepdim=1" if e.attr[1] else ""
+            return f"{e.op.removesuffix('_dim')}({fmt_expr(e.args[0])}, dim={e.attr[0]}{keep})"
         return f"{e.op.removeprefix('cast_')}({', '.join(fmt_expr(a) for a in e.args)})"
     raise TypeError(e)
 

@@ -137,13 +137,16 @@ class Const:
 
 @dataclass(frozen=True)
 class Op:
-    """Elementwise op or tile function: + - * / neg exp log sqrt max min relu silu sigmoid tanh abs cast_*."""
+    """Elementwise op or tile function: + - * / neg exp log sqrt max min relu silu sigmoid tanh abs cast_*; or an
+    operation inside one tile (ir/tile_ops.py): sum_dim / max_dim / min_dim (attr: the dim), permute (attr: the
+    permutation; `x.T` is (1, 0))."""
 
     op: str
     args: tuple[TExpr, ...]
     dtype: str
     shape: tuple[int, ...]
     loc: Loc = field(compare=False, repr=False)
+    attr: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
