@@ -14,8 +14,8 @@ import torch
 
 from tilec.errors import IndexRangeError
 from tilec.frontend.sema import BarrierIR, BoundProgram, StageIR
-from tilec.ir.builtins import TILE_FNS
 from tilec.ir import tile_ops
+from tilec.ir.builtins import TILE_FNS
 from tilec.ir.dtypes import DTYPES, torch_dtype
 from tilec.ir.gather import Counted, check_number, range_message
 from tilec.ir.types import ME, Access, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var, loads

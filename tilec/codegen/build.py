@@ -117,6 +117,14 @@ def fdiv(a: Operand, b: Operand) -> K.Expr:
     return K.Bin("//", E(a), E(b))
 
 
+def rank_div(x: Operand, a: int, n: int) -> K.Expr:
+    """The r in [0, n) of x = a*r + offset, offset in [0, |a|) (ir/tiling.rank_of): x // a, or where a < 0 (a
+    reversed order) n - 1 - (x - a*(n - 1)) // -a, whose dividend is not negative (Triton's // truncates)."""
+    if a > 0:
+        return fdiv(x, a)
+    return sub(n - 1, fdiv(add(x, -a * (n - 1)), -a))
+
+
 def mod(a: Operand, b: Operand) -> K.Expr:
     return K.Bin("%", E(a), E(b))
 

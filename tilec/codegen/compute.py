@@ -10,9 +10,8 @@ from tilec.ir.graph import InPlace, Pull, program_of, tensor
 from tilec.ir.tiling import invert
 from tilec.ir.types import ME, Const, Dot, Idx, Load, Op, Sum, TupleCall, Var, logical_shape, walk
 
-from . import build
+from . import build, tile_ops
 from . import kir as K
-from . import tile_ops
 from .build import At, E, add, assign, bcast, call, cmp, sub, to, tup
 from .copies import tile_name
 from .text import row_major_strides

@@ -10,7 +10,7 @@ from tilec.ir.types import ME, Access, Load, Var
 
 from . import gathers
 from . import kir as K
-from .build import At, E, add, assign, bcast, call, cmp, conj, fdiv, mul, plus, sub, to, tup
+from .build import At, E, add, assign, bcast, call, cmp, conj, mul, plus, rank_div, sub, to, tup
 from .text import row_major_strides
 
 
@@ -124,7 +124,7 @@ class Copies:
             if uniform or not tv:
                 out.append(At(indent, assign(x, sub(start, inv.const))))
                 if inv.rank_var:
-                    out += [At(indent, assign(rk, fdiv(x, inv.rank_coef))),
+                    out += [At(indent, assign(rk, rank_div(x, inv.rank_coef, inv.world))),
                             At(indent, assign(x, sub(x, mul(inv.rank_coef, rk))))]
                     vals[inv.rank_var] = E(rk)
                     scalar_ranks[E(rk)] = set(aff.vars)
@@ -133,7 +133,7 @@ class Copies:
             else:
                 out.append(At(indent, assign(x, sub(add(start, call("tl.arange", 0, span)), inv.const))))
                 if inv.rank_var:
-                    out += [At(indent, assign(rk, fdiv(x, inv.rank_coef))),
+                    out += [At(indent, assign(rk, rank_div(x, inv.rank_coef, inv.world))),
                             At(indent, assign(x, sub(x, mul(inv.rank_coef, rk))))]
                     vals[inv.rank_var] = bcast(rk, d, nd)
             if inv.tile_var:
@@ -218,7 +218,7 @@ class Copies:
             return
         peer = E(self.tmp("peer_rows"))
         del self.wait_lines[first:]
-        rows_rank = fdiv(sub(self.scalar(aff.terms, aff.const), d.const), d.rank_coef)
+        rows_rank = rank_div(sub(self.scalar(aff.terms, aff.const), d.const), d.rank_coef, d.world)
         why = "a peer's rows: wait until they have arrived"
         if len(waits) == 2 and isinstance(waits[0], K.Comment):  # one wait: what it waits for says it all
             why, waits = f"a peer's rows: {waits[0].text}", waits[1:]

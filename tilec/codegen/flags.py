@@ -132,7 +132,8 @@ class Flags:
                 lo, hi = fdiv(add(lo, k - 1), k), fdiv(add(hi, k - 1), k)
             if v.step != 1:
                 lo = mul(fdiv(add(lo, v.step - 1), v.step), v.step)
-            e1_max = d.const + (d.rank_coef * (d.world - 1) if d.rank_var else 0) + (d.extent if d.tile_var else 1)
+            e1_max = d.const + (max(0, d.rank_coef * (d.world - 1)) if d.rank_var else 0) + \
+                (d.extent if d.tile_var else 1)
             clipped = -(-max(e1_max - c, 0) // k) > v.extent
             if clipped:
                 hi = call("tl.minimum", hi, v.extent)
@@ -239,6 +240,12 @@ def _lin(d: DimInverse, e: K.Expr) -> K.Expr:
         # a rank's block is whole tiles: (x // coef) * trips + (x % coef) // step is x // step (x >= 0: the wait
         # covers elements its producer writes)
         return fdiv(x, d.step)
+    if d.rank_var and d.rank_coef < 0:  # a reversed order: its counters count the ranks from the last (lin_of)
+        x = add(x, -d.rank_coef * (d.world - 1))
+        r = fdiv(x, -d.rank_coef)
+        off = sub(x, mul(-d.rank_coef, r))
+        t = fdiv(off, d.step) if d.tile_var and d.key_tile else K.Const(0)
+        return _lin_of(d, r if d.key_rank else K.Const(0), t, counted=True)
     if d.rank_var:
         r = fdiv(x, d.rank_coef)
         off = sub(x, mul(d.rank_coef, r))
@@ -248,7 +255,11 @@ def _lin(d: DimInverse, e: K.Expr) -> K.Expr:
     return _lin_of(d, r if d.key_rank else K.Const(0), t)
 
 
-def _lin_of(d: DimInverse, r: K.Expr, t: K.Expr) -> K.Expr:
+def _lin_of(d: DimInverse, r: K.Expr, t: K.Expr, counted: bool = False) -> K.Expr:
+    """The counter coordinate of rank value r and tile number t (DimInverse.lin_of); counted: r is already
+    counted from the last rank where the order is reversed."""
+    if d.key_rank and d.rank_var and d.rank_coef < 0 and not counted:
+        r = sub(d.world - 1, r)
     parts = []
     if d.key_rank:
         parts.append(mul(r, d.trips) if d.key_tile and d.trips != 1 else r)

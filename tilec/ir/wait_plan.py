@@ -62,7 +62,7 @@ class Reach:
 
 
 def _grain(d: DimInverse) -> int:
-    return d.step if d.key_tile else d.rank_coef
+    return d.step if d.key_tile else d.block
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def plan_wait(g: nx.DiGraph, f: Flag, read: Access, red: set[str], scope: dict[s
         # multiples of the grain (and a rank's block holds whole tiles)
         g_ = _grain(d)
         aligned = (aff.const - d.const) % g_ == 0 and all((k * scope[v].step) % g_ == 0 for v, k in terms) and \
-            (not d.rank_var or not d.key_tile or d.rank_coef % g_ == 0)
+            (not d.rank_var or not d.key_tile or d.block % g_ == 0)
         reach.append(Reach(d, st[dims.index(d)], terms, aff.const, fixed, tile, aligned))
     owner = "rank" if read.rank == ME else read.rank
     # A producer releases all its counters after all its stores (emit.task), so a wait on counters that the same

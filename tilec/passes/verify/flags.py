@@ -62,11 +62,11 @@ def _flag_member(ctx: Ctx, f: Flag, p: Stage) -> FlagInfo | None:
     except ScheduleError as e:
         ctx.err(f.loc, str(e))
         return None
-    bad_dim = next((d for d in dims if d.rank_var and d.tile_var and d.extent > d.rank_coef), None)
+    bad_dim = next((d for d in dims if d.rank_var and d.tile_var and d.extent > d.block), None)
     if bad_dim:
         d = bad_dim
         ctx.err(f.loc, f"flag {f.name}: in dim {d.dim} of {f.write} the tiles of '{d.tile_var}' ({d.extent}"
-                       f" elements) overlap those of the next '{d.rank_var}' ({d.rank_coef} apart): its"
+                       f" elements) overlap those of the next '{d.rank_var}' ({d.block} apart): its"
                        " counters cannot be solved per element")
         return None
     if f.size != flag_size(dims):

@@ -137,7 +137,7 @@ def _in_place(ctx: Ctx, c: Stage, rd: Read, sc: dict[str, Var], by_tensor, dep: 
     env = regions.grid([sc[v] for v in vs], what)
     n = len(next(iter(env.values()))) if env else 1
     lo, hi = regions.interval(aff, tv, sc, env, n)
-    split = np.flatnonzero((lo - d.const) // d.rank_coef != (hi - 1 - d.const) // d.rank_coef)
+    split = np.flatnonzero((lo - d.const) // d.block != (hi - 1 - d.const) // d.block)
     if len(split):
         i = int(split[0])
         ctx.err(e.loc, f"{what}: the tile at {lo[i]}..{hi[i] - 1} of dim {d.dim} straddles two ranks' rows")

@@ -123,7 +123,7 @@ def _lin_span(d: DimInverse, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, 
     """Smallest and largest counter coordinate of the written elements a..b of one dim."""
     lo, hi = d.lin(a, clamp=False), d.lin(b, clamp=False)
     if d.rank_var and d.key_tile and not d.key_rank:  # the tile number restarts in every rank's block
-        cross = (a - d.const) // d.rank_coef != (b - d.const) // d.rank_coef
+        cross = (a - d.const) // d.block != (b - d.const) // d.block
         lo, hi = np.where(cross, 0, lo), np.where(cross, d.trips - 1, hi)
     return lo, hi
 
