@@ -131,10 +131,27 @@ def test_invert_matches_the_forward_map(world, m_total, bm):
     assert not d0.written(np.array([-1, m_total])).any()
 
 
-def test_invert_refuses_negative_rank_strides():
-    w = Access("T", ME, (Affine((("r", -4),), 12),), ("r",), (1,), None)
-    with pytest.raises(ScheduleError, match=r"test: dim 0 of T\[-4\*r \+ 12\] .*negative stride"):
-        invert(w, {"r": Var("r", "rank", 4, 1, None)}, set(), 4, "test")
+def test_invert_solves_reversed_rank_orders():
+    """T[(W-1-r)*4 + m] (W = 4, m in 4 by 2): every element solves to the rank and tile that wrote it, and the
+    counters (ranks counted from the last) grow with the element, so a read's counters are one range."""
+    w = Access("T", ME, (Affine((("m", 1), ("r", -4)), 12),), ("m",), (2,), None)
+    loops = {"r": Var("r", "rank", 4, 1, None), "m": Var("m", "tile", 4, 2, None)}
+    (d,) = invert(w, loops, {"r", "m"}, 4, "test")
+    e = np.arange(16)
+    r, off = d.solve(e)
+    assert (r == 3 - e // 4).all() and (off == e % 4).all() and d.written(e).all()
+    for rv in range(4):
+        for mv in (0, 2):
+            x = 12 - 4 * rv + mv
+            assert d.lin(np.array([x]))[0] == d.lin_of(rv, mv // 2)
+    assert (np.diff(d.lin(e)) >= 0).all() and sorted(set(d.lin(e))) == list(range(8))
+    assert not d.written(np.array([-1, 16])).any()
+
+
+def test_invert_refuses_unit_step_loops_walked_backwards():
+    w = Access("T", ME, (Affine((("j", -1),), 12),), (None,), (1,), None)
+    with pytest.raises(ScheduleError, match=r"test: dim 0 of T\[-1\*j \+ 12\] walks unit-step loop 'j' backwards"):
+        invert(w, {"j": Var("j", "tile", 13, 1, None)}, set(), 4, "test")
 
 
 def test_reference_interpreter_agrees_with_torch():

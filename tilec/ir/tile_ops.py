@@ -38,12 +38,12 @@ def broadcast(a: Shape, b: Shape) -> Shape | None:
 
 def matmul(a: Shape, b: Shape) -> Shape | str:
     """`a @ b` on logical shapes: [M, K] @ [K, N] -> [M, N]; leading dims of size 1 (a [1, 1, M, K] tile of a 4-d
-    tensor) are dropped first. Where a side is one row or column ([K] or [1, K]) it stays a matrix of one row."""
+    tensor) are dropped first."""
     sa, sb = _matrix(a), _matrix(b)
     if sa is None or sb is None:
-        return f"'@' needs 2-d tiles (leading dims of size 1 are dropped), got {_shp(a)} @ {_shp(b)}"
+        return f"'@' needs 2-d tiles, got {_shp(a)} @ {_shp(b)} (leading dims of size 1 are dropped)"
     if sa[1] != sb[0]:
-        return f"shape mismatch in '@': inner dims differ ({sa[1]} and {sb[0]}) in {_shp(a)} @ {_shp(b)}"
+        return f"shape mismatch in '@': {_shp(a)} @ {_shp(b)} (inner dims {sa[1]} and {sb[0]} differ)"
     return (sa[0], sb[1])
 
 
