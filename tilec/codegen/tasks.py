@@ -8,7 +8,7 @@ from dataclasses import replace
 from tilec.errors import TilecError
 from tilec.ir.dtypes import TL_DTYPE
 from tilec.ir.graph import flags, folds, program_of, tensor
-from tilec.ir.types import ME, Const, Idx, Op
+from tilec.ir.types import ME
 
 from . import gathers
 from . import kir as K
@@ -102,8 +102,7 @@ class Tasks:
                               call("tl.max", call("tl.reshape", val, tup(1)), axis=0))
                 else:
                     v = call("tl.reshape", val, shape)
-            elif isinstance(s.value, Const | Op | Idx) and s.value.shape != a.shape and \
-                    _broadcasts(s.value.shape, a.shape):
+            elif s.value.shape != a.shape and _broadcasts(s.value.shape, a.shape):
                 v = call("tl.broadcast_to", tile_ops.padded(val, s.value, len(a.shape)), shape)
             elif s.value.shape != a.shape:  # same tile up to unit dims, e.g. a [BM, BN] sum into P[r, m, n], or
                 # a [BM, 1] column into a [1, BM] row (Z[r, m] = Y[m, 0] * 2): not a broadcast

@@ -55,12 +55,15 @@ def emit(em, e: Op, x: K.Expr) -> K.Expr:
 
 
 def _valid_along(em, arg, d: int) -> K.Expr | None:
-    """Where the lanes of logical dim d of a loaded tile are real (a ragged or padded tile var), broadcast over the
-    tile; None when every lane is. A computed tile's padding is that of the loads it is made of: only loads and
-    element-wise ops of one load are followed."""
+    """Where the lanes of logical dim d of a tile are real (a ragged or padded tile var), broadcast over the tile;
+    None when every lane is. A computed tile's padding is that of the load of its full shape it is made of,
+    followed through element-wise ops (the first such operand)."""
     load = arg
-    while isinstance(load, Op) and not is_tile_op(load) and len(load.args) == 1:
-        load = load.args[0]
+    while isinstance(load, Op) and not is_tile_op(load):
+        full = [a for a in load.args if logical_shape(a) == logical_shape(arg)]
+        if not full:
+            return None
+        load = full[0]
     if not isinstance(load, Load) or len(logical_shape(load)) != len(logical_shape(arg)):
         return None
     tiles = [t for t in load.access.tile if t]

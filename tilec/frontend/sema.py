@@ -478,7 +478,7 @@ class _Checker:
                 raise _Err(e.loc, f"shape mismatch in '{e.op}': {_shp(a.shape)} and {_shp(b.shape)}")
             ints = a.dtype == b.dtype == "i32" and e.op in "+-*"
             return Op(e.op, (a, b), "i32" if ints else "f32", shape, e.loc)
-        if isinstance(e, ast.Call) and (e.kw or e.fn == "sum"):
+        if isinstance(e, ast.Call) and (e.kw or e.fn == "sum" or (e.fn in tile_ops.REDUCTIONS and len(e.args) == 1)):
             return self.reduction(e, vars_)
         if isinstance(e, ast.Call):
             args = [self.expr(x, vars_) for x in e.args]
