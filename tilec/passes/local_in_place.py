@@ -121,7 +121,7 @@ def why_not(g: nx.DiGraph, cp: Stage, world: int) -> str | None:
     if buf.dtype != src.dtype:  # one pointer reads either: the copy must not convert
         return f"the copy converts {src.dtype} to {buf.dtype}"
     d = solving_dim(st.access, pair[0], loops, world)
-    if d is None or d.rank_coef <= 0:
+    if d is None or d.rank_coef == 0:
         return f"the index of '{buf.name}' does not solve the copy's source rank"
     if not all(v.name in st.access.vars for v in cp.loops if v.trips > 1):
         return "some task of it writes the same tile as another"

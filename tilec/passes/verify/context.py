@@ -29,7 +29,7 @@ from tilec.ir.graph import (
     sync,
 )
 from tilec.ir.regions import Undecidable
-from tilec.ir.tiling import DimInverse, invert
+from tilec.ir.tiling import DimInverse, invert, rank_of
 from tilec.ir.types import ME, Access, Dot, Load, Op, Store, Sum, Tensor, TupleCall, Var
 
 
@@ -198,14 +198,14 @@ def solving_dim(ctx: Ctx, e: InPlace) -> DimInverse | None:
         dims = invert(e.write, ploops, set(), ctx.world, "an in-place read")
     except ScheduleError:
         return None
-    return next((d for d in dims if d.rank_var == e.source.rank and d.rank_coef > 0), None)
+    return next((d for d in dims if d.rank_var == e.source.rank and d.rank_coef != 0), None)
 
 
 def own_rows(ctx: Ctx, e: InPlace, sc: dict[str, Var], env: dict[str, np.ndarray], n: int) -> np.ndarray:
     """Per task (env): whether its tile of the buffer is this rank's own rows, read in place (no wait)."""
     d = solving_dim(ctx, e)
     lo, _ = regions.interval(e.read.index[d.dim], None, sc, env, n)
-    return (lo - d.const) // d.rank_coef == env[ME]
+    return rank_of(lo - d.const, d.rank_coef, d.world) == env[ME]
 
 
 def read_access(e) -> Access:
