@@ -212,8 +212,8 @@ def _as_logical(x: torch.Tensor, e) -> torch.Tensor:
 
 
 def _matrix(x: torch.Tensor, e) -> torch.Tensor:
-    """An operand of `@` as a matrix: a tile of more than 2 dims loses those that are not its logical dims."""
-    return _as_logical(x, e) if x.dim() > 2 else x
+    """An operand of `@` as a matrix: a tile of more than 2 dims loses its leading dims (of size 1)."""
+    return x.reshape(x.shape[-2:]) if x.dim() > 2 else x
 
 
 def _contracts_only(e: Sum) -> bool:

@@ -27,7 +27,7 @@ def logical(x: K.Expr, e) -> K.Expr:
 
 def matrix(x: K.Expr, e) -> K.Expr:
     """An operand of `@` as the [rows, cols] matrix sema took it as."""
-    shape = tile_ops.matrix_shape(logical_shape(e))
+    shape = tile_ops.matrix_shape(e.shape)
     return x if tuple(e.shape) == shape else call("tl.reshape", x, tup(*shape))
 
 

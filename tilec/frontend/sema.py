@@ -455,7 +455,7 @@ class _Checker:
             return Op("neg", (x,), "i32" if x.dtype == "i32" else "f32", x.shape, e.loc)
         if isinstance(e, ast.BinOp) and e.op == "@":
             a, b = self.expr(e.lhs, vars_), self.expr(e.rhs, vars_)
-            shape = tile_ops.matmul(logical_shape(a), logical_shape(b))
+            shape = tile_ops.matmul(a.shape, b.shape)
             if isinstance(shape, str):
                 raise _Err(e.loc, shape)
             if a.dtype != b.dtype:

@@ -37,8 +37,9 @@ def broadcast(a: Shape, b: Shape) -> Shape | None:
 
 
 def matmul(a: Shape, b: Shape) -> Shape | str:
-    """`a @ b` on logical shapes: [M, K] @ [K, N] -> [M, N]; leading dims of size 1 (a [1, 1, M, K] tile of a 4-d
-    tensor) are dropped first."""
+    """`a @ b`: [M, K] @ [K, N] -> [M, N]; leading dims of size 1 (a [1, 1, M, K] tile of a 4-d tensor) are
+    dropped first. (The tiles' own shapes, not their logical ones: `A[m, j] @ B[j, n]` with `j` one element is a
+    [BM, 1] @ [1, BN] product.)"""
     sa, sb = _matrix(a), _matrix(b)
     if sa is None or sb is None:
         return f"'@' needs 2-d tiles, got {_shp(a)} @ {_shp(b)} (leading dims of size 1 are dropped)"
