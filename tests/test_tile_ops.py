@@ -34,6 +34,7 @@ ROWS = """program rows(world W)
   out I  : i32[M, N]
   out H  : f16[M, N]
   out V  : f32[M, N]
+  out F  : f32[M, N]
 
   stage rows over m in M by BM:
     S[m] = sum(X[m, :], dim=1)
@@ -44,6 +45,7 @@ ROWS = """program rows(world W)
     I[m, :] = i32(X[m, :] * 4)
     H[m, :] = f16(X[m, :])
     V[m, :] = v[:]
+    F[m, :] = sqrt(abs(i32(X[m, :] * 4)))
   stage cols over n in N by 8:
     Cs[n] = sum(X[:, n], dim=0)
 """
@@ -52,7 +54,7 @@ ROWS = """program rows(world W)
 def rows_want(x, v):
     return {"S": x.sum(1), "Mx": (torch.exp(x) - 100).amax(1), "Mn": (x.abs() + 1).amin(1),
             "Y": x + v - x.amax(1, keepdim=True), "T": x.T, "I": (x * 4).to(torch.int32), "H": x.half(),
-            "V": v.expand_as(x), "Cs": x.sum(0)}
+            "V": v.expand_as(x), "Cs": x.sum(0), "F": (x * 4).to(torch.int32).abs().float().sqrt()}
 
 
 # `@` of a [1, BM, BK] tile (b one element) and of a transposed tile; lse_merge over the partials' dim 1

@@ -94,9 +94,10 @@ class Compute:
             return self.pull(e, out, indent)
         if isinstance(e, Op):
             args = [self.expr(a, out, indent) for a in e.args]
-            if e.dtype == "f32":  # tile math is f32; integer scalars (lengths, offsets) stay integers
-                args = [to(a, "tl.float32") if isinstance(x, Load | Pull) else a
-                        for a, x in zip(args, e.args, strict=True)]
+            if e.dtype == "f32":  # tile math is f32; integer scalars (lengths, offsets) stay integers; an i32(x) tile
+                # in f32 math is converted back
+                args = [to(a, "tl.float32") if isinstance(x, Load | Pull) or (isinstance(x, Op) and x.dtype == "i32")
+                        else a for a, x in zip(args, e.args, strict=True)]
             if len(e.args) == 2:  # numpy broadcasting: a tile of lower rank gets leading axes of size 1
                 args = [tile_ops.padded(a, x, len(e.shape)) for a, x in zip(args, e.args, strict=True)]
             if tile_ops.is_tile_op(e):
