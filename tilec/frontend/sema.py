@@ -531,9 +531,7 @@ class _Checker:
 
     def reduction(self, e: ast.Call, vars_: dict[str, Var]) -> TExpr:
         """`sum(x, dim=d)`, `max(x, dim=d)`, `min(x, dim=d)` (keepdim=1 keeps d as a dim of size 1)."""
-        if e.fn not in tile_ops.REDUCTIONS:
-            if e.fn in TUPLE_FNS:
-                raise _Err(e.loc, f"'{e.fn}' returns several results: use it as `X[...], Y[...] = {e.fn}(...)`")
+        if e.fn not in tile_ops.REDUCTIONS:  # another function given a keyword
             self._kwargs(e, ())
         kw = self._kwargs(e, ("dim", "keepdim"))
         if "dim" not in kw or len(e.args) != 1:
