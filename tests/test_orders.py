@@ -124,3 +124,20 @@ def test_rotated_order_is_refused_where_it_is_written():
     assert "rotated.tile:9:9: error: index is not affine: '%' of a loop variable (a rotated order such as" \
            " `(r + rank) % W` cannot be inverted per tile; affine orders of ranks are `r` and `W-1-r`)" in text
     assert "^^^^^^^^^^^^^^" in text
+
+
+def test_verifier_rejects_counters_that_shrink_with_the_element(monkeypatch):
+    """Were a reversed order's counters numbered by the rank itself, they would shrink as the element grows and a
+    wait's range first..last would be empty: the verifier says so (the kernels then read rows not there yet)."""
+    from tilec.errors import VerifyError
+    from tilec.ir import tiling
+
+    def by_rank(self, r, t):
+        out = r * (self.trips if self.key_tile else 1) if self.key_rank else 0
+        return out + (t if self.key_tile else 0)
+
+    monkeypatch.setattr(tiling.DimInverse, "lin_of", by_rank)
+    with pytest.raises(VerifyError) as info:
+        compile_program("ag_gemm_reversed", 3, "flags", {"M": 60}, transport="dma")
+    assert "read before flag: stage 'gemm' reads Ag[m, k], but its wait on Ag.gather covers counters 5..2 of dim 0" \
+           " where the task m=16 reads tiles of counters 2..5" in str(info.value)

@@ -120,8 +120,10 @@ def _wait_check(ctx: Ctx, c: Stage, rd: Read, w: Wait, f: Flag) -> str | None:
 
 
 def _lin_span(d: DimInverse, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Smallest and largest counter coordinate of the written elements a..b of one dim."""
+    """Smallest and largest counter coordinate of the written elements a..b of one dim (the coordinate grows with
+    the element, reversed orders too: tiling.lin_of; should it shrink, the ends still bound it)."""
     lo, hi = d.lin(a, clamp=False), d.lin(b, clamp=False)
+    lo, hi = np.minimum(lo, hi), np.maximum(lo, hi)
     if d.rank_var and d.key_tile and not d.key_rank:  # the tile number restarts in every rank's block
         cross = (a - d.const) // d.block != (b - d.const) // d.block
         lo, hi = np.where(cross, 0, lo), np.where(cross, d.trips - 1, hi)
