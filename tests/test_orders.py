@@ -1,7 +1,7 @@
-"""Orders of rank loops: a gather into reversed blocks (`Ag[(W-1-r)*M/W + m, k]`) and a push into reversed blocks
-(`Ag@r[(W-1-rank)*M/W + m, k]`) under every schedule, flag granularity and the copy engines, on 2 and 3 CPU ranks
-against torch (one spawn per world); a rotated order (`(r + rank) % W`) is refused where it is written, saying
-why."""
+"""Orders of rank loops: a gather into reversed blocks (`Ag[(W-1-r)*M/W + m, k]`), a push into reversed blocks
+(`Ag@r[(W-1-rank)*M/W + m, k]`) and a reduce-scatter to reversed owners under every schedule, flag granularity and
+the copy engines, on 2 and 3 CPU ranks against torch (one spawn per world); a rotated order (`(r + rank) % W`) is
+refused where it is written, saying why."""
 
 from __future__ import annotations
 
@@ -31,6 +31,13 @@ def push_reversed(ins, r):
     return {"C": reversed_rows(ins, "A") * 2 + 1}
 
 
+def gemm_rs_reversed(ins, r):
+    full = sum(d["A"].float() @ d["B"].float() for d in ins)
+    rows = full.shape[0] // len(ins)
+    o = len(ins) - 1 - r
+    return {"C": full[o * rows:(o + 1) * rows]}
+
+
 # (case, program, dims at world w, expected, dtype, schedules, compile options)
 def cases(w: int):
     return [
@@ -43,6 +50,9 @@ def cases(w: int):
          {"transport": "dma"}),
         ("push", "push_reversed", {"M": 16 * w}, push_reversed, "f32", ("bsp", "flags", "fused-push", "specialized"),
          {}),
+        # rank o gets the reduced rows of block W-1-o: a reversed rank in a dim of its own (the partial's slot)
+        ("reduce-scatter", "gemm_rs_reversed", {"M": 32 * w, "K": 16 * w}, gemm_rs_reversed, "f16",
+         ("bsp", "flags", "fused-push", "specialized"), {}),
     ]
 
 
