@@ -31,6 +31,11 @@ def push_reversed(ins, r):
     return {"C": reversed_rows(ins, "A") * 2 + 1}
 
 
+def gather_max_reversed(ins, r):
+    ag = reversed_rows(ins, "A")
+    return {"S": (-ag.abs() - 1).amax(1), "T": ag.T}
+
+
 def gemm_rs_reversed(ins, r):
     full = sum(d["A"].float() @ d["B"].float() for d in ins)
     rows = full.shape[0] // len(ins)
@@ -50,6 +55,8 @@ def cases(w: int):
          {"transport": "dma"}),
         ("push", "push_reversed", {"M": 16 * w}, push_reversed, "f32", ("bsp", "flags", "fused-push", "specialized"),
          {}),
+        # padding lanes of the pulled tile must not win the row maximum (a pull's lanes past K are 0, -abs(0)-1 > all)
+        ("gather-max", "gather_max_reversed", {"M": 16 * w}, gather_max_reversed, "f32", SCHEDULES, {}),
         # rank o gets the reduced rows of block W-1-o: a reversed rank in a dim of its own (the partial's slot)
         ("reduce-scatter", "gemm_rs_reversed", {"M": 32 * w, "K": 16 * w}, gemm_rs_reversed, "f16",
          ("bsp", "flags", "fused-push", "specialized"), {}),

@@ -5,6 +5,7 @@ logical shape (`tl.reshape`), and tiles of lower rank broadcast by numpy's rule 
 from __future__ import annotations
 
 from tilec.ir import tile_ops
+from tilec.ir.graph import Pull
 from tilec.ir.types import Load, Op, logical_shape
 
 from . import kir as K
@@ -48,7 +49,7 @@ def emit(em, e: Op, x: K.Expr) -> K.Expr:
             return call("tl.trans", x)
         return call("tl.permute", x, tup(*e.attr))
     d, keep = e.attr
-    mask = None if e.op == "sum_dim" and isinstance(arg, Load) else _valid_along(em, arg, d)  # a load's are 0
+    mask = None if e.op == "sum_dim" and isinstance(arg, Load | Pull) else _valid_along(em, arg, d)  # loads give 0
     if mask is not None:
         x = call("tl.where", mask, x, _IDENTITY[e.op])
     return call(_TL[e.op], x, axis=d, **({"keep_dims": True} if keep else {}))
@@ -64,9 +65,9 @@ def _valid_along(em, arg, d: int) -> K.Expr | None:
         if not full:
             return None
         load = full[0]
-    if not isinstance(load, Load) or len(logical_shape(load)) != len(logical_shape(arg)):
+    if not isinstance(load, Load | Pull) or len(logical_shape(load)) != len(logical_shape(arg)):
         return None
-    tiles = [t for t in load.access.tile if t]
+    tiles = [t for t in (load.access if isinstance(load, Load) else load.read).tile if t]
     if d >= len(tiles):
         return None
     v = em.scope.get(tiles[d])
