@@ -10,9 +10,8 @@ from tilec.ir.dtypes import TL_DTYPE
 from tilec.ir.graph import flags, folds, program_of, tensor
 from tilec.ir.types import ME
 
-from . import gathers
+from . import gathers, tile_ops
 from . import kir as K
-from . import tile_ops
 from .build import At, Block, E, add, assign, call, cmp, fdiv, mod, mul, sub, to, tup
 
 COMMENT_WIDTH = 116  # a stage's comment is cut to this many columns (the statement may be longer)
