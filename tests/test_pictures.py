@@ -371,7 +371,7 @@ def test_decode_matches_the_generated_kernels():
                             for ln in lines:
                                 if not ln.startswith("#"):
                                     exec(ln, ns)  # the kernel's integer arithmetic, in Python
-                            ours = trace.decode(loops, t, gm)
+                            ours = trace.decode(loops, t, gm, rank)
                             if skip:
                                 ours[skip] += ours[skip] >= rank
                             assert ours == {v.name: ns[v.name] for v in st.loops}, (prog.schedule, st.name, gm, t)

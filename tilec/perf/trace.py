@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 
 from tilec.errors import TilecError
+from tilec.ir.types import ME
 
 
 @dataclass(frozen=True)
@@ -36,9 +37,12 @@ def _group_m(source: str) -> int:
     return int(m.group(1)) if m else 8
 
 
-def decode(loops, t: int, grouped_m: int) -> dict[str, int]:
-    """Loop values of task t of a stage, as the generated kernel decodes them (tilec.codegen.emit._Emitter.decode):
-    row-major over the loops, except a reduction's output tile, whose last two loops go in grouped order."""
+def decode(loops, t: int, grouped_m: int, rank: int = 0) -> dict[str, int]:
+    """Loop values of task t of a stage on `rank`, as the generated kernel decodes them (tilec.codegen.tasks):
+    row-major over the loops, except a reduction's output tile, whose last two loops go in grouped order; a derived
+    variable (a peer or index piece, ir/peers.py) is computed from the others and the rank."""
+    derived = [v for v in loops if v.derived is not None]
+    loops = [v for v in loops if v.derived is None]
     vals: dict[str, int] = {}
     grouped = grouped_m > 1 and len(loops) >= 2 and all(not v.is_rank and v.trips > 1 for v in loops[-2:])
     rest = t
@@ -54,6 +58,8 @@ def decode(loops, t: int, grouped_m: int) -> dict[str, int]:
     for v in reversed(loops[:-2] if grouped else loops):
         vals[v.name] = (rest % v.trips) * (1 if v.is_rank else v.step)
         rest //= v.trips
+    for v in derived:
+        vals[v.name] = v.derived.evaluate({**vals, ME: rank})
     return vals
 
 
