@@ -249,17 +249,26 @@ def test_capture_across_nodes_is_refused():
     assert dataclasses.replace(prog.options, ranks_per_node=0).line() != prog.options.line()
 
 
-@pytest.mark.parametrize("schedule", ["fused-push", "fused-pull"])
-def test_gpu_branches_compile_to_ptx_with_only_nvshmem_left_to_link(schedule):
+@pytest.mark.parametrize("example, schedule, dims", [
+    ("ag_gemm", "fused-push", None), ("ag_gemm", "fused-pull", None),
+    ("gemm_rs", "fused-push", None),  # a put of a 3-d tile, then a put-with-signal of no bytes
+    ("flash_decode", "fused-push", None), ("ring_ag_gemm", "fused-push", {"M": 128, "N": 64, "K": 32}),
+    ("moe", "flags", {"T": 24, "K": 2})])
+def test_gpu_branches_compile_to_ptx_with_only_nvshmem_left_to_link(example, schedule, dims):
     """Triton's real GPU pipeline (no GPU needed) takes the off-node paths of device_nvshmem.py down to PTX; what
-    ptxas then misses is only NVSHMEM's device library, which a GPU launch links (runtime/nvshmem_launch.py)."""
+    ptxas then misses is only NVSHMEM's device library, which a GPU launch links (runtime/nvshmem_launch.py). The
+    GPU compiles the same declarations (device_nvshmem.py declares every NVSHMEM call itself)."""
     from tilec.codegen.target_check import compile_for_target
 
-    prog = _compile("ag_gemm", 2, schedule, 1)
+    def build(rpn):
+        if dims is None:
+            return _compile(example, 2, schedule, rpn)
+        return tilec.compile(f"examples/{example}.tile", world=2, schedule=schedule, dims=dims, backend="nvshmem",
+                             ranks_per_node=rpn)
+
     with pytest.raises(TilecError, match=r"Unresolved extern function 'nvshmemx?_\w+'"):
-        compile_for_target(prog, "cuda:90")
-    one_node = _compile("ag_gemm", 2, schedule, 2)
-    assert compile_for_target(one_node, "cuda:90")  # pointers only: it links as Iris kernels do
+        compile_for_target(build(1), "cuda:90")
+    assert compile_for_target(build(2), "cuda:90")  # pointers only: it links as Iris kernels do
 
 
 def test_device_module_exports_what_the_printed_kernels_call():

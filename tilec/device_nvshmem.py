@@ -10,8 +10,8 @@ itself); entry WORLD + p is rank p's heap as this process maps it, which only th
 an off-node get or put copies through the shared-memory heap at that address, as NVSHMEM would over the network. A
 pointer access to an off-node peer would read this rank's own copy, so the CPU tests see a wrong one.
 
-On a GPU the off-node paths call NVSHMEM's device library (through torch's `_nvshmem_triton`, and element puts and
-gets declared here the same way): a kernel that calls them is compiled with the library linked
+On a GPU the off-node paths call NVSHMEM's device library (its puts, gets, quiet and put-with-signal declared
+here with C's argument types): a kernel that calls them is compiled with the library linked
 (runtime/nvshmem_heap.extern_libs). Flags are 64-bit signal words; a release to a peer off the node is a quiet
 and a put-with-signal of no bytes (NVSHMEM_SIGNAL_ADD), and a wait polls the word (its own with acquire loads,
 a peer's with gets) against the GPU timer with tilec's timeout, never the unbounded signal_wait_until.
@@ -29,11 +29,6 @@ from tilec.device import backoff, call_ok, clock, release, timed_out, wait, wait
 # (a JITFunction, or the interpreter's InterpretedFunction: either wraps its Python function as .fn)
 globals().update({n: f for n, f in vars(_device).items()
                   if getattr(getattr(f, "fn", None), "__module__", None) == _device.__name__})
-
-try:  # present with torch's triton support; only the GPU branches below reference it
-    import torch.distributed._symmetric_memory._nvshmem_triton as nv
-except Exception:  # noqa: BLE001 - no NVSHMEM support in this torch: the CPU emulation does not need it
-    nv = None
 
 SIGNAL_ADD = tl.constexpr(5)  # NVSHMEM_SIGNAL_ADD
 
@@ -93,16 +88,16 @@ def _own_putmem_signal(dst, src, size_bytes, signal, sig_val, sig_op, pe, _seman
 
 
 @triton.jit
-def _torchless_putmem_signal_block(dst, src, size_bytes, signal, sig_val, sig_op, pe):
-    # what torch's _nvshmem_triton.putmem_signal_block does, where this torch has no Triton support (a CPU build,
-    # for `tilec check --target`): the same extern symbol and argument types
+def _putmem_signal_block(dst, src, size_bytes, signal, sig_val, sig_op, pe):
+    # nvshmemx_putmem_signal_block with C's argument types. Declared here rather than taken from torch's
+    # _nvshmem_triton, whose wrappers change their argument conventions between releases (int64 addresses, or
+    # tensors whose addresses they take): the symbol is NVSHMEM's, linked from its device library either way.
     return _own_putmem_signal(dst.to(tl.int64), src.to(tl.int64), tl.cast(size_bytes, tl.int64),
-                              signal.to(tl.int64), tl.cast(sig_val, tl.uint64), tl.cast(sig_op, tl.int32), pe)
+                              signal.to(tl.int64), tl.cast(sig_val, tl.uint64), tl.cast(sig_op, tl.int32),
+                              tl.cast(pe, tl.int32))
 
 
-# torch's own NVSHMEM device functions where its Triton support is there (the GPU), else the same declarations
-_quiet = getattr(nv, "quiet", _own_quiet)
-_putmem_signal_block = getattr(nv, "putmem_signal_block", _torchless_putmem_signal_block)
+_quiet = _own_quiet
 
 
 # -- where a peer is ----------------------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ flush (tilec.perf.gpu_time), median of 20; every output checked against tilec.mo
     python benchmarks/runs/moe_bench.py /tmp/moe_cpu.json --backend cpu --tokens 32 --hidden 64 --ffn 64 --experts 2
 
 The CPU form (the Triton interpreter) only checks the script; its times say nothing. The expert-parallel form at
-worlds 2/4 (MPS, symmetric-memory all_to_all baseline) is not written. The program recomputes the up-projection
-once per BH block of the hidden dim (its ffn stage is one fused stage): BH is the whole hidden dim where it fits.
+worlds 2/4 (MPS, symmetric-memory all_to_all baseline) is not written. --tile sets the program's tiles (Hopper:
+--tile BC=128 --tile BF=128 --tile BH=128 --tile BK=64 --num-warps 8); the routing blocks follow BC.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def rank(heap, args):
     dims = {"T": t_n, "H": h, "F": f, "EL": el, "C": cap, "K": k, **args.tiles}
     rows = []
     for sched in ("bsp", "flags", "specialized"):
-        prog = tilec.compile("examples/moe.tile", world=1, schedule=sched, dims=dims)
+        prog = tilec.compile("examples/moe.tile", world=1, schedule=sched, dims=dims, num_warps=args.num_warps or 4)
         mark = heap.mark()
         bufs = {n: heap.alloc(shape, torch.float32 if dt == "f32" else torch.int32 if dt == "i32" else torch.float16)
                 for n, (_kind, dt, shape, _s) in prog.signature().items()}
@@ -115,6 +115,7 @@ def main(argv=None) -> int:
     p.add_argument("--experts", type=int, default=8)
     p.add_argument("--topk", type=int, default=2)
     p.add_argument("--tile", action="append", default=[], help="a tile size, e.g. --tile BC=64")
+    p.add_argument("--num-warps", type=int, default=None)
     args = p.parse_args(argv)
     args.tiles = {kv.split("=")[0]: int(kv.split("=")[1]) for kv in args.tile}
     res = spawn(rank, 1, backend=args.backend, args=(args,), heap_bytes=2 << 30 if args.backend == "iris" else 1 << 26,

@@ -26,6 +26,9 @@ EXAMPLES = {  # small shapes: a few tiles per rank
     "gemm_ar": lambda w: {"M": 64 * w, "N": 128, "K": 64 * w},
     "flash_decode": lambda w: {"B": 2, "HKV": 2, "G": 4, "D": 64, "S": 128, "BS": 32},
     "flash_decode_splits": lambda w: {"B": 2, "HKV": 2, "G": 4, "D": 64, "S": 100, "NS": 3, "L": 40, "BS": 64},
+    "ring_all_gather": lambda w: {"M": 64 * w, "K": 64},
+    "ring_ag_gemm": lambda w: {"M": 64 * w, "N": 128, "K": 64},
+    "ring_reduce_scatter": lambda w: {"M": 64 * w, "N": 64},
 }
 
 

@@ -2,6 +2,8 @@
 repeated row raises IndexRangeError from the device's error word, then runs right again; the MoE example at 1 and 2
 ranks, every schedule that applies."""
 
+import re
+
 import pytest
 import torch
 
@@ -35,7 +37,8 @@ def test_gather_and_scatter_errors_on_gpu():
     want = (x4.float() * 2).half().float()
     assert torch.equal(first["Y"].float().cpu()[perm.long()], want)
     assert torch.equal(again["Y"].float().cpu()[perm.long()], want)
-    assert f"rows not distinct: idx[33] = {int(perm[5])}" in err, err
+    # which of the two elements naming one row stores first is up to the GPU: the message names the other one
+    assert re.search(rf"rows not distinct: idx\[(5|33)\] = {int(perm[5])} ", err), err
 
 
 @pytest.mark.parametrize("world", [1, 2])

@@ -46,7 +46,7 @@ from .flags import TASK_ARGS_MARK, Flags, flag_scopes, silent_flags
 from .model import FlagModel, KernelModel, ModuleModel, TaskFn, TensorModel
 from .nvshmem_printer import backend_fields, printer_for
 from .order import Overlap, copy_order, overlap_plan, own_rows_first, own_rows_last
-from .rewrites import bind_constants, range_names, rename, simplify
+from .rewrites import bind_constants, order_waits, range_names, rename, simplify
 from .tasks import Tasks
 from .text import FIXED_NAMES, Names, ident
 from .triton_printer import Printer, wrap
@@ -291,6 +291,7 @@ def _kernel(g: nx.DiGraph, k: Kernel, flag_no: dict[str, int], scopes: dict[str,
         kern = bind_constants(kern, {"rank": 0})
     kern = simplify(kern, {**keep, kern.entry.name: frozenset().union(*keep.values())})
     kern = rename(kern, range_names({v for ks in keep.values() for v in ks if not v.endswith("_r")}))
+    kern = order_waits(kern)
     tfs = tuple(TaskFn(f.name, tuple(pr.signature(f)), tuple(pr.body(f.body, "    "))) for f in kern.tasks)
     name = kern.entry.name  # the printer's (the NVSHMEM printer names kernels that call NVSHMEM *_nvshmem)
     head = f"    ({name}, {total}, {k.persistent}, {k.concurrent}, {k.barrier_before}, {share}, {len(shares)}, "

@@ -210,6 +210,7 @@ class For(Stmt):
     body: tuple[Stmt, ...]
     comment: str = ""
     claim: Expr | None = None
+    ordered: bool = False  # its body waits: printers keep the loop out of software pipelining (rewrites.order_waits)
 
 
 @dataclass(frozen=True)

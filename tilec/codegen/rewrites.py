@@ -516,6 +516,40 @@ def simplify(k: K.Kernel, keep: dict[str, frozenset[str]] | None = None) -> K.Ke
     return drop_unused_params(k)
 
 
+# calls that order the loads after them: a load of a later iteration must not be issued before one of these
+SYNC_CALLS = frozenset({"wait", "wait_all", "arrive", "arrive_left", "td.rows_unique", "td.barrier"})
+
+
+def order_waits(k: K.Kernel) -> K.Kernel:
+    """Loops that wait, marked `ordered`: Triton's software pipeliner issues the loads of later iterations of an
+    innermost loop early, above that iteration's waits (it does not order loads after atomics), so a task loop
+    whose tasks wait, or a loop of blocks that waits per block, would read tiles before their producer released
+    them. Before: `for task in range(...): gemm_task(...)` (gemm_task waits, then loads, no inner loop). After: the
+    same loop with ordered=True (printed `tl.range(..., num_stages=1)`). A loop whose body only calls functions
+    that never wait is left as it is."""
+    waits: set[str] = set()
+    changed = True
+    while changed:  # task functions that wait, directly or through a function that does
+        changed = False
+        for f in k.tasks:
+            if f.name not in waits and _waits(f.body, waits):
+                waits.add(f.name)
+                changed = True
+
+    def mark(s: K.Stmt) -> tuple[K.Stmt, ...]:
+        if isinstance(s, K.For) and not s.ordered and _waits(s.body, waits):
+            return (replace(s, ordered=True),)
+        return (s,)
+
+    return K.Kernel(replace(k.entry, body=K.map_stmts(k.entry.body, mark)),
+                    tuple(replace(f, body=K.map_stmts(f.body, mark)) for f in k.tasks))
+
+
+def _waits(body: tuple[K.Stmt, ...], waiting_fns: set[str]) -> bool:
+    return any(c.fn in SYNC_CALLS or c.fn in waiting_fns
+               for s in K.walk(body) for e in K.exprs(s) for c in K.calls_in(e) if isinstance(c.fn, str))
+
+
 def range_names(loop_vars: set[str]) -> dict[str, str]:
     """A tile loop variable's index vector as the Iris examples name it: `rm` for m's `m_r` (`:` slices, named
     `_aN` by the frontend, keep theirs)."""

@@ -166,7 +166,9 @@ class _GpuPlan:
                 streams[si].append((addr(dst, drank) + do * ed, dp * ed, addr(src, srank) + so * es, sp * es,
                                     width * es, rows))
             if param is not None:
-                streams[si].append((addr(param, owner) + 4 * counter,))
+                # counters are 4-byte words (Iris) or NVSHMEM's 8-byte signal words; the copy writes the epoch's 4
+                # bytes into the word's low half (little-endian), whose high half stays 0 (epochs stay below 2**31)
+                streams[si].append((addr(param, owner) + buffers[param].element_size() * counter,))
         self.ops = streams
         pool = ctx.__dict__.setdefault("_dma_streams", [])  # side streams live as long as the context
         while len(pool) < len(streams):

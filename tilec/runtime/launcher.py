@@ -174,8 +174,15 @@ def _exit_with_parent(spec: _RankSpec) -> None:
 
 
 def _first_line(e: BaseException) -> str:
-    lines = [ln for ln in str(e).splitlines() if ln.strip()]
-    return lines[0].strip() if lines else ""
+    """The one line a rank's error is reported by: its message's first line, and where that is only a header (Triton's
+    CompilationError starts "at 11:12:", the source and the reason follow) the last line too, which says what went
+    wrong."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return f"{lines[0]} ... {lines[-1]}"
+    return lines[0]
 
 
 def _portable(obj: Any) -> Any:

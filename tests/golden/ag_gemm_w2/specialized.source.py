@@ -78,7 +78,8 @@ def k0_gather_gemm(A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeo
         for task in range(pid, 8, gemm_first):
             gather_task(task, A, Ag, F_Ag_gather, heap_bases, rank)
     else:  # stage gemm
-        for task in range(pid - gemm_first, 12, NPROG - gemm_first):
+        # one stage: a pipelined loop would issue later iterations' loads before their waits
+        for task in tl.range(pid - gemm_first, 12, NPROG - gemm_first, num_stages=1):
             gemm_task((task + rank * 6) % 12, A, Ag, F_Ag_gather, B, C, ERR, heap_bases, rank, epoch, timeout_ns,
                       INTERPRET)
     td.leave(EPOCH_AT, epoch, NPROG, GRAPH)
