@@ -5,6 +5,9 @@ flush (tilec.perf.gpu_time), median of 20; every output checked against tilec.mo
 
     python benchmarks/runs/moe_bench.py OUT.json [--tokens 4096 --hidden 2048 --ffn 1024 --experts 8 --topk 2]
     python benchmarks/runs/moe_bench.py /tmp/moe_cpu.json --backend cpu --tokens 32 --hidden 64 --ffn 64 --experts 2
+    python benchmarks/runs/moe_bench.py OUT.json --replot      # OUT.png again from OUT.json
+
+OUT.png beside OUT.json: the rows as bars, each labelled with its time over the torch row.
 
 The CPU form (the Triton interpreter) only checks the script; its times say nothing. The expert-parallel form at
 worlds 2/4 (MPS, symmetric-memory all_to_all baseline) is not written. --tile sets the program's tiles (Hopper:
@@ -105,6 +108,30 @@ def _time(fn, dev: str) -> float:
     return statistics.median(ts)
 
 
+def plot(res: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = res["rows"]
+    base = next(r["seconds"] for r in rows if r["impl"].startswith("torch"))
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    us = [r["seconds"] * 1e6 for r in rows]
+    ax.barh([r["impl"] for r in rows], us, color=["#4c72b0" if r["impl"].startswith("tilec") else "#999999"
+                                                  for r in rows])
+    for i, (r, t) in enumerate(zip(rows, us, strict=True)):
+        ax.text(t, i, f" {t:.0f} us ({r['seconds'] / base:.2f}x torch)", va="center", fontsize=8)
+    sh = res["shape"]
+    ax.set_xlabel("device time per layer call, us (median of 20, L2 flushed)")
+    ax.set_title(f"MoE layer, world 1, {res['device']}: T={sh['tokens']} H={sh['hidden']} F={sh['ffn']} "
+                 f"E={sh['experts']} top-{sh['topk']}", fontsize=9)
+    ax.set_xlim(0, max(us) * 1.6)
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out")
@@ -116,12 +143,22 @@ def main(argv=None) -> int:
     p.add_argument("--topk", type=int, default=2)
     p.add_argument("--tile", action="append", default=[], help="a tile size, e.g. --tile BC=64")
     p.add_argument("--num-warps", type=int, default=None)
+    p.add_argument("--replot", action="store_true", help="only write OUT.png from OUT.json")
     args = p.parse_args(argv)
+    png = args.out.rsplit(".", 1)[0] + ".png"
+    if args.replot:
+        with open(args.out) as fh:
+            plot(json.load(fh), png)
+        return 0
     args.tiles = {kv.split("=")[0]: int(kv.split("=")[1]) for kv in args.tile}
     res = spawn(rank, 1, backend=args.backend, args=(args,), heap_bytes=2 << 30 if args.backend == "iris" else 1 << 26,
                 timeout=3600)[0]
     with open(args.out, "w") as fh:
         json.dump(res, fh, indent=1)
+    try:
+        plot(res, png)
+    except ImportError:  # no matplotlib: the JSON is the result
+        pass
     print(f"moe at world 1 on {res['device']}: {res['shape']}")
     for r in res["rows"]:
         err = r["max_err_first_8_tokens"]
