@@ -30,7 +30,9 @@ from tilec.device import backoff, call_ok, clock, release, timed_out, wait, wait
 globals().update({n: f for n, f in vars(_device).items()
                   if getattr(getattr(f, "fn", None), "__module__", None) == _device.__name__})
 
-SIGNAL_ADD = tl.constexpr(5)  # NVSHMEM_SIGNAL_ADD
+# NVSHMEM's nvshmemx_signal_op_t (nvshmem_common_transport.h): SET = 9, ADD = 10. Not 5: that is NVSHMEMI_AMO_AND, which
+# leaves a zero signal word at zero, so the peer's wait never saw it move
+SIGNAL_ADD = tl.constexpr(10)
 
 
 def with_wait_sleep(ns: int):
