@@ -1,17 +1,21 @@
-"""examples/moe.tile at world 1 against torch: the same layer (gather the routed tokens per expert, SwiGLU expert
-GEMMs, weighted combine) as `torch._grouped_mm` over the experts' slot blocks where this torch has it, else a loop
-of matmuls, with index_select / index_add_ for the dispatch and combine. Device time of eager calls after an L2
-flush (tilec.perf.gpu_time), median of 20; every output checked against tilec.moe.reference on a few tokens.
+"""examples/moe.tile against torch, at world 1 and expert-parallel at worlds 2 and 4 (ranks side by side on one GPU
+under MPS). The torch form: the routed tokens gathered per expert with `index_select` (at world W from every rank's
+tokens through torch symmetric memory's peer views, NCCL refusing ranks that share a GPU under MPS), the SwiGLU
+expert GEMMs as `torch._grouped_mm` over the experts' slot blocks where this torch has it (else a loop of matmuls),
+the expert rows taken back from their owners the same way, and the weighted combine; symmetric memory's device
+barrier between the exchanges. Device time of eager calls after an L2 flush (tilec.perf.gpu_time), median of 20,
+the slowest rank's; every output checked against tilec.moe.reference on each rank's first 8 tokens.
 
     python benchmarks/runs/moe_bench.py OUT.json [--tokens 4096 --hidden 2048 --ffn 1024 --experts 8 --topk 2]
-    python benchmarks/runs/moe_bench.py /tmp/moe_cpu.json --backend cpu --tokens 32 --hidden 64 --ffn 64 --experts 2
+    sh benchmarks/runs/mps_world.sh --spawn 2 python3 benchmarks/runs/moe_bench.py OUT.json --world 2 [...]
+    python benchmarks/runs/moe_bench.py /tmp/moe_cpu.json --backend cpu --tokens 32 --hidden 64 --ffn 64 --experts 2 \
+        [--world 2]
     python benchmarks/runs/moe_bench.py OUT.json --replot      # OUT.png again from OUT.json
 
-OUT.png beside OUT.json: the rows as bars, each labelled with its time over the torch row.
-
-The CPU form (the Triton interpreter) only checks the script; its times say nothing. The expert-parallel form at
-worlds 2/4 (MPS, symmetric-memory all_to_all baseline) is not written. --tile sets the program's tiles (Hopper:
---tile BC=128 --tile BF=128 --tile BH=128 --tile BK=64 --num-warps 8); the routing blocks follow BC.
+--experts is the number of experts per rank, --tokens per rank. OUT.png beside OUT.json: the rows as bars, each
+labelled with its time over the torch row. The CPU form (the Triton interpreter; the heap's shared buffers and
+barriers stand in for symmetric memory) only checks the script: its times say nothing. --tile sets the program's
+tiles (Hopper: --tile BC=128 --tile BF=128 --tile BH=128 --tile BK=64 --num-warps 8); the routing blocks follow BC.
 """
 
 from __future__ import annotations
@@ -29,50 +33,100 @@ from tilec import moe
 from tilec.runtime import spawn
 
 
-def _layer(x, w1, w3, w2, rt, el, cap, k):
-    """The torch baseline: per expert, its slots' rows gathered, SwiGLU, scattered back with the weights."""
-    t_n, h = x.shape
-    src, cnt, slot, wt = rt["src"].long(), rt["cnt"], rt["slot"].long(), rt["wt"]
-    xd = x.index_select(0, src)  # [EL*C, H]: every slot (unused ones name row 0)
-    f = w1.shape[1]
+def _grouped_swiglu(xe, w1, w3, w2, el, rows):
+    """The experts' SwiGLU GEMMs over xe's expert-major blocks of `rows` rows each."""
+    h, f = xe.shape[1], w1.shape[1]
     grouped = getattr(torch, "_grouped_mm", None)
-    if grouped is not None and x.is_cuda:
-        offs = torch.arange(1, el + 1, device=x.device, dtype=torch.int32) * cap
-        a = grouped(xd, w1.view(el, h, f), offs=offs)
-        b = grouped(xd, w3.view(el, h, f), offs=offs)
-        y = grouped((torch.nn.functional.silu(a.float()) * b.float()).to(x.dtype), w2.view(el, f, h), offs=offs)
-    else:
-        ys = []
-        for e in range(el):
-            n = int(cnt[e])
-            xe = xd[e * cap:e * cap + n]
-            a, b = xe @ w1[e * h:(e + 1) * h], xe @ w3[e * h:(e + 1) * h]
-            ye = (torch.nn.functional.silu(a.float()) * b.float()).to(x.dtype) @ w2[e * f:(e + 1) * f]
-            ys.append(torch.cat([ye, ye.new_zeros(cap - n, h)]))
-        y = torch.cat(ys)
-    out = torch.zeros(t_n, h, dtype=torch.float32, device=x.device)
-    for j in range(k):
-        out += wt[:, j:j + 1] * y.index_select(0, slot[j * t_n:(j + 1) * t_n]).float()
-    return out.to(x.dtype)
+    if grouped is not None and xe.is_cuda:
+        offs = torch.arange(1, el + 1, device=xe.device, dtype=torch.int32) * rows
+        a = grouped(xe, w1.view(el, h, f), offs=offs)
+        b = grouped(xe, w3.view(el, h, f), offs=offs)
+        return grouped((torch.nn.functional.silu(a.float()) * b.float()).to(xe.dtype), w2.view(el, f, h), offs=offs)
+    ys = []
+    for e in range(el):
+        xb = xe[e * rows:(e + 1) * rows]
+        a, b = xb @ w1[e * h:(e + 1) * h], xb @ w3[e * h:(e + 1) * h]
+        ys.append((torch.nn.functional.silu(a.float()) * b.float()).to(xe.dtype) @ w2[e * f:(e + 1) * f])
+    return torch.cat(ys)
+
+
+def _torch_layer(me, world, x_peers, ye_peers, barrier, w1, w3, w2, rt, el, cap, k):
+    """The torch baseline of one rank: x_peers[r] is rank r's tokens [T, H], ye_peers[o] rank o's expert outputs
+    [W, EL*C, H] (symmetric memory's peer views; on one rank, the tensors themselves)."""
+    t_n, h = x_peers[me].shape
+    src, slot, wt = rt["src"].long(), rt["slot"].long(), rt["wt"]
+    seg = el * cap
+
+    def run():
+        barrier()  # every rank's tokens are in place
+        xd = torch.cat([x_peers[r].index_select(0, src[r * seg:(r + 1) * seg]) for r in range(world)])  # (r, el, c)
+        xe = xd.view(world, el, cap, h).transpose(0, 1).reshape(el * world * cap, h)  # expert-major
+        y = _grouped_swiglu(xe, w1, w3, w2, el, world * cap)
+        ye_peers[me].copy_(y.view(el, world, cap, h).transpose(0, 1).reshape(world, seg, h))
+        barrier()  # every owner's expert rows are in place
+        yb = torch.cat([ye_peers[o][me] for o in range(world)])  # this rank's tokens' rows, (owner, el, c)
+        out = torch.zeros(t_n, h, dtype=torch.float32, device=yb.device)
+        for j in range(k):
+            out += wt[:, j:j + 1] * yb.index_select(0, slot[j * t_n:(j + 1) * t_n]).float()
+        barrier()  # no peer still reads this rank's buffers: the next call may overwrite them
+        return out.to(x_peers[me].dtype)
+
+    return run
+
+
+def _exchange_buffers(heap, shapes, log):
+    """Per shape: (this rank's f16 buffer, every rank's by rank), and a barrier over the ranks: torch symmetric memory
+    on a GPU (its device barrier), the heap's shared buffers and host barrier on the CPU; None where neither is."""
+    if heap.world == 1:
+        bufs = [torch.zeros(sh, dtype=torch.float16, device=heap.device) for sh in shapes]
+        return [(b, [b]) for b in bufs], (lambda: None)
+    if heap.device.type != "cuda":
+        bufs = [heap.alloc(sh, torch.float16) for sh in shapes]
+        return [(b, [heap.peer_view(b, r) for r in range(heap.world)]) for b in bufs], heap.barrier
+    import os
+
+    import torch.distributed as dist
+
+    from tilec.perf.bench_baselines import SYMM_BARRIER_TIMEOUT_MS, _symm_mem
+
+    os.environ.setdefault("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "1")  # MPS: every rank on cuda:0
+    symm_mem = _symm_mem(dist.group.WORLD)
+    if symm_mem is None:
+        log("torch has no symmetric memory here: no torch baseline")
+        return None
+    numel = [int(torch.tensor(sh).prod()) for sh in shapes]
+    buf = symm_mem.empty(sum(numel), dtype=torch.float16, device=heap.device)
+    hdl = symm_mem.rendezvous(buf, dist.group.WORLD.group_name)
+    out, at = [], 0
+    for sh, n in zip(shapes, numel, strict=True):
+        peers = [hdl.get_buffer(r, (sum(numel),), torch.float16)[at:at + n].view(sh) for r in range(heap.world)]
+        out.append((peers[heap.rank], peers))
+        at += n
+    return out, (lambda: hdl.barrier(channel=0, timeout_ms=SYMM_BARRIER_TIMEOUT_MS))
 
 
 def rank(heap, args):
     dev = "cpu" if heap.interpret else "cuda"
+    me, world = heap.rank, heap.world
     t_n, h, f, el, k = args.tokens, args.hidden, args.ffn, args.experts, args.topk
-    cap = max(16, -(-int(1.25 * t_n * k / el) // 16) * 16)
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(t_n, h, generator=g).half()
-    w1, w3 = ((torch.randn(el * h, f, generator=g) / h ** 0.5).half() for _ in range(2))
-    w2 = (torch.randn(el * f, h, generator=g) / f ** 0.5).half()
-    ids = torch.stack([torch.randperm(el, generator=g)[:k] for _ in range(t_n)])
-    wts = torch.rand(t_n, k, generator=g)
-    rt = moe.route([ids], [wts], el, cap, block=args.tiles.get("BC", 16))[0]
-    want = moe.reference([x[:8]], [w1], [w3], [w2], [ids[:8]], [wts[:8]], el, cap)[0]
+    cap = max(16, -(-int(1.25 * t_n * k / el) // 16) * 16)  # slots per (sending rank, expert): 1.25x an even share
+    g = torch.Generator().manual_seed(0)  # every rank draws every rank's data, then keeps its own
+    xs = [torch.randn(t_n, h, generator=g).half() for _ in range(world)]
+    def weights(rows, cols):
+        return (torch.randn(rows, cols, generator=g) / rows ** 0.5 * el ** 0.5).half()  # / sqrt(fan-in)
+
+    ws = [(weights(el * h, f), weights(el * h, f), weights(el * f, h)) for _ in range(world)]
+    ids = [torch.stack([torch.randperm(world * el, generator=g)[:k] for _ in range(t_n)]) for _ in range(world)]
+    wts = [torch.rand(t_n, k, generator=g) for _ in range(world)]
+    rt = moe.route(ids, wts, el, cap, block=args.tiles.get("BC", 16))[me]
+    want = moe.reference([x[:8] for x in xs], [w[0] for w in ws], [w[1] for w in ws], [w[2] for w in ws],
+                         [i[:8] for i in ids], [w[:8] for w in wts], el, cap)[me]
+    x, (w1, w3, w2) = xs[me], ws[me]
     ins = {"X": x, "W1": w1, "W3": w3, "W2": w2, **rt}
     dims = {"T": t_n, "H": h, "F": f, "EL": el, "C": cap, "K": k, **args.tiles}
     rows = []
     for sched in ("bsp", "flags", "specialized"):
-        prog = tilec.compile("examples/moe.tile", world=1, schedule=sched, dims=dims, num_warps=args.num_warps or 4)
+        prog = tilec.compile("examples/moe.tile", world=world, schedule=sched, dims=dims, num_warps=args.num_warps or 4)
         mark = heap.mark()
         bufs = {n: heap.alloc(shape, torch.float32 if dt == "f32" else torch.int32 if dt == "i32" else torch.float16)
                 for n, (_kind, dt, shape, _s) in prog.signature().items()}
@@ -82,15 +136,24 @@ def rank(heap, args):
         err = float((out[:8].float().cpu() - want[:8]).abs().max())
         rows.append({"impl": f"tilec {sched}", "seconds": _time(lambda p=prog, b=bufs: p(heap, **b), dev),
                      "max_err_first_8_tokens": err})
+        heap.barrier()
         heap.release(mark)
-    tins = {n: v.to(dev) for n, v in ins.items()}
-    base = _layer(tins["X"], tins["W1"], tins["W3"], tins["W2"], tins, el, cap, k)
-    rows.append({"impl": "torch " + ("_grouped_mm" if hasattr(torch, "_grouped_mm") and dev == "cuda"
-                                     else "matmul loop"),
-                 "seconds": _time(lambda: _layer(tins["X"], tins["W1"], tins["W3"], tins["W2"], tins, el, cap, k),
-                                  dev),
-                 "max_err_first_8_tokens": float((base[:8].float().cpu() - want[:8]).abs().max())})
-    return {"shape": {"tokens": t_n, "hidden": h, "ffn": f, "experts": el, "topk": k, "capacity": cap},
+    got = _exchange_buffers(heap, [(t_n, h), (world, el * cap, h)], print)
+    if got is not None:
+        (xb, x_peers), (_yb, ye_peers) = got[0]
+        barrier = got[1]
+        xb.copy_(x.to(dev))
+        trt = {n: v.to(dev) for n, v in rt.items()}
+        layer = _torch_layer(me, world, x_peers, ye_peers, barrier, w1.to(dev), w3.to(dev), w2.to(dev), trt, el,
+                             cap, k)
+        base = layer()
+        form = "_grouped_mm" if hasattr(torch, "_grouped_mm") and dev == "cuda" else "matmul loop"
+        rows.append({"impl": f"torch {form}" + (" + symm_mem peers" if world > 1 else ""),
+                     "seconds": _time(layer, dev), "max_err_first_8_tokens": float((base[:8].float().cpu()
+                                                                                    - want[:8]).abs().max())})
+    heap.barrier()
+    return {"shape": {"tokens": t_n, "hidden": h, "ffn": f, "experts": el, "topk": k, "capacity": cap,
+                      "world": world},
             "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu (Triton interpreter: times say nothing)",
             "rows": rows}
 
@@ -123,9 +186,9 @@ def plot(res: dict, path: str) -> None:
     for i, (r, t) in enumerate(zip(rows, us, strict=True)):
         ax.text(t, i, f" {t:.0f} us ({r['seconds'] / base:.2f}x torch)", va="center", fontsize=8)
     sh = res["shape"]
-    ax.set_xlabel("device time per layer call, us (median of 20, L2 flushed)")
-    ax.set_title(f"MoE layer, world 1, {res['device']}: T={sh['tokens']} H={sh['hidden']} F={sh['ffn']} "
-                 f"E={sh['experts']} top-{sh['topk']}", fontsize=9)
+    ax.set_xlabel("device time per layer call, us (median of 20, L2 flushed, the slowest rank)")
+    ax.set_title(f"MoE layer, world {sh.get('world', 1)}, {res['device']}: T={sh['tokens']} H={sh['hidden']} "
+                 f"F={sh['ffn']} E={sh['experts']}/rank top-{sh['topk']}", fontsize=9)
     ax.set_xlim(0, max(us) * 1.6)
     ax.invert_yaxis()
     fig.tight_layout()
@@ -141,6 +204,7 @@ def main(argv=None) -> int:
     p.add_argument("--ffn", type=int, default=1024)
     p.add_argument("--experts", type=int, default=8)
     p.add_argument("--topk", type=int, default=2)
+    p.add_argument("--world", type=int, default=1, help="ranks (several on one GPU: run under mps_world.sh --spawn)")
     p.add_argument("--tile", action="append", default=[], help="a tile size, e.g. --tile BC=64")
     p.add_argument("--num-warps", type=int, default=None)
     p.add_argument("--replot", action="store_true", help="only write OUT.png from OUT.json")
@@ -151,15 +215,22 @@ def main(argv=None) -> int:
             plot(json.load(fh), png)
         return 0
     args.tiles = {kv.split("=")[0]: int(kv.split("=")[1]) for kv in args.tile}
-    res = spawn(rank, 1, backend=args.backend, args=(args,), heap_bytes=2 << 30 if args.backend == "iris" else 1 << 26,
-                timeout=3600)[0]
+    per_rank = spawn(rank, args.world, backend=args.backend, args=(args,),
+                     heap_bytes=2 << 30 if args.backend == "iris" else 1 << 26, timeout=3600)
+    res = per_rank[0]
+    for i, row in enumerate(res["rows"]):  # the slowest rank's time, the largest error
+        row["seconds"] = max(r["rows"][i]["seconds"] for r in per_rank)
+        row["max_err_first_8_tokens"] = max(r["rows"][i]["max_err_first_8_tokens"] for r in per_rank)
+    if args.world > 1 and args.backend == "iris":
+        res["note"] = ("ranks side by side on one GPU under MPS when run by mps_world.sh: peers' memory is HBM of the "
+                       "same GPU, not NVLink")
     with open(args.out, "w") as fh:
         json.dump(res, fh, indent=1)
     try:
         plot(res, png)
     except ImportError:  # no matplotlib: the JSON is the result
         pass
-    print(f"moe at world 1 on {res['device']}: {res['shape']}")
+    print(f"moe at world {args.world} on {res['device']}: {res['shape']}")
     for r in res["rows"]:
         err = r["max_err_first_8_tokens"]
         print(f"  {r['impl']:22} {r['seconds'] * 1e6:12.1f} us   max error (first 8 tokens) {err:.3g}")
