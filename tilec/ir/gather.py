@@ -78,6 +78,14 @@ def gathered(a) -> bool:
     return isinstance(a, Gathered)
 
 
+def counted_loop(loops) -> Counted | None:
+    """The first loop of a stage whose valid rows a data-dependent count bounds (`upto`), if any. Such a count is
+    this rank's input: a pass that runs the stage elsewhere (a push on the sending rank), merges its tiles (a wider
+    step reads one block's count for several) or reads the copy's source in its place (rows past the count were
+    never copied) would change what the program means."""
+    return next((v for v in loops if isinstance(v, Counted) and v.count is not None), None)
+
+
 def has_gather(e) -> bool:
     """Whether a tile expression reads data-dependent rows."""
     return any(isinstance(x, Load) and gathered(x.access) for x in walk(e))

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.ir.dtypes import ESIZE
+from tilec.ir.gather import counted_loop
 from tilec.ir.graph import SM, InPlace, Stage, flags, payload_of, set_payload, sid, stages, tid
 from tilec.ir.types import Access, map_expr
 
@@ -70,6 +71,8 @@ def _factor(g: nx.DiGraph, cp: Stage):
     st = cp.body[0]
     v = cp.loops[-1]
     if v.is_rank or v.trips < 2 or any(v.name in f.key for f in flags(g) if f.producer == cp.name):
+        return 1, v
+    if counted_loop(cp.loops) is not None:  # a wider step would read one block's count for several blocks
         return 1, v
     a, b = st.access, st.value.access
     if v.name not in a.tile or v.name not in b.tile or any(v.name in x.vars and v.name not in x.tile

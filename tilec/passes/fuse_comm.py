@@ -24,6 +24,7 @@ import networkx as nx
 
 from tilec.errors import ScheduleError
 from tilec.ir import peers
+from tilec.ir.gather import counted_loop
 from tilec.ir.graph import (
     Pull,
     Stage,
@@ -78,6 +79,11 @@ class FuseComm(Pass):
                 continue
             if len(cp.body) > 1:
                 why.append(f"stage '{cp.name}' copies several tensors (fused-pull fuses one-tensor copies)")
+                continue
+            cnt = counted_loop(cp.loops)
+            if cnt is not None:  # a pull reads the source for every row, the copy only rows under the count
+                why.append(f"stage '{cp.name}' ({cp.loc}) copies only the rows under its count {cnt.count}; reading"
+                           " its source in its place would read every row")
                 continue
             st = cp.body[0]
             buf, src = st.access, st.value.access
@@ -136,6 +142,11 @@ class FuseComm(Pass):
             ok = all(st.value.access.rank == rv and not st.access.remote for st in cp.body) and rv in loops
             if not ok:
                 why.append(f"stage '{cp.name}' does not pull from a peer chosen by a rank loop into local tiles")
+                continue
+            cnt = counted_loop(cp.loops)
+            if cnt is not None:  # the count is the receiving rank's input: a push runs the stage on the sender
+                why.append(f"stage '{cp.name}' ({cp.loc}) counts its rows by {cnt.count}, an input of the receiving"
+                           " rank; a push would run it on the sending rank, which holds its own")
                 continue
             bad = [st.access.tensor for st in cp.body if not payload_of(g, tid(st.access.tensor)).symmetric]
             if bad:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.errors import ScheduleError
+from tilec.ir.gather import counted_loop
 from tilec.ir.graph import (
     FLAGS,
     InPlace,
@@ -120,6 +121,8 @@ def why_not(g: nx.DiGraph, cp: Stage, world: int) -> str | None:
         return f"'{buf.name}' is not a buffer"
     if buf.dtype != src.dtype:  # one pointer reads either: the copy must not convert
         return f"the copy converts {src.dtype} to {buf.dtype}"
+    if counted_loop(cp.loops) is not None:  # an in-place read would see the rows past the count too
+        return "it copies only the rows under a data-dependent count"
     d = solving_dim(st.access, pair[0], loops, world)
     if d is None or d.rank_coef == 0:
         return f"the index of '{buf.name}' does not solve the copy's source rank"
