@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.errors import ScheduleError
+from tilec.ir.gather import counted_loop
 from tilec.ir.graph import (
     DMA,
     FLAGS,
@@ -83,6 +84,9 @@ def dma_blocker(g: nx.DiGraph, s: Stage) -> str | None:
     """Why stage `s` cannot run on the copy engines (None: it can). Shared with the verifier's dma rule."""
     if sync(g) != FLAGS:
         return "its consumers are ordered by barriers, not flags (a copy engine releases flags only)"
+    cnt = counted_loop(s.loops)
+    if cnt is not None:  # the copy engines' plan is fixed at compile time; the count is read at run time
+        return f"it copies only the rows under the data-dependent count {cnt.count} (a copy engine's plan is fixed)"
     written = {st.access.tensor for x in stages(g) for st in x.body}
     for st in s.body:
         v = st.value
