@@ -47,6 +47,7 @@ from tilec.ir.graph import (
     stages,
     sync,
 )
+from tilec.ir.gather import gathered
 from tilec.ir.tiling import flag_size, invert
 from tilec.ir.types import ME, Load, Var
 from tilec.ir.wait_plan import release_signature
@@ -89,6 +90,8 @@ def dma_blocker(g: nx.DiGraph, s: Stage) -> str | None:
         if not isinstance(v, Load) or st.part is not None:
             return f"it computes {st.access} instead of copying a tile"
         a, b = st.access, v.access
+        if gathered(a) or gathered(b):  # rows named by data, not a box (else it reads as a reshape)
+            return f"{st.access} = {b} moves rows through an index (a gather or scatter); a copy engine copies boxes"
         if b.tensor in written:
             return f"it reads '{b.tensor}', which a stage writes in the same call (a copy engine cannot wait on it)"
         if a.tile != b.tile or a.shape != b.shape or len(a.index) != len(b.index):
