@@ -383,12 +383,13 @@ class GenRows:
                 return f"{self.name}.tile:{no}:{line.index(f'{name}[') + 1}"
         raise AssertionError((name, line_of))
 
-    def bad(self, seed: int):
-        """(inputs, messages) of a call with one offence per rank: an index out of range, a count past its
-        extent or a scatter's repeated row (the first check of a seeded pick among the program's)."""
+    def bad(self, seed: int, prefer: str | None = None):
+        """(inputs, messages, kind) of a call with one offence per rank: an index out of range ("index"), a count
+        past its extent ("count") or a scatter's repeated row ("twice"), a seeded pick among the program's checks
+        (of kind `prefer` where it has one); None where the pick reads no element in this call."""
         rng = random.Random(seed)
-        stage = rng.choice([s for s in self.stages if s.checks])
-        tensor, what, kind = rng.choice(stage.checks)
+        picks = [(s, c) for s in self.stages for c in s.checks]
+        stage, (tensor, what, kind) = rng.choice([x for x in picks if x[1][2] == prefer] or picks)
         ins = self.inputs(seed)
         msgs = []
         header = stage.text.splitlines()[0]
