@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.errors import ScheduleError
+from tilec.ir.gather import gathered
 from tilec.ir.graph import (
     DMA,
     FLAGS,
@@ -47,7 +48,6 @@ from tilec.ir.graph import (
     stages,
     sync,
 )
-from tilec.ir.gather import gathered
 from tilec.ir.tiling import flag_size, invert
 from tilec.ir.types import ME, Load, Var
 from tilec.ir.wait_plan import release_signature
