@@ -214,7 +214,7 @@ def test_emitted_gather_checks_and_masks_its_rows():
     assert re.search(r"idx_ok = td\.rows_ok\(idx_rows, rtok, rtok < 40, 37, ERR, 1\)", src), src
     assert re.search(r"tl\.load\(X \+ .*idx_rows\[:, None\] \* 24.*mask=.*idx_ok\[:, None\]", src), src
     scattered = _compile(SCATTER).source
-    assert "claimed = tl.atomic_xchg(_claims_Y + idx_rows, epoch, mask=idx_ok)" in scattered, scattered
+    assert "claimed = tl.atomic_xchg(_claims_Y + idx_rows * 24, epoch, mask=idx_ok)" in scattered, scattered
     assert "idx_once = td.rows_unique(claimed, idx_rows, rtok, idx_ok, epoch, ERR, 2)" in scattered
     counted = _compile(COUNTED).source
     assert "td.count_ok(cnt_val, e, 40, ERR, 1)" in counted and "mask=(rc < c_count)[:, None]" in counted
@@ -374,3 +374,18 @@ def test_moe_at_world_2():
 @pytest.mark.parametrize("world, schedules", [(2, ("bsp", "specialized")), (3, ("bsp", "flags")), (4, ("flags",))])
 def test_moe_at_worlds_2_to_4(world, schedules):
     _moe_world(world, schedules)
+
+
+def test_a_scatter_split_into_column_tiles_claims_each_row_once_per_tile():
+    """Found by tests/test_rows_generated.py: the tasks of a scatter that split its rows' other dim (`n in 24 by 8`)
+    each wrote the row once, and the one claim word per row took the second for a repeated row ('rows not
+    distinct' on a permutation). A row's word is now per element of the other dims; the reference interpreter keys
+    its claims likewise."""
+    split = SCATTER.replace("stage s over tok in T by BT:", "stage s over tok in T by BT, n in H by 8:").replace(
+        "Y[idx[tok], :] = X[tok, :] * 2.0", "Y[idx[tok], n] = X[tok, n] * 2.0")
+    prog = _compile(split, schedule="flags")
+    assert "_claims_Y + idx_rows * 24 + n, epoch" in prog.source, prog.source
+    x = torch.randn(40, 24).half()
+    perm = torch.randperm(45)[:40].to(torch.int32)
+    y = evaluate(check(parse(split, "scatter.tile"), 1), [{"X": x, "idx": perm}])[0]["Y"]
+    assert torch.equal(y[perm.long()], (x.float() * 2).half())

@@ -69,7 +69,7 @@ class Reference:
     def _stage(self, st: StageIR, rank: int) -> None:
         scope = {v.name: v for v in st.loops} | {ME: Var(ME, "me", self.prog.world, 1, st.loc)}
         ranges = [range(0, v.extent, v.step) for v in st.loops]
-        claimed: dict[str, set[int]] = {}  # a scatter's rows written so far (they must be distinct)
+        claimed: dict[tuple, set[int]] = {}  # a scatter's rows written so far (they must be distinct)
         for vals in itertools.product(*ranges):
             env = dict(zip((v.name for v in st.loops), vals, strict=True)) | {ME: rank}
             env |= {f"#{v.name}": self._count(v, env) for v in st.loops if isinstance(v, Counted)}
@@ -85,7 +85,9 @@ class Reference:
                 dst = self.state[env[a.rank]][a.tensor]
                 sl = _slices(a, env, scope)
                 if getattr(a, "rows", ()):  # a scatter (ir/gather.py): distinct rows of this stage's call
-                    self._scatter(a, env, scope, val, dst[sl], claimed.setdefault(a.tensor, set()))
+                    # claimed with the task's start in the other dims: the tasks that split a row write it once each
+                    other = tuple(x.start for d, x in enumerate(sl) if d != a.rows[0].dim)
+                    self._scatter(a, env, scope, val, dst[sl], claimed.setdefault((a.tensor, other), set()))
                     continue
                 region = dst[sl]
                 if s.part is not None:

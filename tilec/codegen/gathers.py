@@ -5,6 +5,8 @@ in every access it indexes, so those rows are neither loaded nor stored."""
 
 from __future__ import annotations
 
+import math
+
 from tilec.ir.gather import Counted, Gathered, check_number, claim_tensor
 from tilec.ir.graph import folds, program_of, tensor
 from tilec.ir.queries import flag_dims
@@ -139,7 +141,18 @@ def store_offsets(em, a: Access, out: list, indent: str) -> tuple[K.Expr, K.Expr
     r = a.row(d)
     nd = len(a.index)
     old, uniq = em.tmp("claimed"), em.tmp(f"{r.index.tensor.lower()}_once")
-    out.append(At(indent, assign(old, call("tl.atomic_xchg", add(em.param(claim_tensor(a.tensor)), vals), "epoch",
+    # a row's word at the task's first element of the other dims (frontend/rows.py): tasks that split the row
+    # claim words of their own
+    shape = tensor(em.g, a.tensor).shape
+    others = [(x, n) for j, (x, n) in enumerate(zip(a.index, shape, strict=True)) if j != d]
+    per_row = math.prod(n for _x, n in others)
+    parts = [mul(vals, per_row) if per_row != 1 else E(vals)]
+    for (x, _n), stride in zip(others, row_major_strides(tuple(n for _x, n in others)), strict=True):
+        if x.terms or x.const:
+            start = em.scalar(x.terms, x.const)
+            parts.append(start if stride == 1 else mul(start, stride))
+    at = add(*parts)
+    out.append(At(indent, assign(old, call("tl.atomic_xchg", add(em.param(claim_tensor(a.tensor)), at), "epoch",
                                            mask=ok), f"claim the rows of {a.tensor} this task writes")))
     pos, _ = em.offsets(r.index)
     out.append(At(indent, assign(uniq, call("td.rows_unique", old, vals, pos, ok, "epoch", "ERR",

@@ -11,6 +11,8 @@ call's epoch; a row claimed twice is an error).
 
 from __future__ import annotations
 
+import math
+
 from tilec.frontend import ast
 from tilec.frontend.affine import NotAffine
 from tilec.ir.gather import Counted, Gathered, Rows, claim_tensor
@@ -46,9 +48,12 @@ def row_dim(chk, e: ast.Ref, target, dim: int, vars_: dict[str, Var], write: boo
                               " (its rows are claimed on this rank): scatter locally, then copy")
     if write:  # a scatter: its rows must be distinct, which every call checks (claims, codegen/gathers.py)
         claims = claim_tensor(target.name)
-        if claims in chk.tensors and chk.tensors[claims].shape != (target.shape[dim],):
+        # one word per row and element of the other dims: the tasks that split a row's other dims (`n in H by BN`)
+        # each claim the row at their own first element, so they do not take one another for a repeated row
+        shape = (target.shape[dim], math.prod(target.shape) // target.shape[dim])
+        if claims in chk.tensors and chk.tensors[claims].shape != shape:
             raise RowError(e.loc, f"'{target.name}' is scattered along two dims: one dim only")
-        chk.tensors.setdefault(claims, Tensor(claims, "buf", "i32", (target.shape[dim],), False, e.loc))
+        chk.tensors.setdefault(claims, Tensor(claims, "buf", "i32", shape, False, e.loc))
     if isinstance(ia, Gathered):
         raise RowError(e.loc, f"row index '{e.tensor}' is itself indexed by a tensor: one level of indexing only")
     n = target.shape[dim]

@@ -125,8 +125,8 @@ def checks(items) -> list[Check]:
 
 
 def claim_tensor(target: str) -> str:
-    """The internal i32 buffer in which a call claims the rows it scatters into `target` (one word per row, the
-    call's epoch once claimed)."""
+    """The internal i32 buffer in which a call claims the rows it scatters into `target` (one word per row and
+    element of the other dims, the call's epoch once claimed)."""
     return f"_claims_{target}"
 
 

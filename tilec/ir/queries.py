@@ -19,9 +19,11 @@ def flag_dims(g: nx.DiGraph, f: Flag):
 
 
 def copy_stages(g: nx.DiGraph, single: bool = True) -> list[Stage]:
-    """Stages whose body stores plain tile loads (one store when `single`); a gather (ir/gather.py) is no copy."""
+    """Stages whose body stores plain tile loads (one store when `single`); a gather (ir/gather.py) is no copy, and
+    neither is a scatter (a store through an index): pushing one would scatter into a peer, which nothing claims."""
     return [s for s in stages(g) if (len(s.body) == 1 or not single)
-            and all(isinstance(x.value, Load) and x.part is None and not gathered(x.value.access) for x in s.body)]
+            and all(isinstance(x.value, Load) and x.part is None and not gathered(x.value.access)
+                    and not gathered(x.access) for x in s.body)]
 
 
 def pull_rereads(g: nx.DiGraph) -> list[tuple[str, Pull, int, tuple[str, ...]]]:

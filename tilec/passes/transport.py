@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from tilec.errors import ScheduleError
-from tilec.ir.gather import counted_loop
+from tilec.ir.gather import counted_loop, gathered
 from tilec.ir.graph import (
     DMA,
     FLAGS,
@@ -93,6 +93,8 @@ def dma_blocker(g: nx.DiGraph, s: Stage) -> str | None:
         if not isinstance(v, Load) or st.part is not None:
             return f"it computes {st.access} instead of copying a tile"
         a, b = st.access, v.access
+        if gathered(a) or gathered(b):  # rows named by data, not a box (else it reads as a reshape)
+            return f"{st.access} = {b} moves rows through an index (a gather or scatter); a copy engine copies boxes"
         if b.tensor in written:
             return f"it reads '{b.tensor}', which a stage writes in the same call (a copy engine cannot wait on it)"
         if a.tile != b.tile or a.shape != b.shape or len(a.index) != len(b.index):
