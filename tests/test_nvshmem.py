@@ -327,3 +327,22 @@ def test_only_kernels_that_call_nvshmem_take_its_name_and_library():
     assert "td.get(" not in gemm_body and "td.put(" not in gemm_body and "td.signal(" not in gemm_body
     assert _needs_nvshmem(SimpleNamespace(fn=SimpleNamespace(__name__="k0_gather_nvshmem")))
     assert not _needs_nvshmem(SimpleNamespace(fn=SimpleNamespace(__name__="k1_gemm")))
+
+
+def test_an_out_of_range_routing_index_is_an_error_across_nodes():
+    """examples/moe.tile on backend nvshmem with one rank per node (the dispatch gathers token rows from a peer off
+    the node by gets): a routing table naming a token row that does not exist is an IndexRangeError naming the
+    tensor, the element and the value on every rank, never a get of other memory; the next call runs right."""
+    from tests.test_rows import _close, _moe_case
+
+    inputs, ref, _ = _moe_case(2, 24, 2, 16, 2, "any", seed=4)
+    bad = [dict(d) for d in inputs]
+    bad[1]["src"] = bad[1]["src"].clone()
+    bad[1]["src"][3] = 977  # rank 1 owns slot 3, of sending rank 0: X@0 has 24 rows
+    prog = tilec.compile("examples/moe.tile", world=2, schedule="flags", dims={"T": 24, "K": 2}, backend="nvshmem",
+                         ranks_per_node=1, wait_timeout=30)
+    got = spawn("tests._rows_workers:calls_or_errors", 2, args=([("moe", prog, [bad, inputs])],), heap_bytes=1 << 24,
+                timeout=300)
+    assert "index out of range: src[3] = 977 is not a row of dim 0 of 'X' (0..23)" in got[1]["moe"][0], got[1]["moe"][0]
+    for rank in range(2):
+        _close(got[rank]["moe"][1]["O"], ref[rank], rank)

@@ -41,7 +41,7 @@ def test_gather_and_scatter_errors_on_gpu():
     assert re.search(rf"rows not distinct: idx\[(5|33)\] = {int(perm[5])} ", err), err
 
 
-@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize("world", [1, 2, 4])
 def test_moe_on_gpu(world):
     cases, want = [], {}
     for i, (k, route) in enumerate([(2, "any"), (1, "one")]):
