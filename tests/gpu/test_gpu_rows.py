@@ -1,5 +1,5 @@
 """GPU: data-dependent rows (tests/test_rows.py's programs) through Iris: a gather and a scatter whose bad index or
-repeated row raises IndexRangeError from the device's error word, then runs right again; the MoE example at 1 and 2
+repeated row raises IndexRangeError from the device's error word, then runs right again; the MoE example at 1, 2 and 4
 ranks, every schedule that applies."""
 
 import re
