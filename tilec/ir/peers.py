@@ -167,6 +167,27 @@ def known_from(known, dom: dict) -> set[str]:
     return out
 
 
+def tasks_per_value(names, dom: dict, limit: int = 1 << 20) -> int | None:
+    """How many tasks (combinations of dom's plain variables) give `names` each combination of values they take,
+    counted by enumerating the variables they are computed from; None where that number differs between
+    combinations or the enumeration would exceed `limit`. known_from's algebra cannot count a peer that is not one
+    `%` piece stepping through its input (the pair partner `rank + 1 - 2 * (rank % 2)` names each rank once, but
+    `rank` is not solvable from it): this counts it exactly."""
+    rel = inputs(names, dom)
+    plain = [v for v in dom.values() if v.derived is None]
+    vs = [v for v in plain if v.name in rel]
+    n = math.prod(v.trips for v in vs)
+    if n > limit:
+        return None
+    mesh = np.meshgrid(*[np.arange(v.trips, dtype=np.int64) * v.step for v in vs], indexing="ij")
+    env = derive({v.name: m.ravel() for v, m in zip(vs, mesh, strict=True)}, dom)
+    keys = np.stack([np.broadcast_to(np.asarray(env[x], dtype=np.int64), (max(n, 1),)) for x in sorted(names)])
+    _, counts = np.unique(keys, axis=1, return_counts=True)
+    if counts.min() != counts.max():
+        return None
+    return int(counts[0]) * math.prod(v.trips for v in plain if v.name not in rel)
+
+
 def transpose(loops: tuple, rv: str, world: int, me: str = "rank") -> tuple | None:
     """The loops of a copy stage whose task on rank `me` pulls from the rank its peer variable `rv` names, for the
     same copies run by that peer, pushing (fuse-comm push renames `me` and `rv` in the accesses): every piece has
