@@ -5,6 +5,7 @@ program runs on the CPU emulation against a torch reference computed here."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 import tilec
 from tests import _workers
@@ -68,3 +69,59 @@ def test_a_peer_in_an_error_is_shown_with_its_parentheses(peer, shown):
     with pytest.raises(CompileError) as e:
         tilec.compile("bad.tile", world=2, schedule="bsp", source=src)
     assert str(e.value).startswith("bad.tile:11:") and f": error: peer '{shown}' " in str(e.value), str(e.value)
+
+
+# transposes of calls, of transposes and of parenthesized math, on ragged tiles (40 rows in 16, 24 columns in 32)
+TRANSPOSES = """program tt(world W)
+  dims  M = 40, N = 24
+  tiles BM = 16
+  in  X  : f32[M, N]
+  in  P  : f32[M, N]
+  out Z1 : f32[M, N]
+  out Z2 : f32[N, M]
+  out Z3 : f32[M, M]
+  out Z4 : f32[N, M]
+  stage t over m in M by BM:
+    Z1[m, :] = X[m, :].T.T
+    Z2[:, m] = exp(X[m, :] * 0.5).T
+    Z4[:, m] = (f16(X[m, :]).T * 2).T.T
+  stage mm over m in M by BM, n in M by BM:
+    Z3[m, n] = f16(X[m, :]) @ f16(P[n, :]).T
+"""
+
+
+def test_transposes_of_any_operand_match_torch():
+    """`.T` was only allowed after a tile read or parentheses (`X[m, :].T.T`, `f16(x).T` were syntax errors):
+    it now applies to any operand, and each matches torch."""
+    prog = tilec.compile("tt.tile", world=1, schedule="bsp", source=TRANSPOSES)
+    (got,), inputs = _run({"tt": prog}, 1)
+    x, p = inputs["tt"][0][0]["X"], inputs["tt"][0][0]["P"]
+    want = {"Z1": x, "Z2": torch.exp(x * 0.5).T, "Z4": (x.half().float().T * 2),
+            "Z3": x.half().float() @ p.half().float().T}
+    for name, w in want.items():
+        assert rel_err(got["tt"][0][name], w) < (1e-2 if name == "Z3" else 1e-5), name
+
+
+BAD_KW = """program bad(world W)
+  dims  M = 40, N = 24
+  tiles BM = 16
+  in  X : f32[M, N]
+  out S : f32[M]
+  stage rows over m in M by BM:
+    S[m] = {expr}
+"""
+
+
+@pytest.mark.parametrize("expr, phrase", [
+    ("sum(X[m, :], dim=1, keepdim=2)", "sum(..., keepdim=2): keepdim is 0 or 1"),
+    ("max(X[m, :], dim=1, keepdim=-1)", "max(..., keepdim=-1): keepdim is 0 or 1"),
+    ("sum(X[m, :], dim=0, dim=1)", "sum() is given 'dim' twice"),
+    ("min(X[m, :], keepdim=0, dim=1, keepdim=0)", "min() is given 'keepdim' twice"),
+])
+def test_reduction_keywords_are_checked(expr, phrase):
+    """`keepdim=2` was taken as true and a repeated `dim=` silently replaced the first: both are located errors,
+    at the offending keyword's value (the last one in each case; the statement's value starts at column 12)."""
+    col = 12 + expr.rindex("=") + 1
+    with pytest.raises(CompileError) as e:
+        tilec.compile("bad.tile", world=1, schedule="bsp", source=BAD_KW.format(expr=expr))
+    assert str(e.value).startswith(f"bad.tile:7:{col}: error: {phrase}"), str(e.value)

@@ -526,7 +526,11 @@ class _Checker:
             if k not in allowed:
                 raise _Err(v.loc, f"{e.fn}() has no argument '{k}'" + (f" (it takes {', '.join(allowed)})"
                                                                          if allowed else ""))
+            if k in out:  # the second would silently win
+                raise _Err(v.loc, f"{e.fn}() is given '{k}' twice")
             out[k] = _const(v, self.consts, f"{e.fn}'s {k}")
+            if k == "keepdim" and out[k] not in (0, 1):  # a flag: any other number is a mistake, not "true"
+                raise _Err(v.loc, f"{e.fn}(..., keepdim={out[k]}): keepdim is 0 or 1")
         return out
 
     def reduction(self, e: ast.Call, vars_: dict[str, Var]) -> TExpr:
