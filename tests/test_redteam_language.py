@@ -125,3 +125,34 @@ def test_reduction_keywords_are_checked(expr, phrase):
     with pytest.raises(CompileError) as e:
         tilec.compile("bad.tile", world=1, schedule="bsp", source=BAD_KW.format(expr=expr))
     assert str(e.value).startswith(f"bad.tile:7:{col}: error: {phrase}"), str(e.value)
+
+
+# a "ring" whose step reads the elements the same step writes on its neighbour (no chunk offset by the step)
+SAME_STEP = """program same(world W)
+  dims  M = 64
+  tiles BM = 16
+  in  A : f32[M] symmetric
+  out Y : f32[M]
+  buf X : f32[M] symmetric
+  stage own over m in M by BM:
+    X[m] = A[m]
+  barrier
+  stage ring over s in W - 1 by 1, m in M by BM:
+    X[m] = X@(rank - 1)[m] + A[m]
+  barrier
+  stage out over m in M by BM:
+    Y[m] = X[m]
+"""
+
+
+@pytest.mark.parametrize("world", [3, 4])
+def test_a_step_racing_with_itself_is_one_error_naming_the_stage(world):
+    """A stage over steps whose step reads what the same step writes was reported once per step, as 'ring_0',
+    'ring_1', ..., telling the user to loop over steps first, which it does: it is one error, naming the stage."""
+    with pytest.raises(CompileError) as e:
+        tilec.compile("same.tile", world=world, schedule="bsp", source=SAME_STEP)
+    text = str(e.value)
+    assert text.startswith("same.tile:11:12: error: stage 'ring' reads 'X' where the same step writes it (step"
+                           " s = 0, on this rank or another): tasks would race; a step may only read what step s - 1"
+                           " wrote"), text
+    assert text.count("error:") == 1 and "ring_1" not in text and "loop over steps first" not in text, text
