@@ -156,3 +156,42 @@ def test_a_step_racing_with_itself_is_one_error_naming_the_stage(world):
                            " s = 0, on this rank or another): tasks would race; a step may only read what step s - 1"
                            " wrote"), text
     assert text.count("error:") == 1 and "ring_1" not in text and "loop over steps first" not in text, text
+
+
+# a gather into rotated blocks: rank r's rows land in block ((a * r + 1) % W), an index piece of the rank loop
+ROTATED = """program rot(world W)
+  dims  M = 48, N = 32, K = 32
+  tiles BM = 16, BN = 32, BK = 32
+  in  A  : f16[M/W, K] symmetric
+  in  B  : f16[K, N]
+  out C  : f16[M, N]
+  buf Ag : f16[M, K] symmetric
+  stage gather over r in ranks, m in M/W by BM, k in K by BK:
+    Ag[({block}) * M/W + m, k] = A@r[m, k]
+  barrier
+  stage gemm over m in M by BM, n in N by BN:
+    C[m, n] = sum k in K by BK: Ag[m, k] @ B[k, n]
+"""
+ROTATIONS = {"(r + 1) % W": lambda r, w: (r + 1) % w, "(2 * r + 1) % W": lambda r, w: (2 * r + 1) % w}
+
+
+def test_rotated_gathers_turn_into_pushes(monkeypatch):
+    """fused-push turns the pull `A@r` into a push by rank r and swaps `rank` and `r` in the accesses; the index
+    piece `(r + 1) % W` kept naming `r`, so every rank pushed into one block (the verifier's write conflict) and
+    fused-push did not apply to rotated orders. At world 3 against torch, a late rank exposing wrong waits."""
+    world = 3
+    variants = [("(r + 1) % W", "fused-push", "sm"), ("(2 * r + 1) % W", "fused-push", "sm"),
+                ("(r + 1) % W", "flags", "dma"), ("(2 * r + 1) % W", "specialized", "sm")]
+    progs = {(b, s, t): tilec.compile("rot.tile", world=world, schedule=s, transport=t,
+                                      source=ROTATED.format(block=b)) for b, s, t in variants}
+    monkeypatch.setenv("TILEC_CPU_ADVERSARY", "0.05")
+    got, inputs = _run(progs, world)
+    for key in progs:
+        f = ROTATIONS[key[0]]
+        ins = inputs[key][0]
+        blocks = [None] * world
+        for r in range(world):
+            blocks[f(r, world)] = ins[r]["A"].float()
+        for r in range(world):
+            want = torch.cat(blocks) @ ins[r]["B"].float()
+            assert rel_err(got[r][key][0]["C"], want) < 2e-2, (key, r)

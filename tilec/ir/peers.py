@@ -197,23 +197,24 @@ def transpose(loops: tuple, rv: str, world: int, me: str = "rank") -> tuple | No
     from dataclasses import replace
 
     by = {v.name: v for v in loops}
+    swap = {me: rv, rv: me}
+
+    def swapped(v):
+        q = v.derived
+        terms: dict[str, int] = {}
+        for u, k in q.terms:
+            terms[swap.get(u, u)] = terms.get(swap.get(u, u), 0) + k
+        return replace(v, derived=Piece.make(terms, q.const, q.op, q.by))
+
     p = getattr(by.get(rv), "derived", None)
-    if p is None:
-        return tuple(loops)
+    if p is None:  # a plain rank loop: the pieces of the index still swap (`Ag[((r + 1) % W) * M/W + m]`)
+        return tuple(v if v.derived is None else swapped(v) for v in loops)
     a = dict(p.terms).get(me, 0)
     rest = {u: k for u, k in p.terms if u != me}
     if math.gcd(a, world) != 1 or any(getattr(by.get(u), "derived", None) is not None for u in rest):
         return None
     inv = pow(a, -1, world)
     inverted = Piece.make({me: inv, **{u: -inv * k for u, k in rest.items()}}, -inv * p.const, "%", world)
-    swap = {me: rv, rv: me}
     plain = [v for v in loops if v.derived is None]
-    others = []
-    for v in loops:
-        if v.derived is not None and v.name != rv:
-            q = v.derived
-            terms: dict[str, int] = {}
-            for u, k in q.terms:
-                terms[swap.get(u, u)] = terms.get(swap.get(u, u), 0) + k
-            others.append(replace(v, derived=Piece.make(terms, q.const, q.op, q.by)))
+    others = [swapped(v) for v in loops if v.derived is not None and v.name != rv]
     return (*plain, replace(by[rv], derived=inverted), *others)
