@@ -195,3 +195,31 @@ def test_rotated_gathers_turn_into_pushes(monkeypatch):
         for r in range(world):
             want = torch.cat(blocks) @ ins[r]["B"].float()
             assert rel_err(got[r][key][0]["C"], want) < 2e-2, (key, r)
+
+
+@pytest.mark.parametrize("body, tensor", [("sum r in ranks: X@(rank + r)[m] * (r + 1)", "X"),
+                                          ("sum r in ranks: B[((rank + r) % W) * M + m]", "B"),
+                                          ("sum j in 2 by 1: B[((rank + j) % W) * M + m]", "B")])
+def test_a_peer_of_a_reduction_variable_is_a_located_error(body, tensor):
+    """A peer or `%` piece is computed once per task from the stage's loops; one of a reduction's variable was
+    refused as "'sum r' does not index any tensor with 'r'", which it does: the error now says what is wrong."""
+    src = f"""program red(world W)
+  dims  M = 32
+  tiles BM = 16
+  in  A : f32[M]
+  in  B : f32[W * M]
+  out Y : f32[M]
+  buf X : f32[M] symmetric
+  stage prod over m in M by BM:
+    X[m] = A[m] * 2
+  barrier
+  stage cons over m in M by BM:
+    Y[m] = {body}
+"""
+    with pytest.raises(CompileError) as e:
+        tilec.compile("red.tile", world=3, schedule="bsp", source=src)
+    var = body.split()[1]
+    assert str(e.value).startswith(f"red.tile:12:{12 + body.index(tensor)}: error: '"), str(e.value)
+    assert f"' in the read of '{tensor}' uses the reduction variable '{var}': peers and `%` / `//` pieces are" \
+           f" computed once per task, so they may use the stage's loops only (make '{var}' a loop of the stage)" \
+           in str(e.value), str(e.value)

@@ -508,6 +508,14 @@ class _Checker:
             else:
                 v = self._tile_var(e.var, e.extent, e.step, e.loc)
             body = self.expr(e.body, {**vars_, e.var: v})
+            for ld in loads(body):  # a derived variable is computed once per task, outside every reduction
+                for d in sorted(ld.access.vars):
+                    x = self.pieces.vars.get(d)
+                    if x is not None and x.derived is not None and e.var in peer_inputs({d}, self.pieces.vars):
+                        raise _Err(ld.loc, f"'{x.derived}' in the read of '{ld.access.tensor}' uses the reduction"
+                                           f" variable '{e.var}': peers and `%` / `//` pieces are computed once per"
+                                           f" task, so they may use the stage's loops only (make '{e.var}' a loop"
+                                           " of the stage)")
             if not any(e.var in ld.access.vars for ld in loads(body)):
                 raise _Err(e.loc, f"'sum {e.var}' does not index any tensor with '{e.var}'")
             return Sum(v, body, "f32", body.shape, e.loc)
