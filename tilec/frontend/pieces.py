@@ -112,14 +112,22 @@ def _scalar(v: Var) -> bool:
     return v.is_rank or (v.kind == "tile" and v.step == 1)
 
 
-def _text(e: ast.Expr) -> str:
-    if isinstance(e, ast.Int):
+_PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "%": 2, "//": 2}
+
+
+def _text(e: ast.Expr, prec: int = 0) -> str:
+    """The expression as written, parenthesized where precedence needs it (the AST has no parentheses:
+    `(rank + 1) % 0` must not read `rank + 1 % 0`)."""
+    if isinstance(e, ast.Int | ast.Float):
         return str(e.value)
     if isinstance(e, ast.Name):
         return e.id
     if isinstance(e, ast.Neg):
-        return f"-{_text(e.operand)}"
+        return f"-{_text(e.operand, 3)}"
     if isinstance(e, ast.BinOp):
-        return f"{_text(e.lhs)} {e.op} {_text(e.rhs)}"
+        p = _PREC.get(e.op, 2)
+        # the right operand binds tighter: `a - (b - c)`, `a * (b // c)` keep their parentheses
+        s = f"{_text(e.lhs, p)} {e.op} {_text(e.rhs, p + 1)}"
+        return f"({s})" if p < prec else s
     return "..."
 

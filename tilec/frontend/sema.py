@@ -140,7 +140,10 @@ class _Checker:
         self.value_errors = 0  # how many errors the dims' and tiles' values gave
         self.tainted: set[str] = set()  # tensors and loop variables sized by such dims
         self.pieces = StagePieces(world, self.consts)  # each stage's (stage() starts its own)
-        self.steps: set[str] = set()  # the stages a ring's steps became (frontend/steps.py): they may read their tensor
+        # the stages a ring's steps became (frontend/steps.py), each with its stage and step loop: they may read
+        # their tensor
+        self.steps: dict[str, tuple[str, str]] = {}
+        self._raced_steps: set = set()  # (stage, location) of a step's race already reported
 
     def err(self, loc: Loc, msg: str) -> None:
         self.errors.append(Diagnostic(loc, msg))
@@ -505,6 +508,14 @@ class _Checker:
             else:
                 v = self._tile_var(e.var, e.extent, e.step, e.loc)
             body = self.expr(e.body, {**vars_, e.var: v})
+            for ld in loads(body):  # a derived variable is computed once per task, outside every reduction
+                for d in sorted(ld.access.vars):
+                    x = self.pieces.vars.get(d)
+                    if x is not None and x.derived is not None and e.var in peer_inputs({d}, self.pieces.vars):
+                        raise _Err(ld.loc, f"'{x.derived}' in the read of '{ld.access.tensor}' uses the reduction"
+                                           f" variable '{e.var}': peers and `%` / `//` pieces are computed once per"
+                                           f" task, so they may use the stage's loops only (make '{e.var}' a loop"
+                                           " of the stage)")
             if not any(e.var in ld.access.vars for ld in loads(body)):
                 raise _Err(e.loc, f"'sum {e.var}' does not index any tensor with '{e.var}'")
             return Sum(v, body, "f32", body.shape, e.loc)
@@ -526,7 +537,11 @@ class _Checker:
             if k not in allowed:
                 raise _Err(v.loc, f"{e.fn}() has no argument '{k}'" + (f" (it takes {', '.join(allowed)})"
                                                                          if allowed else ""))
+            if k in out:  # the second would silently win
+                raise _Err(v.loc, f"{e.fn}() is given '{k}' twice")
             out[k] = _const(v, self.consts, f"{e.fn}'s {k}")
+            if k == "keepdim" and out[k] not in (0, 1):  # a flag: any other number is a mistake, not "true"
+                raise _Err(v.loc, f"{e.fn}(..., keepdim={out[k]}): keepdim is 0 or 1")
         return out
 
     def reduction(self, e: ast.Call, vars_: dict[str, Var]) -> TExpr:
@@ -623,7 +638,16 @@ class _Checker:
                 for ld in loads(st.value):
                     a, name = ld.access, ld.access.tensor
                     t = self.tensors[name]
-                    if name in written_here and (it.name not in self.steps or self.reads_own_writes(it, st, ld)):
+                    if name in written_here and it.name in self.steps and self.reads_own_writes(it, st, ld):
+                        # already a ring: the loop-over-steps hint would be wrong, and every step would repeat it
+                        orig, var = self.steps[it.name]
+                        if (orig, ld.loc) not in self._raced_steps:
+                            self._raced_steps.add((orig, ld.loc))
+                            self.err(ld.loc, f"stage '{orig}' reads '{name}' where the same step writes it (step"
+                                             f" {var} = {it.name.rsplit('_', 1)[1]}, on this rank or another): tasks"
+                                             f" would race; a step may only read what step {var} - 1 wrote")
+                        continue
+                    if name in written_here and it.name not in self.steps:
                         self.err(ld.loc, f"stage '{it.name}' reads '{name}', which it also writes: tasks would race"
                                          " on it; write the result to another tensor (or loop over steps first,"
                                          " `s in ranks` or `s in W - 1 by 1`: step s may read step s - 1)")
@@ -733,7 +757,7 @@ def check(prog: ast.Program, world: int, dims: dict[str, int] | None = None) -> 
             steps = None
         if steps is not None and forwards(item):
             stepped |= {t.tensor for a in item.body for t in a.targets if t is not None}
-            c.steps |= {x.name for x in steps if isinstance(x, ast.Stage)}
+            c.steps |= {x.name: (item.name, item.loops[0].var) for x in steps if isinstance(x, ast.Stage)}
         for it in [item] if steps is None else steps:
             if isinstance(it, ast.Barrier):
                 items.append(BarrierIR(it.loc))

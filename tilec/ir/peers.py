@@ -167,6 +167,27 @@ def known_from(known, dom: dict) -> set[str]:
     return out
 
 
+def tasks_per_value(names, dom: dict, limit: int = 1 << 20) -> int | None:
+    """How many tasks (combinations of dom's plain variables) give `names` each combination of values they take,
+    counted by enumerating the variables they are computed from; None where that number differs between
+    combinations or the enumeration would exceed `limit`. known_from's algebra cannot count a peer that is not one
+    `%` piece stepping through its input (the pair partner `rank + 1 - 2 * (rank % 2)` names each rank once, but
+    `rank` is not solvable from it): this counts it exactly."""
+    rel = inputs(names, dom)
+    plain = [v for v in dom.values() if v.derived is None]
+    vs = [v for v in plain if v.name in rel]
+    n = math.prod(v.trips for v in vs)
+    if n > limit:
+        return None
+    mesh = np.meshgrid(*[np.arange(v.trips, dtype=np.int64) * v.step for v in vs], indexing="ij")
+    env = derive({v.name: m.ravel() for v, m in zip(vs, mesh, strict=True)}, dom)
+    keys = np.stack([np.broadcast_to(np.asarray(env[x], dtype=np.int64), (max(n, 1),)) for x in sorted(names)])
+    _, counts = np.unique(keys, axis=1, return_counts=True)
+    if counts.min() != counts.max():
+        return None
+    return int(counts[0]) * math.prod(v.trips for v in plain if v.name not in rel)
+
+
 def transpose(loops: tuple, rv: str, world: int, me: str = "rank") -> tuple | None:
     """The loops of a copy stage whose task on rank `me` pulls from the rank its peer variable `rv` names, for the
     same copies run by that peer, pushing (fuse-comm push renames `me` and `rv` in the accesses): every piece has
@@ -176,23 +197,24 @@ def transpose(loops: tuple, rv: str, world: int, me: str = "rank") -> tuple | No
     from dataclasses import replace
 
     by = {v.name: v for v in loops}
+    swap = {me: rv, rv: me}
+
+    def swapped(v):
+        q = v.derived
+        terms: dict[str, int] = {}
+        for u, k in q.terms:
+            terms[swap.get(u, u)] = terms.get(swap.get(u, u), 0) + k
+        return replace(v, derived=Piece.make(terms, q.const, q.op, q.by))
+
     p = getattr(by.get(rv), "derived", None)
-    if p is None:
-        return tuple(loops)
+    if p is None:  # a plain rank loop: the pieces of the index still swap (`Ag[((r + 1) % W) * M/W + m]`)
+        return tuple(v if v.derived is None else swapped(v) for v in loops)
     a = dict(p.terms).get(me, 0)
     rest = {u: k for u, k in p.terms if u != me}
     if math.gcd(a, world) != 1 or any(getattr(by.get(u), "derived", None) is not None for u in rest):
         return None
     inv = pow(a, -1, world)
     inverted = Piece.make({me: inv, **{u: -inv * k for u, k in rest.items()}}, -inv * p.const, "%", world)
-    swap = {me: rv, rv: me}
     plain = [v for v in loops if v.derived is None]
-    others = []
-    for v in loops:
-        if v.derived is not None and v.name != rv:
-            q = v.derived
-            terms: dict[str, int] = {}
-            for u, k in q.terms:
-                terms[swap.get(u, u)] = terms.get(swap.get(u, u), 0) + k
-            others.append(replace(v, derived=Piece.make(terms, q.const, q.op, q.by)))
+    others = [swapped(v) for v in loops if v.derived is not None and v.name != rv]
     return (*plain, replace(by[rv], derived=inverted), *others)

@@ -168,6 +168,12 @@ class ReplaceBarriers(Pass):
         count = trips(v for v in p.loops if v.name not in known)
         if write.rank != ME and ME not in known:  # every rank pushes into the same counters of the peer
             count *= world
+        counter = set(key) | {write.rank}
+        if not peers.inputs(counter, loops) <= known:  # a peer the algebra cannot solve: count its tasks instead
+            count = peers.tasks_per_value(counter, loops)
+            if count is None:
+                raise ScheduleError(f"replace-barriers: the counters of {write} in stage '{p.name}' are bumped by"
+                                    " different numbers of tasks (its peer names some ranks more often than others)")
         return Flag(name, write.tensor, p.name, write, tuple(key), flag_size(dims), count, self.granularity, p.loc)
 
 
