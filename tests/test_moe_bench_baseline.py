@@ -35,11 +35,12 @@ def _rank(heap, t_n, h, f, el, k, cap, skew):
     else:
         ids = [torch.stack([torch.randperm(world * el, generator=g)[:k] for _ in range(t_n)]) for _ in range(world)]
     wts = [torch.rand(t_n, k, generator=g) for _ in range(world)]
-    rt = moe.route(ids, wts, el, cap)[me]
+    routes = moe.route(ids, wts, el, cap)
     want = moe.reference(xs, [w[0] for w in ws], [w[1] for w in ws], [w[2] for w in ws], ids, wts, el, cap)[me]
-    (xb, x_peers), (_y, ye_peers) = (got := bench._exchange_buffers(heap, [(t_n, h), (world, el * cap, h)], print))[0]
+    shapes = [(t_n, h), (world * el * cap + el * bench.GROUP_ROWS, h)]
+    (xb, x_peers), (_y, ye_peers) = (got := bench._exchange_buffers(heap, shapes, print))[0]
     xb.copy_(xs[me])
-    layer = bench._torch_layer(me, world, x_peers, ye_peers, got[1], *ws[me], rt, el, cap, k)
+    layer = bench._torch_layer(me, world, x_peers, ye_peers, got[1], *ws[me], routes, el, cap, k)
     return [float((layer().float() - want).abs().max()) for _ in range(2)]
 
 

@@ -1,10 +1,10 @@
 """examples/moe.tile against torch, at world 1 and expert-parallel at worlds 2 and 4 (ranks side by side on one GPU
-under MPS). The torch form: the routed tokens gathered per expert with `index_select` (at world W from every rank's
-tokens through torch symmetric memory's peer views, NCCL refusing ranks that share a GPU under MPS), the SwiGLU
-expert GEMMs as `torch._grouped_mm` over the experts' slot blocks where this torch has it (else a loop of matmuls),
-the expert rows taken back from their owners the same way, and the weighted combine; symmetric memory's device
-barrier between the exchanges. Device time of eager calls after an L2 flush (tilec.perf.gpu_time), median of 20,
-the slowest rank's; every output checked against tilec.moe.reference on each rank's first 8 tokens.
+under MPS). The torch form: the routed token rows gathered with `index_select` (at world W from every rank's tokens
+through torch symmetric memory's peer views: NCCL refuses ranks that share a GPU under MPS), only those rows (each
+expert's group padded to 16) through the SwiGLU expert GEMMs as `torch._grouped_mm` where this torch has it (else a
+loop of matmuls), the expert rows taken back from their owners the same way, and the weighted combine; symmetric
+memory's device barrier between the exchanges. Device time of eager calls after an L2 flush (tilec.perf.gpu_time),
+median of 20, the slowest rank's; every output checked against tilec.moe.reference on each rank's first 8 tokens.
 
     python benchmarks/runs/moe_bench.py OUT.json [--tokens 4096 --hidden 2048 --ffn 1024 --experts 8 --topk 2]
     sh benchmarks/runs/mps_world.sh --spawn 2 python3 benchmarks/runs/moe_bench.py OUT.json --world 2 [...]
@@ -33,41 +33,81 @@ from tilec import moe
 from tilec.runtime import spawn
 
 
-def _grouped_swiglu(xe, w1, w3, w2, el, rows):
-    """The experts' SwiGLU GEMMs over xe's expert-major blocks of `rows` rows each."""
-    h, f = xe.shape[1], w1.shape[1]
+def _grouped_swiglu(xe, w1, w3, w2, sizes):
+    """The experts' SwiGLU GEMMs over xe's expert-major groups of sizes[e] rows."""
+    el, h, f = len(sizes), xe.shape[1], w1.shape[1]
     grouped = getattr(torch, "_grouped_mm", None)
     if grouped is not None and xe.is_cuda:
-        offs = torch.arange(1, el + 1, device=xe.device, dtype=torch.int32) * rows
+        offs = torch.tensor(sizes, dtype=torch.int32).cumsum(0).to(device=xe.device, dtype=torch.int32)
         a = grouped(xe, w1.view(el, h, f), offs=offs)
         b = grouped(xe, w3.view(el, h, f), offs=offs)
         return grouped((torch.nn.functional.silu(a.float()) * b.float()).to(xe.dtype), w2.view(el, f, h), offs=offs)
-    ys = []
-    for e in range(el):
-        xb = xe[e * rows:(e + 1) * rows]
+    ys, at = [], 0
+    for e, n in enumerate(sizes):
+        xb = xe[at:at + n]
         a, b = xb @ w1[e * h:(e + 1) * h], xb @ w3[e * h:(e + 1) * h]
         ys.append((torch.nn.functional.silu(a.float()) * b.float()).to(xe.dtype) @ w2[e * f:(e + 1) * f])
+        at += n
     return torch.cat(ys)
 
 
-def _torch_layer(me, world, x_peers, ye_peers, barrier, w1, w3, w2, rt, el, cap, k):
+GROUP_ROWS = 16  # each expert's group of rows padded to a multiple of this (what grouped GEMM kernels tile by)
+
+
+def _packing(routes, el, cap):
+    """Per owner o: (per sender r, the token rows of r it takes, (el, c)-ordered), the order of those rows in o's
+    expert-major groups (an index into their concatenation, each group padded with row 0 to a multiple of
+    GROUP_ROWS), the group sizes, and per (sender r, slot) the row of o's packed output holding that slot."""
+    world = len(routes)
+    out = []
+    for o in range(world):
+        cnt, src = routes[o]["cnt"].tolist(), routes[o]["src"].tolist()
+        take = [[src[(r * el + e) * cap + c] for e in range(el) for c in range(cnt[r * el + e])]
+                for r in range(world)]
+        first = [sum(len(t) for t in take[:r]) for r in range(world)]  # where sender r's rows start in the cat
+        order, sizes, where = [], [], {}
+        for e in range(el):
+            start = len(order)
+            for r in range(world):
+                before = sum(cnt[r * el + x] for x in range(e))
+                for c in range(cnt[r * el + e]):
+                    where[(r, (o * el + e) * cap + c)] = len(order)
+                    order.append(first[r] + before + c)
+            order += [0] * (-(len(order) - start) % GROUP_ROWS)
+            sizes.append(len(order) - start)
+        out.append((take, order, sizes, where))
+    return out
+
+
+def _torch_layer(me, world, x_peers, ye_peers, barrier, w1, w3, w2, routes, el, cap, k):
     """The torch baseline of one rank: x_peers[r] is rank r's tokens [T, H], ye_peers[o] rank o's expert outputs
-    [W, EL*C, H] (symmetric memory's peer views; on one rank, the tensors themselves)."""
+    (rows of its packed groups; symmetric memory's peer views, on one rank the tensors themselves). Only routed rows
+    are gathered and multiplied (each expert's group padded to GROUP_ROWS); the gather indices are built once, from
+    the routing tables, outside the timed call, as tilec's are."""
     t_n, h = x_peers[me].shape
-    src, slot, wt = rt["src"].long(), rt["slot"].long(), rt["wt"]
-    seg = el * cap
+    dev = x_peers[me].device
+    packs = _packing(routes, el, cap)
+    take, order, sizes, _ = packs[me]
+    take = [torch.tensor(t, dtype=torch.long, device=dev) for t in take]
+    order = torch.tensor(order, dtype=torch.long, device=dev)
+    rows = [len(p[1]) for p in packs]  # each owner's packed rows
+    base = [sum(rows[:o]) for o in range(world)]
+    slot, wt = routes[me]["slot"].tolist(), routes[me]["wt"].to(dev)
+    owner = [s // (el * cap) for s in slot]
+    back = torch.tensor([base[o] + packs[o][3].get((me, s), 0) for s, o in zip(slot, owner, strict=True)],
+                        dtype=torch.long, device=dev)  # a dropped choice (weight 0) names any row
 
     def run():
         barrier()  # every rank's tokens are in place
-        xd = torch.cat([x_peers[r].index_select(0, src[r * seg:(r + 1) * seg]) for r in range(world)])  # (r, el, c)
-        xe = xd.view(world, el, cap, h).transpose(0, 1).reshape(el * world * cap, h)  # expert-major
-        y = _grouped_swiglu(xe, w1, w3, w2, el, world * cap)
-        ye_peers[me].copy_(y.view(el, world, cap, h).transpose(0, 1).reshape(world, seg, h))
+        xd = torch.cat([x_peers[r].index_select(0, take[r]) for r in range(world)])
+        y = _grouped_swiglu(xd.index_select(0, order), w1, w3, w2, sizes)
+        ye_peers[me].view(-1, h)[:len(order)].copy_(y)
         barrier()  # every owner's expert rows are in place
-        yb = torch.cat([ye_peers[o][me] for o in range(world)])  # this rank's tokens' rows, (owner, el, c)
-        out = torch.zeros(t_n, h, dtype=torch.float32, device=yb.device)
+        yall = torch.cat([ye_peers[o].view(-1, h)[:rows[o]] for o in range(world)])
+        yb = yall.index_select(0, back)  # [K*T, H]: choice k of token t at k*T + t
+        out = torch.zeros(t_n, h, dtype=torch.float32, device=dev)
         for j in range(k):
-            out += wt[:, j:j + 1] * yb.index_select(0, slot[j * t_n:(j + 1) * t_n]).float()
+            out += wt[:, j:j + 1] * yb[j * t_n:(j + 1) * t_n].float()
         barrier()  # no peer still reads this rank's buffers: the next call may overwrite them
         return out.to(x_peers[me].dtype)
 
@@ -118,7 +158,8 @@ def rank(heap, args):
     ws = [(weights(el * h, f), weights(el * h, f), weights(el * f, h)) for _ in range(world)]
     ids = [torch.stack([torch.randperm(world * el, generator=g)[:k] for _ in range(t_n)]) for _ in range(world)]
     wts = [torch.rand(t_n, k, generator=g) for _ in range(world)]
-    rt = moe.route(ids, wts, el, cap, block=args.tiles.get("BC", 16))[me]
+    routes = moe.route(ids, wts, el, cap, block=args.tiles.get("BC", 16))
+    rt = routes[me]
     want = moe.reference([x[:8] for x in xs], [w[0] for w in ws], [w[1] for w in ws], [w[2] for w in ws],
                          [i[:8] for i in ids], [w[:8] for w in wts], el, cap)[me]
     x, (w1, w3, w2) = xs[me], ws[me]
@@ -138,13 +179,12 @@ def rank(heap, args):
                      "max_err_first_8_tokens": err})
         heap.barrier()
         heap.release(mark)
-    got = _exchange_buffers(heap, [(t_n, h), (world, el * cap, h)], print)
+    got = _exchange_buffers(heap, [(t_n, h), (world * el * cap + el * GROUP_ROWS, h)], print)
     if got is not None:
         (xb, x_peers), (_yb, ye_peers) = got[0]
         barrier = got[1]
         xb.copy_(x.to(dev))
-        trt = {n: v.to(dev) for n, v in rt.items()}
-        layer = _torch_layer(me, world, x_peers, ye_peers, barrier, w1.to(dev), w3.to(dev), w2.to(dev), trt, el,
+        layer = _torch_layer(me, world, x_peers, ye_peers, barrier, w1.to(dev), w3.to(dev), w2.to(dev), routes, el,
                              cap, k)
         base = layer()
         form = "_grouped_mm" if hasattr(torch, "_grouped_mm") and dev == "cuda" else "matmul loop"
