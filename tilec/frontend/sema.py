@@ -10,7 +10,7 @@ import math
 import numbers
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from tilec.errors import ArgumentError, CompileError, Diagnostic, Loc
@@ -340,8 +340,29 @@ class _Checker:
                 raise _Err(a.loc, f"shape mismatch: storing a {_shp(shape)} tile into a {_shp(tshape)} tile of"
                                   f" '{t.name}'")
             self._check_injective(target, loops, stage, ref.loc)
+            if isinstance(value, Load) and type(value.access) is Access and type(target) is Access:
+                value = self._share_slices(target, value)
             stores.append(Store(target, value, a.loc, part if isinstance(value, TupleCall) else None))
         return stores
+
+    def _share_slices(self, target: Access, value: Load) -> Load:
+        """A tile copy `Y[m, :] = X[m, :]`: every `:` is a loop of its own (`_a1`, `_a0`), so nothing said the two
+        slices are one range, and passes that read the copy's source in its place (local-in-place, fused-pull) or
+        copy it by box (dma) dropped the sliced dim's offset. The load's `:` takes the store's where they span dims
+        of one length, tiled dim for tiled dim (a copy's tiles correspond in order), and its own loop goes."""
+        a = value.access
+        mine = {v.name: v for v in self.implicit}
+        src, dst = [t for t in a.tile if t], [t for t in target.tile if t]  # the tiled dims, in order
+        if len(src) != len(dst):
+            return value
+        ren = {x: y for x, y in zip(src, dst, strict=True)
+               if x != y and x in mine and y in mine and mine[x].extent == mine[y].extent}
+        if not ren:
+            return value
+        index = tuple(Affine(tuple((ren.get(v, v), c) for v, c in ix.terms), ix.const) for ix in a.index)
+        tile = tuple(ren.get(t, t) if t else t for t in a.tile)
+        self.implicit = [v for v in self.implicit if v.name not in ren]
+        return replace(value, access=replace(a, index=index, tile=tile))
 
     def _check_injective(self, target: Access, loops: tuple[Var, ...], stage: str, loc: Loc) -> None:
         used = peer_inputs(target.vars, self.pieces.vars)

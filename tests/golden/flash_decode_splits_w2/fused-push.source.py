@@ -96,10 +96,10 @@ def exchange_task(t, Ol, Ll, Og, Lg, F_Og_Lg_exchange, heap_bases, rank):
     h = t % 8
     b = t // 8 % 2
     r = t // 16
-    _a0_r = tl.max_contiguous(tl.multiple_of(tl.arange(0, 64), 64), 64)
+    _a1_r = tl.max_contiguous(tl.multiple_of(tl.arange(0, 64), 64), 64)
     peer_r = td.peer_offset(heap_bases, rank, r, 4)
-    ol_tile = tl.load(Ol + b * 512 + h * 64 + _a0_r[None, None, :])
-    tl.store(Og + peer_r + rank * 1024 + b * 512 + h * 64 + _a0_r[None, None, None, :],
+    ol_tile = tl.load(Ol + b * 512 + h * 64 + _a1_r[None, None, :])
+    tl.store(Og + peer_r + rank * 1024 + b * 512 + h * 64 + _a1_r[None, None, None, :],
              tl.reshape(ol_tile, (1, 1, 1, 64)).to(tl.float32))
     ll_val = tl.load(Ll + b * 8 + h + tl.zeros((1, 1), dtype=tl.int32))
     tl.store(Lg + peer_r + rank * 16 + b * 8 + h + tl.zeros((1, 1, 1), dtype=tl.int32),
