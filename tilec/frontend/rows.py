@@ -57,8 +57,7 @@ def row_dim(chk, e: ast.Ref, target, dim: int, vars_: dict[str, Var], write: boo
     if isinstance(ia, Gathered):
         raise RowError(e.loc, f"row index '{e.tensor}' is itself indexed by a tensor: one level of indexing only")
     n = target.shape[dim]
-    v = Var(f"_a{len(chk.implicit)}", "tile", n, 1 << (n - 1).bit_length(), e.loc)
-    chk.implicit.append(v)
+    v = chk.new_slice(n, e.loc)
     vars_[v.name] = v
     rows = ia.shape[0]
     return Affine(((v.name, 1),), 0), v.name, rows, Rows(dim, ia, n, e.loc)

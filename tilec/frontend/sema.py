@@ -283,6 +283,7 @@ class _Checker:
             return StageIR(s.name, (), (), s.loc)
         body = []
         self.implicit: list[Var] = []  # `:` slices become one-trip tile loops over the whole dimension
+        self.slices = 0  # `:` slices named so far in this stage (a copy's load gives its own up: _share_slices)
         errors = len(self.errors)
         for a in s.body:
             try:
@@ -344,6 +345,13 @@ class _Checker:
                 value = self._share_slices(target, value)
             stores.append(Store(target, value, a.loc, part if isinstance(value, TupleCall) else None))
         return stores
+
+    def new_slice(self, n: int, loc: Loc) -> Var:
+        """The loop of a `:` over a dim of n elements: one trip, its own name in the stage (`_a0`, `_a1`, ...)."""
+        v = Var(f"_a{self.slices}", "tile", n, 1 << (n - 1).bit_length(), loc)
+        self.slices += 1
+        self.implicit.append(v)
+        return v
 
     def _share_slices(self, target: Access, value: Load) -> Load:
         """A tile copy `Y[m, :] = X[m, :]`: every `:` is a loop of its own (`_a1`, `_a0`), so nothing said the two
@@ -413,8 +421,7 @@ class _Checker:
                 continue
             if isinstance(e, ast.Full):
                 n = t.shape[d]
-                v = Var(f"_a{len(self.implicit)}", "tile", n, 1 << (n - 1).bit_length(), e.loc)
-                self.implicit.append(v)
+                v = self.new_slice(n, e.loc)
                 vars_[v.name] = v
                 index.append(Affine(((v.name, 1),), 0))
                 tiles.append(v.name)
