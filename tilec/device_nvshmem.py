@@ -79,12 +79,12 @@ def _g64(source, pe, _semantic=None):
 
 
 @core.extern
-def _own_quiet(_semantic=None):
+def _quiet(_semantic=None):
     return _extern("nvshmem_quiet", [], (), "int32", _semantic)
 
 
 @core.extern
-def _own_putmem_signal(dst, src, size_bytes, signal, sig_val, sig_op, pe, _semantic=None):
+def _putmem_signal(dst, src, size_bytes, signal, sig_val, sig_op, pe, _semantic=None):
     return _extern("nvshmemx_putmem_signal_block", [dst, src, size_bytes, signal, sig_val, sig_op, pe],
                    ("int64", "int64", "int64", "int64", "uint64", "int32", "int32"), "int32", _semantic)
 
@@ -94,12 +94,9 @@ def _putmem_signal_block(dst, src, size_bytes, signal, sig_val, sig_op, pe):
     # nvshmemx_putmem_signal_block with C's argument types. Declared here rather than taken from torch's
     # _nvshmem_triton, whose wrappers change their argument conventions between releases (int64 addresses, or
     # tensors whose addresses they take): the symbol is NVSHMEM's, linked from its device library either way.
-    return _own_putmem_signal(dst.to(tl.int64), src.to(tl.int64), tl.cast(size_bytes, tl.int64),
-                              signal.to(tl.int64), tl.cast(sig_val, tl.uint64), tl.cast(sig_op, tl.int32),
-                              tl.cast(pe, tl.int32))
-
-
-_quiet = _own_quiet
+    return _putmem_signal(dst.to(tl.int64), src.to(tl.int64), tl.cast(size_bytes, tl.int64),
+                          signal.to(tl.int64), tl.cast(sig_val, tl.uint64), tl.cast(sig_op, tl.int32),
+                          tl.cast(pe, tl.int32))
 
 
 # -- where a peer is ----------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -116,33 +117,27 @@ def _torch_layer(me, world, x_peers, ye_peers, barrier, w1, w3, w2, routes, el, 
 
 def _exchange_buffers(heap, shapes, log):
     """Per shape: (this rank's f16 buffer, every rank's by rank), and a barrier over the ranks: torch symmetric memory
-    on a GPU (its device barrier), the heap's shared buffers and host barrier on the CPU; None where neither is."""
+    on a GPU (tilec.perf.bench_baselines._symm_exchange: its device barrier), the heap's shared buffers and host
+    barrier on the CPU; None where neither is."""
     if heap.world == 1:
         bufs = [torch.zeros(sh, dtype=torch.float16, device=heap.device) for sh in shapes]
         return [(b, [b]) for b in bufs], (lambda: None)
     if heap.device.type != "cuda":
         bufs = [heap.alloc(sh, torch.float16) for sh in shapes]
         return [(b, [heap.peer_view(b, r) for r in range(heap.world)]) for b in bufs], heap.barrier
-    import os
+    from tilec.perf.bench_baselines import _symm_exchange
 
-    import torch.distributed as dist
-
-    from tilec.perf.bench_baselines import SYMM_BARRIER_TIMEOUT_MS, _symm_mem
-
-    os.environ.setdefault("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "1")  # MPS: every rank on cuda:0
-    symm_mem = _symm_mem(dist.group.WORLD)
-    if symm_mem is None:
-        log("torch has no symmetric memory here: no torch baseline")
+    numel = [math.prod(sh) for sh in shapes]
+    got = _symm_exchange(heap, sum(numel), log, dtype=torch.float16)
+    if got is None:
         return None
-    numel = [int(torch.tensor(sh).prod()) for sh in shapes]
-    buf = symm_mem.empty(sum(numel), dtype=torch.float16, device=heap.device)
-    hdl = symm_mem.rendezvous(buf, dist.group.WORLD.group_name)
+    _mine, whole, barrier = got
     out, at = [], 0
     for sh, n in zip(shapes, numel, strict=True):
-        peers = [hdl.get_buffer(r, (sum(numel),), torch.float16)[at:at + n].view(sh) for r in range(heap.world)]
+        peers = [b[at:at + n].view(sh) for b in whole]
         out.append((peers[heap.rank], peers))
         at += n
-    return out, (lambda: hdl.barrier(channel=0, timeout_ms=SYMM_BARRIER_TIMEOUT_MS))
+    return out, barrier
 
 
 def rank(heap, args):

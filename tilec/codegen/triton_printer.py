@@ -126,9 +126,8 @@ class Printer:
         if isinstance(s, K.For):
             rng = [expr(s.start), expr(s.stop)] + ([expr(s.step)] if s.step is not None else [])
             if s.ordered:  # its waits order its loads: not software-pipelined (rewrites.order_waits)
-                step = [] if s.step is not None else ["1"]
                 return [f"{ind}# one stage: a pipelined loop would issue later iterations' loads before their waits",
-                        f"{ind}for {s.var} in tl.range({', '.join(rng + step)}, num_stages=1):{_tail(s.comment)}",
+                        f"{ind}for {s.var} in tl.range({', '.join(rng)}, num_stages=1):{_tail(s.comment)}",
                         *self.body(s.body, ind + "    ")]
             return [f"{ind}for {s.var} in range({', '.join(rng)}):{_tail(s.comment)}",
                     *self.body(s.body, ind + "    ")]

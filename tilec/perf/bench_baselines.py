@@ -381,8 +381,8 @@ def decode_ops(heap, dims: dict, world: int, q, k, v, lens, layout: str, iters: 
 SYMM_BARRIER_TIMEOUT_MS = 10_000  # a device barrier of the exchange that waits this long traps (a hang otherwise)
 
 
-def _symm_exchange(heap, numel: int, log):
-    """(this rank's buffer, every rank's buffer by rank, a device barrier over the ranks) of `numel` f32 in torch's
+def _symm_exchange(heap, numel: int, log, dtype: torch.dtype = torch.float32):
+    """(this rank's buffer, every rank's buffer by rank, a device barrier over the ranks) of `numel` `dtype` in torch's
     symmetric memory over the default process group (gloo under tilec.runtime.spawn), ranks on one GPU allowed
     (TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES); None off a GPU, or where it could not be set up on every rank."""
     if heap.device.type != "cuda" or heap.world == 1:
@@ -397,9 +397,9 @@ def _symm_exchange(heap, numel: int, log):
         symm_mem = _symm_mem(dist.group.WORLD)
         if symm_mem is None:
             raise RuntimeError("torch.distributed._symmetric_memory is not available for the default group")
-        buf = symm_mem.empty(numel, dtype=torch.float32, device=heap.device)
+        buf = symm_mem.empty(numel, dtype=dtype, device=heap.device)
         hdl = symm_mem.rendezvous(buf, dist.group.WORLD.group_name)
-        peers = [hdl.get_buffer(r, (numel,), torch.float32) for r in range(heap.world)]
+        peers = [hdl.get_buffer(r, (numel,), dtype) for r in range(heap.world)]
         got = (buf, peers, lambda: hdl.barrier(channel=0, timeout_ms=SYMM_BARRIER_TIMEOUT_MS))
     except Exception as e:  # noqa: BLE001 - no symmetric memory here: the baseline is left out, with a note
         log(f"  baselines: no symmetric-memory exchange here: {type(e).__name__}: {str(e)[:200]}")
