@@ -50,7 +50,11 @@ def run_cases(heap, cases):
             for name, t in inputs[heap.rank].items():
                 args[name].copy_(t)
             _poison(args, prog)
-            ret = prog(**args)  # the active heap
+            try:
+                ret = prog(**args)  # the active heap
+            except Exception as e:  # which case of the batch failed, in the rank's traceback the host reports
+                e.add_note(f"in case {key!r}, call {len(results)}")
+                raise
             results.append({n: t.clone() for n, t in ret.items()})
             # no barrier here: a call ends only when no peer touches this rank's inputs/outputs any more (the
             # program adds an exit barrier where peers read them late), so the next inputs may go in right away

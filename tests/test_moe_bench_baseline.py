@@ -1,6 +1,7 @@
-"""The torch baseline of benchmarks/runs/moe_bench.py, expert-parallel at 1-3 ranks on the CPU (the heap's shared
-buffers and barriers standing in for symmetric memory's peer views and device barrier): every token of every rank
-matches tilec.moe.reference, also with experts left empty and tokens over capacity, and twice on the same buffers."""
+"""The torch baselines of benchmarks/runs/moe_bench.py (routed rows only, every capacity slot), expert-parallel at
+1-3 ranks on the CPU (the heap's shared buffers and barriers standing in for symmetric memory's peer views and
+device barrier): every token of every rank matches tilec.moe.reference, also with experts left empty and tokens over
+capacity, and twice on the same buffers."""
 
 from __future__ import annotations
 
@@ -40,8 +41,11 @@ def _rank(heap, t_n, h, f, el, k, cap, skew):
     shapes = [(t_n, h), (world * el * cap + el * bench.GROUP_ROWS, h)]
     (xb, x_peers), (_y, ye_peers) = (got := bench._exchange_buffers(heap, shapes, print))[0]
     xb.copy_(xs[me])
-    layer = bench._torch_layer(me, world, x_peers, ye_peers, got[1], *ws[me], routes, el, cap, k)
-    return [float((layer().float() - want).abs().max()) for _ in range(2)]
+    errs = []
+    for make in (bench._torch_layer, bench._torch_layer_slots):  # routed rows only, every capacity slot
+        layer = make(me, world, x_peers, ye_peers, got[1], *ws[me], routes, el, cap, k)
+        errs += [float((layer().float() - want).abs().max()) for _ in range(2)]
+    return errs
 
 
 @pytest.mark.parametrize("world, skew", [(1, False), (2, False), (3, True)])

@@ -14,7 +14,7 @@ On a GPU the off-node paths call NVSHMEM's device library (its puts, gets, quiet
 here with C's argument types): a kernel that calls them is compiled with the library linked
 (runtime/nvshmem_heap.extern_libs). Flags are 64-bit signal words; a release to a peer off the node is a quiet
 and a put-with-signal of no bytes (NVSHMEM_SIGNAL_ADD), and a wait polls the word (its own with acquire loads,
-a peer's with gets) against the GPU timer with tilec's timeout, never the unbounded signal_wait_until.
+a peer's with NVSHMEM atomic fetches) against the GPU timer with tilec's timeout, never the unbounded signal_wait_until.
 """
 
 import triton
@@ -76,6 +76,11 @@ def _g32(source, pe, _semantic=None):
 @core.extern
 def _g64(source, pe, _semantic=None):
     return _extern("nvshmem_int64_g", [source, pe], ("int64", "int32"), "int64", _semantic)
+
+
+@core.extern
+def _fetch64(source, pe, _semantic=None):
+    return _extern("nvshmem_int64_atomic_fetch", [source, pe], ("int64", "int32"), "int64", _semantic)
 
 
 @core.extern
@@ -210,11 +215,13 @@ def remote_get(ptrs, rank, owner, heap_bases, err, WORLD: tl.constexpr, RPN: tl.
 # -- flags: signal words ------------------------------------------------------------------------------------------
 @triton.jit
 def _peek(flag, rank, owner, heap_bases, WORLD: tl.constexpr, INTERPRET: tl.constexpr):
-    # one poll of a peer's signal word off the node
+    # one poll of a peer's signal word off the node: an atomic fetch, not a get. NVSHMEM's get is a plain load where
+    # the peer is reachable by pointer, which the compiler may hoist out of the polling loop once the library is
+    # inlined (the wait then never saw the word move); an atomic is read again on every poll
     if INTERPRET:
         seen = tl.atomic_add(mapped(flag, rank, owner, heap_bases, WORLD), 0, sem="acquire", scope="sys")
     else:
-        seen = _g64(tl.cast(flag, tl.int64), tl.cast(owner, tl.int32))
+        seen = _fetch64(tl.cast(flag, tl.int64), tl.cast(owner, tl.int32))
     return seen
 
 
@@ -263,11 +270,13 @@ def wait_all_peer(flags, idx, pending, target, rank, owner, heap_bases, err, tim
 
 @triton.jit
 def _peek_all(ptrs, pending, rank, owner, heap_bases, err, WORLD: tl.constexpr, INTERPRET: tl.constexpr):
+    # a block of polls of a peer's signal words off the node: atomic fetches, as in _peek
     if INTERPRET:
         seen = tl.atomic_add(mapped(ptrs, rank, owner, heap_bases, WORLD), 0, mask=pending, sem="acquire",
                              scope="sys")
     else:
-        seen = _nv_get(ptrs, pending, 0, rank, owner, err)
+        ok, src, pe = _lanes(ptrs, pending, rank, owner, err)
+        seen = tl.where(ok, _fetch64(src, pe).to(ptrs.dtype.element_ty, bitcast=True), 0)
     return seen
 
 

@@ -1,10 +1,12 @@
 """examples/moe.tile against torch, at world 1 and expert-parallel at worlds 2 and 4 (ranks side by side on one GPU
-under MPS). The torch form: the routed token rows gathered with `index_select` (at world W from every rank's tokens
-through torch symmetric memory's peer views: NCCL refuses ranks that share a GPU under MPS), only those rows (each
-expert's group padded to 16) through the SwiGLU expert GEMMs as `torch._grouped_mm` where this torch has it (else a
-loop of matmuls), the expert rows taken back from their owners the same way, and the weighted combine; symmetric
-memory's device barrier between the exchanges. Device time of eager calls after an L2 flush (tilec.perf.gpu_time),
-median of 20, the slowest rank's; every output checked against tilec.moe.reference on each rank's first 8 tokens.
+under MPS). Two torch forms, both timed: the routed token rows gathered with `index_select` (at world W from every
+rank's tokens through torch symmetric memory's peer views: NCCL refuses ranks that share a GPU under MPS), only
+those rows (each expert's group padded to 16) through the SwiGLU expert GEMMs as `torch._grouped_mm` where this
+torch has it (else a loop of matmuls), the expert rows taken back from their owners the same way, and the weighted
+combine; and the same over every capacity slot (tilec's layout: uniform groups, the unused slots computed too).
+Symmetric memory's device barrier between the exchanges. Device time of eager calls after an L2 flush
+(tilec.perf.gpu_time), median of 20, the slowest rank's; every output checked against tilec.moe.reference on each
+rank's first 8 tokens.
 
     python benchmarks/runs/moe_bench.py OUT.json [--tokens 4096 --hidden 2048 --ffn 1024 --experts 8 --topk 2]
     sh benchmarks/runs/mps_world.sh --spawn 2 python3 benchmarks/runs/moe_bench.py OUT.json --world 2 [...]
@@ -13,7 +15,7 @@ median of 20, the slowest rank's; every output checked against tilec.moe.referen
     python benchmarks/runs/moe_bench.py OUT.json --replot      # OUT.png again from OUT.json
 
 --experts is the number of experts per rank, --tokens per rank. OUT.png beside OUT.json: the rows as bars, each
-labelled with its time over the torch row. The CPU form (the Triton interpreter; the heap's shared buffers and
+labelled with its time over the faster torch row. The CPU form (the Triton interpreter; the heap's shared buffers and
 barriers stand in for symmetric memory) only checks the script: its times say nothing. --tile sets the program's
 tiles (Hopper: --tile BC=128 --tile BF=128 --tile BH=128 --tile BK=64 --num-warps 8); the routing blocks follow BC.
 """
@@ -50,6 +52,15 @@ def _grouped_swiglu(xe, w1, w3, w2, sizes):
         ys.append((torch.nn.functional.silu(a.float()) * b.float()).to(xe.dtype) @ w2[e * f:(e + 1) * f])
         at += n
     return torch.cat(ys)
+
+
+def _combine(yb, wt, k):
+    """The weighted sum of each token's K expert rows: yb [K*T, H] holds choice j of token t at j*T + t."""
+    t_n = wt.shape[0]
+    out = torch.zeros(t_n, yb.shape[1], dtype=torch.float32, device=yb.device)
+    for j in range(k):
+        out += wt[:, j:j + 1] * yb[j * t_n:(j + 1) * t_n].float()
+    return out
 
 
 GROUP_ROWS = 16  # each expert's group of rows padded to a multiple of this (what grouped GEMM kernels tile by)
@@ -105,10 +116,34 @@ def _torch_layer(me, world, x_peers, ye_peers, barrier, w1, w3, w2, routes, el, 
         ye_peers[me].view(-1, h)[:len(order)].copy_(y)
         barrier()  # every owner's expert rows are in place
         yall = torch.cat([ye_peers[o].view(-1, h)[:rows[o]] for o in range(world)])
-        yb = yall.index_select(0, back)  # [K*T, H]: choice k of token t at k*T + t
-        out = torch.zeros(t_n, h, dtype=torch.float32, device=dev)
-        for j in range(k):
-            out += wt[:, j:j + 1] * yb[j * t_n:(j + 1) * t_n].float()
+        out = _combine(yall.index_select(0, back), wt, k)
+        barrier()  # no peer still reads this rank's buffers: the next call may overwrite them
+        return out.to(x_peers[me].dtype)
+
+    return run
+
+
+def _torch_layer_slots(me, world, x_peers, ye_peers, barrier, w1, w3, w2, routes, el, cap, k):
+    """The torch baseline in tilec's layout: every capacity slot of every (sender, expert) block gathered and
+    multiplied (used or not, expert groups of world * cap rows, the uniform groups grouped GEMM kernels like best),
+    the expert rows left in the owner's slots for the senders to take back by their slot numbers. Beside
+    _torch_layer (only the routed rows) because neither form is the faster everywhere."""
+    t_n, h = x_peers[me].shape
+    dev = x_peers[me].device
+    src = routes[me]["src"].to(device=dev, dtype=torch.long).view(world, el * cap)  # per sender, its rows per slot
+    slot, wt = routes[me]["slot"].to(device=dev, dtype=torch.long), routes[me]["wt"].to(dev)
+    sizes = [world * cap] * el
+
+    def run():
+        barrier()  # every rank's tokens are in place
+        xd = torch.stack([x_peers[r].index_select(0, src[r]) for r in range(world)])  # [W, EL*C, H]
+        xe = xd.view(world, el, cap, h).transpose(0, 1).reshape(el * world * cap, h)  # expert-major groups
+        y = _grouped_swiglu(xe, w1, w3, w2, sizes).view(el, world, cap, h).transpose(0, 1)
+        ye_peers[me].view(-1)[:world * el * cap * h].view(world, el, cap, h).copy_(y)
+        barrier()  # every owner's expert rows are in place
+        yall = torch.cat([ye_peers[o].view(-1)[:world * el * cap * h].view(world, el * cap, h)[me]
+                          for o in range(world)])  # [W*EL*C, H]: slot (o*EL + el)*C + c
+        out = _combine(yall.index_select(0, slot), wt, k)
         barrier()  # no peer still reads this rank's buffers: the next call may overwrite them
         return out.to(x_peers[me].dtype)
 
@@ -144,7 +179,8 @@ def rank(heap, args):
     dev = "cpu" if heap.interpret else "cuda"
     me, world = heap.rank, heap.world
     t_n, h, f, el, k = args.tokens, args.hidden, args.ffn, args.experts, args.topk
-    cap = max(16, -(-int(1.25 * t_n * k / el) // 16) * 16)  # slots per (sending rank, expert): 1.25x an even share
+    # slots per (sending rank, expert): 1.25x an even share of a rank's t_n * k choices over the world's experts
+    cap = max(16, -(-int(1.25 * t_n * k / (el * world)) // 16) * 16)
     g = torch.Generator().manual_seed(0)  # every rank draws every rank's data, then keeps its own
     xs = [torch.randn(t_n, h, generator=g).half() for _ in range(world)]
     def weights(rows, cols):
@@ -179,13 +215,14 @@ def rank(heap, args):
         (xb, x_peers), (_yb, ye_peers) = got[0]
         barrier = got[1]
         xb.copy_(x.to(dev))
-        layer = _torch_layer(me, world, x_peers, ye_peers, barrier, w1.to(dev), w3.to(dev), w2.to(dev), routes, el,
-                             cap, k)
-        base = layer()
         form = "_grouped_mm" if hasattr(torch, "_grouped_mm") and dev == "cuda" else "matmul loop"
-        rows.append({"impl": f"torch {form}" + (" + symm_mem peers" if world > 1 else ""),
-                     "seconds": _time(layer, dev), "max_err_first_8_tokens": float((base[:8].float().cpu()
-                                                                                    - want[:8]).abs().max())})
+        for make, what in ((_torch_layer, "routed rows"), (_torch_layer_slots, "capacity slots")):
+            layer = make(me, world, x_peers, ye_peers, barrier, w1.to(dev), w3.to(dev), w2.to(dev), routes, el, cap,
+                         k)
+            base = layer()
+            rows.append({"impl": f"torch {form}, {what}" + (" + symm_mem peers" if world > 1 else ""),
+                         "seconds": _time(layer, dev), "max_err_first_8_tokens": float((base[:8].float().cpu()
+                                                                                        - want[:8]).abs().max())})
     heap.barrier()
     return {"shape": {"tokens": t_n, "hidden": h, "ffn": f, "experts": el, "topk": k, "capacity": cap,
                       "world": world},
@@ -213,7 +250,7 @@ def plot(res: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     rows = res["rows"]
-    base = next(r["seconds"] for r in rows if r["impl"].startswith("torch"))
+    base = min(r["seconds"] for r in rows if r["impl"].startswith("torch"))  # the faster torch form
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     us = [r["seconds"] * 1e6 for r in rows]
     ax.barh([r["impl"] for r in rows], us, color=["#4c72b0" if r["impl"].startswith("tilec") else "#999999"
@@ -268,7 +305,7 @@ def main(argv=None) -> int:
     print(f"moe at world {args.world} on {res['device']}: {res['shape']}")
     for r in res["rows"]:
         err = r["max_err_first_8_tokens"]
-        print(f"  {r['impl']:22} {r['seconds'] * 1e6:12.1f} us   max error (first 8 tokens) {err:.3g}")
+        print(f"  {r['impl']:44} {r['seconds'] * 1e6:12.1f} us   max error (first 8 tokens) {err:.3g}")
     return 0
 
 

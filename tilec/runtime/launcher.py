@@ -107,6 +107,8 @@ def _rank_main(spec: _RankSpec, rank: int, conn) -> None:
     except BaseException as e:
         line = _first_line(e)
         text = f"{type(e).__name__}: {line}" if line else type(e).__name__
+        if getattr(e, "__notes__", None):  # context a caller added (which case, which call): the host shows it
+            text += f" [{'; '.join(map(str, e.__notes__))}]"
         payload = pickle.dumps(("err", type(e).__name__, text, traceback.format_exc()))
     try:
         conn.send_bytes(payload)
