@@ -93,6 +93,7 @@ class Compute:
         if isinstance(e, Pull):
             return self.pull(e, out, indent)
         if isinstance(e, Op):
+            self.sums_in_one_loop(e, out, indent)
             args = [self.expr(a, out, indent) for a in e.args]
             if e.dtype == "f32":  # tile math is f32; integer scalars (lengths, offsets) stay integers; an i32(x) tile
                 # in f32 math is converted back
@@ -121,7 +122,7 @@ class Compute:
             out.append(At(indent, assign(name, self.dot(e, a, b, None))))
             return E(name)
         if isinstance(e, Sum):
-            return self.sum(e, out, indent)
+            return self.fused_sums.pop(id(e), None) or self.sum(e, out, indent)
         raise TilecError(f"codegen: unsupported expression {type(e).__name__}")
 
     def tuple_call(self, e: TupleCall, out: list, indent: str) -> tuple[K.Expr, ...]:
@@ -288,6 +289,71 @@ class Compute:
         out += steps
         self.loop_vars.discard(v.name)
         return E(acc)
+
+
+    def sums_in_one_loop(self, e: Op, out: list, indent: str) -> None:
+        """GEMM sums of one expression over the same reduction (SwiGLU's `silu(sum k: x @ W1) * (sum k: x @ W3)`):
+        one loop with an accumulator each, an operand tile they share loaded once per step, instead of a loop per
+        sum reading that tile again. Their values wait in self.fused_sums for expr."""
+        groups: dict[tuple, list[Sum]] = {}
+        for s in _sibling_sums(e):
+            v = s.var
+            if id(s) not in self.fused_sums and _plain_gemm(s):
+                groups.setdefault((v.name, v.extent, v.step), []).append(s)
+        for group in groups.values():
+            if len(group) < 2:
+                continue
+            v = group[0].var
+            accs = [self.tmp("acc") for _ in group]
+            for s, acc in zip(group, accs, strict=True):
+                out.append(At(indent, assign(acc, call("tl.zeros", tup(*s.shape), dtype="tl.float32"))))
+            self.scope[v.name] = v
+            inner = indent + "    "
+            out.append(At(indent, assign(f"{v.name}_r", call("tl.arange", 0, v.step), f"{v.name} = 0")))
+            steps, walked = [], {}
+            for s in group:
+                for x in (s.body.lhs, s.body.rhs):
+                    if x.access in walked:
+                        continue
+                    off, _ = self.offsets(x.access, masks=False, at_zero=v.name)
+                    pname = self.tmp(f"{x.access.tensor.lower()}_ptrs")
+                    out.append(At(indent, assign(pname, add(self.param(x.access.tensor), off))))
+                    self.ptrs[x.access] = walked[x.access] = pname
+                    shape = tensor(self.g, x.access.tensor).shape
+                    inc = sum(k * v.step * st for aff, st in zip(x.access.index, row_major_strides(shape), strict=True)
+                              for var, k in aff.terms if var == v.name)
+                    steps.append(At(inner, K.AugAssign(K.Name(pname), "+", E(inc))))
+            self.loop_vars.add(v.name)
+            out.append(At(indent, K.For(v.name, E(0), E(v.extent), E(v.step), ())))
+            self.bind_tile(v, out, inner)
+            tiles: dict = {}  # access -> its tile this step, loaded once for every sum that reads it
+            for s, acc in zip(group, accs, strict=True):
+                a, b = (tiles.get(x.access) or tiles.setdefault(x.access, self.expr(x, out, inner))
+                        for x in (s.body.lhs, s.body.rhs))
+                a, b = tile_ops.matrix(a, s.body.lhs), tile_ops.matrix(b, s.body.rhs)
+                out.append(At(inner, assign(acc, self.dot(s.body, a, b, E(acc)))))
+            out += steps
+            self.loop_vars.discard(v.name)
+            self.fused_sums.update({id(s): E(acc) for s, acc in zip(group, accs, strict=True)})
+
+
+def _sibling_sums(e) -> list[Sum]:
+    """The sums of an expression reached through element-wise operations only (not inside another sum)."""
+    if isinstance(e, Sum):
+        return [e]
+    if isinstance(e, Op):
+        return [s for a in e.args for s in _sibling_sums(a)]
+    return []
+
+
+def _plain_gemm(s: Sum) -> bool:
+    """A sum of a product of two local tiles read straight from memory along its (tile, not rank) reduction, whole
+    steps only: the form sums_in_one_loop walks by pointers."""
+    v = s.var
+    if v.is_rank or v.extent % v.step or not isinstance(s.body, Dot):
+        return False
+    return all(isinstance(x, Load) and not isinstance(x, Pull) and not x.access.remote
+               and not isinstance(x.access, Gathered) and v.name in x.access.vars for x in (s.body.lhs, s.body.rhs))
 
 
 def _zero_past(e, x: K.Expr, v: Var, axis: int, out: list, indent: str) -> K.Expr:

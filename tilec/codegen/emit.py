@@ -98,6 +98,7 @@ class _Emitter(Copies, Compute, Flags, Tasks):
         self.flag_scope = flag_scope  # flag -> "gpu" or "sys" (flag_scopes)
         self.ptrs: dict[Access, str] = {}  # access -> pointer walked along an enclosing reduction
         self.memo: dict[int, tuple[str, str]] = {}  # tile-function calls shared by several stores
+        self.fused_sums: dict[int, kir.Expr] = {}  # sums computed in one loop with their siblings (sums_in_one_loop)
         self.walked: dict[int, tuple] = {}  # in-place read -> (pointers, mask, own) walked along its reduction
         self.all_running: int | None = None  # the kernel's loop tasks, when a grid may hold them all (flags.arrive)
 
