@@ -252,15 +252,7 @@ class Compute:
                 self.walked[id(x)] = (ptrs, mask, own)
                 inc = E(inc_src) if inc_src == inc_buf or own is None else call("tl.where", own, inc_src, inc_buf)
                 steps.append(At(inner, K.AugAssign(K.Name(ptrs), "+", inc)))
-            for x in walked:
-                off, _ = self.offsets(x.access, masks=False, at_zero=v.name)
-                pname = self.tmp(f"{x.access.tensor.lower()}_ptrs")
-                out.append(At(indent, assign(pname, add(self.param(x.access.tensor), off))))
-                self.ptrs[x.access] = pname
-                t = tensor(self.g, x.access.tensor)
-                inc = sum(k * v.step * st for aff, st in zip(x.access.index, row_major_strides(t.shape), strict=True)
-                          for var, k in aff.terms if var == v.name)
-                steps.append(At(inner, K.AugAssign(K.Name(pname), "+", E(inc))))
+            steps += [self.walk_pointer(x.access, v, out, indent) for x in walked]
         self.loop_vars.add(v.name)
         if v.is_rank:
             out.append(At(indent, K.For(v.name, E(0), E(self.world), None, ())))
@@ -291,6 +283,18 @@ class Compute:
         return E(acc)
 
 
+    def walk_pointer(self, a, v: Var, out: list, indent: str) -> At:
+        """Pointers to access a's tile at reduction var v = 0, set up before v's loop (self.ptrs, what load reads),
+        and the step that advances them at the end of each iteration."""
+        off, _ = self.offsets(a, masks=False, at_zero=v.name)
+        pname = self.tmp(f"{a.tensor.lower()}_ptrs")
+        out.append(At(indent, assign(pname, add(self.param(a.tensor), off))))
+        self.ptrs[a] = pname
+        shape = tensor(self.g, a.tensor).shape
+        inc = sum(k * v.step * st for aff, st in zip(a.index, row_major_strides(shape), strict=True)
+                  for var, k in aff.terms if var == v.name)
+        return At(indent + "    ", K.AugAssign(K.Name(pname), "+", E(inc)))
+
     def sums_in_one_loop(self, e: Op, out: list, indent: str) -> None:
         """GEMM sums of one expression over the same reduction (SwiGLU's `silu(sum k: x @ W1) * (sum k: x @ W3)`):
         one loop with an accumulator each, an operand tile they share loaded once per step, instead of a loop per
@@ -310,19 +314,8 @@ class Compute:
             self.scope[v.name] = v
             inner = indent + "    "
             out.append(At(indent, assign(f"{v.name}_r", call("tl.arange", 0, v.step), f"{v.name} = 0")))
-            steps, walked = [], {}
-            for s in group:
-                for x in (s.body.lhs, s.body.rhs):
-                    if x.access in walked:
-                        continue
-                    off, _ = self.offsets(x.access, masks=False, at_zero=v.name)
-                    pname = self.tmp(f"{x.access.tensor.lower()}_ptrs")
-                    out.append(At(indent, assign(pname, add(self.param(x.access.tensor), off))))
-                    self.ptrs[x.access] = walked[x.access] = pname
-                    shape = tensor(self.g, x.access.tensor).shape
-                    inc = sum(k * v.step * st for aff, st in zip(x.access.index, row_major_strides(shape), strict=True)
-                              for var, k in aff.terms if var == v.name)
-                    steps.append(At(inner, K.AugAssign(K.Name(pname), "+", E(inc))))
+            reads = dict.fromkeys(x.access for s in group for x in (s.body.lhs, s.body.rhs))  # each access once
+            steps = [self.walk_pointer(a, v, out, indent) for a in reads]
             self.loop_vars.add(v.name)
             out.append(At(indent, K.For(v.name, E(0), E(v.extent), E(v.step), ())))
             self.bind_tile(v, out, inner)
