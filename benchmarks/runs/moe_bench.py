@@ -4,9 +4,10 @@ rank's tokens through torch symmetric memory's peer views: NCCL refuses ranks th
 those rows (each expert's group padded to 16) through the SwiGLU expert GEMMs as `torch._grouped_mm` where this
 torch has it (else a loop of matmuls), the expert rows taken back from their owners the same way, and the weighted
 combine; and the same over every capacity slot (tilec's layout: uniform groups, the unused slots computed too).
-Symmetric memory's device barrier between the exchanges. Device time of eager calls after an L2 flush
-(tilec.perf.gpu_time), median of 20, the slowest rank's; every output checked against tilec.moe.reference on each
-rank's first 8 tokens.
+Symmetric memory's device barrier between the exchanges. tilec: bsp, flags and specialized, and at worlds above 1
+bsp again with its barriers as device kernels (`device_epoch=True, device_barrier=True`). Device time of eager
+calls after an L2 flush (tilec.perf.gpu_time), median of 20, the slowest rank's; every output checked against
+tilec.moe.reference on each rank's first 8 tokens.
 
     python benchmarks/runs/moe_bench.py OUT.json [--tokens 4096 --hidden 2048 --ffn 1024 --experts 8 --topk 2]
     sh benchmarks/runs/mps_world.sh --spawn 2 python3 benchmarks/runs/moe_bench.py OUT.json --world 2 [...]
@@ -208,6 +209,14 @@ def rank(heap, args):
         err = float((out[:8].float().cpu() - want[:8]).abs().max())
         rows.append({"impl": f"tilec {sched}", "seconds": _time(lambda p=prog, b=bufs: p(heap, **b), dev),
                      "max_err_first_8_tokens": err})
+        if world > 1 and sched == "bsp":  # its barriers as device kernels (host barriers cost most under MPS)
+            fast = tilec.compile("examples/moe.tile", world=world, schedule=sched, dims=dims,
+                                 num_warps=args.num_warps or 4)  # a program of its own: the epoch lives on the device
+            out = fast(heap, device_epoch=True, device_barrier=True, **bufs)["O"]
+            rows.append({"impl": "tilec bsp, device barriers",
+                         "seconds": _time(lambda p=fast, b=bufs: p(heap, device_epoch=True, device_barrier=True,
+                                                                     **b), dev),
+                         "max_err_first_8_tokens": float((out[:8].float().cpu() - want[:8]).abs().max())})
         heap.barrier()
         heap.release(mark)
     got = _exchange_buffers(heap, [(t_n, h), (world * el * cap + el * GROUP_ROWS, h)], print)
