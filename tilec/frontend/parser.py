@@ -152,6 +152,8 @@ class _ToAst(Transformer):
     def ref(self, meta, children):
         head, *index = children
         tensor, _, rank = str(head).partition("@")
+        if rank.isdigit():  # `X@0[...]`: a peer expression of one number, as `X@(0)[...]` is
+            return ast.Ref(tensor, ast.Int(int(rank), self._loc(head)), tuple(index), self._loc(meta))
         return ast.Ref(tensor, rank or None, tuple(index), self._loc(meta))
 
     @v_args(meta=True)
