@@ -173,12 +173,15 @@ def test_bad_options_name_the_argument(kw, says):
         tilec.compile("examples/ag_gemm.tile", world=4, schedule="flags", **kw)
 
 
-def test_copy_engines_across_nodes_are_refused_located():
-    with pytest.raises(TilecError) as e:
-        _compile("ag_gemm", 4, "flags+dma", 2)
+@pytest.mark.parametrize("schedule", ["flags", "fused-push"])
+@pytest.mark.parametrize("per_node", [1, 2])
+def test_copy_engines_across_nodes_are_a_schedule_refusal(schedule, per_node):
+    # refused by the transport pass, naming the option (what `tilec check` lists), before the verifier's nodes rule
+    with pytest.raises(ScheduleError) as e:
+        _compile("ag_gemm", 4, f"{schedule}+dma", per_node)
     text = str(e.value)
-    assert "cannot run on the copy engines across nodes" in text and "ag_gemm.tile:" in text, text
-    _compile("ag_gemm", 4, "flags+dma", 4)  # one node: the copy engines reach every peer
+    assert text.startswith("transport=dma:") and f"ranks_per_node={per_node} of 4 ranks" in text, text
+    _compile("ag_gemm", 4, f"{schedule}+dma", 4)  # one node: the copy engines reach every peer
 
 
 SMALL_DMA = """program small(world W)

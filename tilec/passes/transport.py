@@ -48,6 +48,7 @@ from tilec.ir.graph import (
     stages,
     sync,
 )
+from tilec.ir.nodes import ranks_per_node
 from tilec.ir.tiling import flag_size, invert
 from tilec.ir.types import ME, Load, Var
 from tilec.ir.wait_plan import release_signature
@@ -84,6 +85,11 @@ def dma_blocker(g: nx.DiGraph, s: Stage) -> str | None:
     """Why stage `s` cannot run on the copy engines (None: it can). Shared with the verifier's dma rule."""
     if sync(g) != FLAGS:
         return "its consumers are ordered by barriers, not flags (a copy engine releases flags only)"
+    rpn, world = ranks_per_node(g), program_of(g).world
+    if rpn < world and any(st.access.remote or (isinstance(st.value, Load) and st.value.access.remote)
+                           for st in s.body):  # some peer of some rank lies off its node (the nodes rule)
+        return (f"its copies reach peers off a rank's node (ranks_per_node={rpn} of {world} ranks), and a copy engine "
+                "reaches peers by pointer")
     cnt = counted_loop(s.loops)
     if cnt is not None:  # the copy engines' plan is fixed at compile time; the count is read at run time
         return f"it copies only the rows under the data-dependent count {cnt.count} (a copy engine's plan is fixed)"
