@@ -2,7 +2,8 @@
 
 `generate(seed, world)` draws a random plan and returns its program text and its model. A plan is a chain of 1-4
 stages, each writing a new tensor: tile copies (local, pulled from a peer `X@r[...]`, pushed into a peer
-`Y@r[...] = ...`), elementwise math, GEMMs `sum k in K by BK: A[m, k] @ B[k, n]` and sums over ranks
+`Y@r[...] = ...`), elementwise math, GEMMs `sum k in K by BK: A[m, k] @ B[k, n]` (alone, or two over one k
+sharing A: `silu(A @ B) * (A @ B2)`, `(A @ B) + (A @ B2)`) and sums over ranks
 `sum s in ranks: X@s[...]`. Indexes are a loop part (`m`, a scalar loop `j`, or both: `j*BS + m`) plus terms in
 `rank`, the stage's rank loop `r` or the sum's `s`, and constant offsets (`r*M/W + m`, `m + rank`, `s*R + m + 1`);
 dims are multiples of the tiles or not (ragged), tiles are powers of two (1 included).
@@ -122,7 +123,9 @@ class Node:
             return f"({self.attr} + 1)"
         if self.op == "fn":
             return f"{self.attr}({', '.join(a)})"
-        if self.op == "bin":
+        if self.op == "bin":  # a sum as an operand is parenthesized: its body would run on to the end
+            a = [f"({t})" if isinstance(x, Node) and x.op in ("gemm", "rsum") else t
+                 for x, t in zip(self.args, a, strict=True)]
             return f"({a[0]} {self.attr} {a[1]})"
         if self.op == "gemm":
             kloop, f32 = self.attr
@@ -283,6 +286,9 @@ class _Gen:
     def __init__(self, seed: int, world: int, focus: bool | str = False, dtype: str | None = None):
         self.focus, self.main_dtype = focus, dtype
         self.rng = random.Random(seed * 7919 + world)
+        # draws that add a sibling GEMM (a second sum over the same k sharing the A tile, as SwiGLU's): a stream of
+        # their own, so the programs that get none are the ones this seed always made
+        self.sibling_rng = random.Random(seed * 104729 + world)
         self.seed, self.world = seed, world
         rng = self.rng
         small = [1, 2, 3, 5, 7, 8, 12, 16, 17, 24]
@@ -530,6 +536,13 @@ class _Gen:
         self._ktrips = kf.trips
         if rng.random() < 0.4:
             g = Node("fn", (g,), rng.choice(["relu", "tanh", "sigmoid"]))
+        if self.sibling_rng.random() < 0.3:  # silu(a @ b) * (a @ b2), or a sum or difference of the two
+            b2 = self.source((self.idx(kf, [], const=self.sibling_rng.random() < 0.3), self.idx(cols, [])), None,
+                             outer, dt if self.sibling_rng.random() < 0.8 else None)
+            mixed2 = self.tensors[a.tensor].dtype != self.tensors[b2.tensor].dtype
+            op = self.sibling_rng.choice(["*", "+", "-"])
+            first = Node("fn", (g,), "silu") if op == "*" else g
+            g = Node("bin", (first, Node("gemm", (a, b2), (kf.loops[0], mixed2))), op)
         return g
 
     def finish(self, i: int, kind: str, loops, outer, didx, value) -> Stage:
