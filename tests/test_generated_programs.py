@@ -393,6 +393,15 @@ def test_default_run_has_all_to_all_pulls_at_every_world():
         assert any(_all_to_all_pull(p) for p in pulls), f"no fused-pull row of world {world} pulls an all-to-all"
 
 
+@pytest.mark.parametrize("world", [2, 4])
+def test_fixed_peers_match_torch(world):
+    """Generated gathers from a fixed rank (`X@(1)[...]`, gen_programs.FIXED_PEERS: a broadcast) under every schedule,
+    against the generator's model."""
+    failures, stats = run_world(world, [(s, "fixed") for s in range(3)])
+    _check(failures, stats)
+    assert sum(n for (_s, outcome), n in stats.items() if outcome != "does not apply") >= 6, dict(stats)
+
+
 def test_ring_peers_match_torch():
     """Generated gathers whose peer goes round the ring (`X@(rank + r + 1)[...]`, gen_programs.RING_PEERS) under
     every schedule at world 3, against the generator's model (two programs: this file stays quick)."""

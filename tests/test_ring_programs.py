@@ -216,13 +216,6 @@ def test_peers_that_are_not_affine_are_located_errors():
     assert "tests/bad.tile:11:15:" in msg and "'m', which is not `rank`, a rank loop variable or a unit-step" in msg
 
 
-def test_a_rank_by_number_is_the_same_located_error_as_a_constant_peer():
-    for body, col in (("Y[m] = X@2[m]", 12), ("Y[m] = X@(2)[m]", 15), ("Y[m] = X@(rank - rank + 2)[m]", 15)):
-        msg = _error(body)
-        assert f"tests/bad.tile:11:{col}: error: peer " in msg and "is rank 2 in every task" in msg, (body, msg)
-        assert "a fixed rank is not supported" in msg
-
-
 def test_remainder_by_a_variable_is_a_located_error():
     msg = _error("Y[m] = A[(rank + 1) % m]")
     assert "tests/bad.tile:11:14: error: index is not affine: '%' by a loop variable" in msg

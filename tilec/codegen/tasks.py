@@ -58,6 +58,8 @@ def piece_expr(p, loops, world: int):
                 out[n] = (0, max(v.extent - 1, 0))
         return out
 
+    if not p.terms:  # a fixed rank (`X@0`): its value, already reduced
+        return E(p.evaluate({}))
     lift = p.nonneg(ranges(p.vars))
     parts = [E(name) if k == 1 else mul(name, k) for name, k in p.terms]
     x = add(*parts, p.const + lift) if p.const + lift else add(*parts)

@@ -101,9 +101,6 @@ class StagePieces:
             return ME
         if p.const == 0 and len(p.terms) == 1 and p.terms[0][1] == 1 and vars_[p.terms[0][0]].derived is None:
             return p.terms[0][0]
-        if not p.terms:
-            raise NotAffine(e.loc, f"{where} is rank {p.const} in every task: name a rank loop variable or `rank`"
-                              " (a fixed rank is not supported)")
         return self._name(p, "peer", e.loc, vars_)
 
 

@@ -119,11 +119,12 @@ def flatten(terms: dict[str, int], const: int, pieces: dict[str, Piece], by: int
 def derive(env: dict, dom: dict) -> dict:
     """env with the value of every derived variable of `dom` (Var.derived) whose inputs env holds, in the order
     dom lists them (a piece only uses variables defined before it)."""
-    arrays = any(isinstance(x, np.ndarray) for x in env.values())
+    n = next((len(x) for x in env.values() if isinstance(x, np.ndarray)), 1)  # no variables: one combination
     for name, v in dom.items():
         p = getattr(v, "derived", None)
-        if p is not None and name not in env and all(x in env for x in p.vars) and (p.vars or not arrays):
-            env[name] = p.values(env) if arrays else p.evaluate(env)
+        if p is not None and name not in env and all(x in env for x in p.vars):
+            # a fixed rank (`X@0`, no inputs) takes its one value in every combination
+            env[name] = p.values(env) if p.vars else np.full(n, p.evaluate({}), dtype=np.int64)
     return env
 
 

@@ -100,6 +100,12 @@ class FuseComm(Pass):
                 continue
             loops = {v.name: v for v in cp.loops} | {ME: Var(ME, "me", prog.world, 1, cp.loc)}
             invert(buf, loops, set(), prog.world, f"fused-pull of stage '{cp.name}'")
+            fixed = [v.derived.evaluate({}) for v in cp.loops if v.derived is not None and not v.derived.vars]
+            if fixed:  # `X@0`: no loop variable names the rank a consumer's tile came from
+                why.append(f"stage '{cp.name}' ({cp.loc}) copies '{src.tensor}' from a fixed rank ({fixed[0]}): a"
+                           " pull reads a copy's source by the loop variables that index its tiles (bsp, flags and"
+                           " specialized run it)")
+                continue
             if not all(v.name in buf.vars for v in cp.loops):
                 via = [v.name for v in cp.loops if v.name not in buf.vars and v.name in peers.inputs(buf.vars, loops)]
                 why.append(f"stage '{cp.name}' ({cp.loc}) indexes {buf.tensor} through a peer expression of"
