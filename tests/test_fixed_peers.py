@@ -70,22 +70,25 @@ def _want(ins: list[dict[str, torch.Tensor]], r: int) -> dict[str, torch.Tensor]
     return {"C": torch.cat(a) + 1, "E": 2 * (a[w - 1] + a[0] - a[(r + 1) % w]), "F": a[1 % w]}
 
 
-@pytest.mark.parametrize("world", [1, 2, 3, 4])
-def test_roots_match_torch_under_every_schedule(world):
+@pytest.mark.parametrize("world, per_node", [(1, None), (2, None), (3, None), (4, None), (4, 1)])
+def test_roots_match_torch_under_every_schedule(world, per_node):
+    """per_node: backend nvshmem with that many ranks per node (the root off most ranks' node)."""
+    nodes = {"backend": "nvshmem", "ranks_per_node": per_node} if per_node else {}
     batch, meta = [], {}
     for name, text in (("roots", SRC), ("bcast", BCAST)):
         for schedule in SCHEDULES:
             for transport in ("sm", "dma"):
                 try:
                     prog = tilec.compile(f"{name}.tile", world=world, schedule=schedule, transport=transport,
-                                         source=text)
+                                         source=text, **nodes)
                 except ScheduleError:
                     continue
                 calls = make_calls(prog, 2, seed=world)
                 key = f"{name} {schedule}+{transport}"
                 batch.append((key, prog, calls, ()))
                 meta[key] = (prog, calls)
-    want = {"roots bsp+sm", "roots flags+sm", "bcast bsp+sm", "bcast flags+sm", "bcast flags+dma"}
+    want = {"roots bsp+sm", "roots flags+sm", "bcast bsp+sm", "bcast flags+sm"}
+    want |= set() if nodes else {"bcast flags+dma"}  # copy engines reach peers by pointer: on one node only
     assert want | ({"roots fused-push+sm", "bcast specialized+sm"} if world > 1 else set()) <= set(meta), sorted(meta)
     got = spawn(_workers.run_cases, world, heap_bytes=1 << 24, timeout=600, args=(batch,))
     for key, (prog, calls) in meta.items():
