@@ -145,6 +145,7 @@ BAD = {
                                                     " differ)"),
     "matmul_rank": ("S[m] = v[:] @ X[m, :]", "'@' needs 2-d tiles, got [32] @ [16, 32]"),
     "transpose_1d": ("Y[m, :] = v[:].T", "'.T' transposes a 2-d tile, got a 1-d tile [32]"),
+    "transpose_number": ("S[m] = 1.T", "'.T' transposes a 2-d tile, got a 0-d tile []"),  # `1.` is not a float here
     "attribute": ("Y[m, :] = X[m, :].U", "a tile has no attribute 'U' (tiles have `.T`, the transpose)"),
     "lse_dim": ("Y[m, :], S[m] = lse_merge(X[m, :], L[m], dim=3)",
                 "lse_merge(..., dim=3): a 1-d tile [16] has no dim 3 (dims are 0..0)"),
