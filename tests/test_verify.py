@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+import tilec
 from tests._util import SCHEDULES, compile_example, compile_program
 from tilec.errors import ScheduleError, VerifyError
 from tilec.ir.graph import Barrier, Flag, Wait, copy_graph, flags, sid, stage, state_of, update_state
@@ -304,3 +305,22 @@ def test_diagonal_tiles_are_decided_without_a_raster(monkeypatch):
     import tilec
 
     tilec.compile("diag.tile", world=2, schedule="bsp", source=src)
+
+
+def test_a_program_at_fault_is_said_to_be_so():
+    # two ranks (0 and 1 at world 3: rank // 2 is 0 for both) store the same rows of rank 0's B: the program races,
+    # found before any schedule's pass ran
+    src = """program p(world W)
+  dims  M = 32, N = 16
+  tiles BM = 16
+  in  A : f32[M, N]
+  out B : f32[M, N] symmetric
+  stage s over m in M by BM:
+    B@(rank // 2)[m, :] = A[m, :]
+"""
+    with pytest.raises(VerifyError) as info:
+        tilec.compile("race.tile", world=3, schedule="bsp", source=src)
+    text = str(info.value)
+    assert text.startswith("race.tile:7:5: error: write conflict") and "on rank 0" in text, text
+    assert text.endswith("note: the verifier rejected the program as written (after pass 'lower', before any "
+                         "schedule's)"), text

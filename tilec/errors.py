@@ -86,6 +86,8 @@ class VerifyError(TilecError):
 
     @property
     def note(self) -> str:
+        if self.pass_name == "lower":  # before any schedule's pass: what the program says is at fault
+            return "note: the verifier rejected the program as written (after pass 'lower', before any schedule's)"
         return f"note: the verifier rejected the graph after pass '{self.pass_name}'"
 
     def render(self) -> str:
