@@ -195,6 +195,10 @@ def rank(heap, args):
     want = moe.reference([x[:8] for x in xs], [w[0] for w in ws], [w[1] for w in ws], [w[2] for w in ws],
                          [i[:8] for i in ids], [w[:8] for w in wts], el, cap)[me]
     x, (w1, w3, w2) = xs[me], ws[me]
+
+    def err8(out):  # the largest error of an output's first 8 tokens against the reference
+        return float((out[:8].float().cpu() - want[:8]).abs().max())
+
     ins = {"X": x, "W1": w1, "W3": w3, "W2": w2, **rt}
     dims = {"T": t_n, "H": h, "F": f, "EL": el, "C": cap, "K": k, **args.tiles}
     rows = []
@@ -206,9 +210,8 @@ def rank(heap, args):
         for n, v in ins.items():
             bufs[n].copy_(v)
         out = prog(heap, **bufs)["O"]
-        err = float((out[:8].float().cpu() - want[:8]).abs().max())
         rows.append({"impl": f"tilec {sched}", "seconds": _time(lambda p=prog, b=bufs: p(heap, **b), dev),
-                     "max_err_first_8_tokens": err})
+                     "max_err_first_8_tokens": err8(out)})
         if world > 1 and sched == "bsp":  # its barriers as device kernels (host barriers cost most under MPS)
             fast = tilec.compile("examples/moe.tile", world=world, schedule=sched, dims=dims,
                                  num_warps=args.num_warps or 4)  # a program of its own: the epoch lives on the device
@@ -216,7 +219,7 @@ def rank(heap, args):
             rows.append({"impl": "tilec bsp, device barriers",
                          "seconds": _time(lambda p=fast, b=bufs: p(heap, device_epoch=True, device_barrier=True,
                                                                      **b), dev),
-                         "max_err_first_8_tokens": float((out[:8].float().cpu() - want[:8]).abs().max())})
+                         "max_err_first_8_tokens": err8(out)})
         heap.barrier()
         heap.release(mark)
     got = _exchange_buffers(heap, [(t_n, h), (world * el * cap + el * GROUP_ROWS, h)], print)
@@ -228,10 +231,9 @@ def rank(heap, args):
         for make, what in ((_torch_layer, "routed rows"), (_torch_layer_slots, "capacity slots")):
             layer = make(me, world, x_peers, ye_peers, barrier, w1.to(dev), w3.to(dev), w2.to(dev), routes, el, cap,
                          k)
-            base = layer()
+            err = err8(layer())  # the first call, before the timed ones
             rows.append({"impl": f"torch {form}, {what}" + (" + symm_mem peers" if world > 1 else ""),
-                         "seconds": _time(layer, dev), "max_err_first_8_tokens": float((base[:8].float().cpu()
-                                                                                        - want[:8]).abs().max())})
+                         "seconds": _time(layer, dev), "max_err_first_8_tokens": err})
     heap.barrier()
     return {"shape": {"tokens": t_n, "hidden": h, "ffn": f, "experts": el, "topk": k, "capacity": cap,
                       "world": world},

@@ -282,7 +282,6 @@ class Compute:
         self.loop_vars.discard(v.name)
         return E(acc)
 
-
     def walk_pointer(self, a, v: Var, out: list, indent: str) -> At:
         """Pointers to access a's tile at reduction var v = 0, set up before v's loop (self.ptrs, what load reads),
         and the step that advances them at the end of each iteration."""
@@ -321,9 +320,11 @@ class Compute:
             self.bind_tile(v, out, inner)
             tiles: dict = {}  # access -> its tile this step, loaded once for every sum that reads it
             for s, acc in zip(group, accs, strict=True):
-                a, b = (tiles.get(x.access) or tiles.setdefault(x.access, self.expr(x, out, inner))
-                        for x in (s.body.lhs, s.body.rhs))
-                a, b = tile_ops.matrix(a, s.body.lhs), tile_ops.matrix(b, s.body.rhs)
+                for x in (s.body.lhs, s.body.rhs):
+                    if x.access not in tiles:
+                        tiles[x.access] = self.expr(x, out, inner)
+                a = tile_ops.matrix(tiles[s.body.lhs.access], s.body.lhs)
+                b = tile_ops.matrix(tiles[s.body.rhs.access], s.body.rhs)
                 out.append(At(inner, assign(acc, self.dot(s.body, a, b, E(acc)))))
             out += steps
             self.loop_vars.discard(v.name)

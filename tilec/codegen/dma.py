@@ -96,7 +96,7 @@ def _boxes(g: nx.DiGraph, s, st, f, q: int):
     world = program_of(g).world
     dom = {v.name: v for v in s.loops}
     env = regions.grid(list(s.loops), f"the copies of stage {s.name}")
-    n = len(next(iter(env.values()))) if env else 1
+    n = peers.combinations(env)
     env[ME] = np.full(n, q, dtype=np.int64)
     dom[ME] = Var(ME, "me", world, 1, s.loc)
     env = peers.derive(env, dom)  # peers and index pieces of the rank (ir/peers.py)

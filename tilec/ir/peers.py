@@ -50,7 +50,7 @@ class Piece:
 
     def values(self, env: dict[str, np.ndarray]) -> np.ndarray:
         """Vectorised evaluate over a grid of variable values (ir/regions.grid)."""
-        n = len(next(iter(env.values()))) if env else 1
+        n = combinations(env)
         return np.asarray(self.evaluate(env), dtype=np.int64) + np.zeros(n, dtype=np.int64)
 
     def span(self, ranges: dict[str, tuple[int, int]]) -> tuple[int, int]:
@@ -116,10 +116,15 @@ def flatten(terms: dict[str, int], const: int, pieces: dict[str, Piece], by: int
     return {v: k for v, k in out.items() if k}, const
 
 
+def combinations(env: dict) -> int:
+    """How many combinations of variable values a grid (ir/regions.grid, then derive) holds: 1 for no variables."""
+    return next((len(x) for x in env.values() if isinstance(x, np.ndarray)), 1)
+
+
 def derive(env: dict, dom: dict) -> dict:
     """env with the value of every derived variable of `dom` (Var.derived) whose inputs env holds, in the order
     dom lists them (a piece only uses variables defined before it)."""
-    n = next((len(x) for x in env.values() if isinstance(x, np.ndarray)), 1)  # no variables: one combination
+    n = combinations(env)
     for name, v in dom.items():
         p = getattr(v, "derived", None)
         if p is not None and name not in env and all(x in env for x in p.vars):

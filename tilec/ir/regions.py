@@ -145,7 +145,7 @@ def region(a: Access, dom: dict[str, Var], world: int, shape: tuple[int, ...], w
     used: set[str] = set()
     for grp, vs in skip_groups(axis_vars, skip):
         env = peers.derive(grid_skip([dom[v] for v in vs], skip, what or (lambda: str(a))), dom)
-        n = next((len(x) for x in env.values() if isinstance(x, np.ndarray)), 1)
+        n = peers.combinations(env)
         if n == 0:  # every combination is skipped: nothing is accessed, which boxes cannot say
             raise Undecidable(f"{what or a}: every task is skipped")
         if not grp:  # variables the access does not depend on: free if they take several values together

@@ -108,7 +108,7 @@ def _hits(ctx: Ctx, f: Flag, p: Stage, dims: list[DimInverse]) -> np.ndarray:
     for grp, vs in regions.skip_groups(axis_vars, p.skip_equal):  # skipped tasks release nothing
         used |= set(vs)
         env = peers.derive(regions.grid_skip([dom[v] for v in vs], p.skip_equal, f"releases of flag {f.name}"), dom)
-        n = len(next(iter(env.values()))) if env else 1
+        n = peers.combinations(env)
         if not grp:
             hits = hits * n
             continue

@@ -11,7 +11,7 @@ import networkx as nx
 import numpy as np
 
 from tilec.errors import ScheduleError
-from tilec.ir import regions
+from tilec.ir import peers, regions
 from tilec.ir.graph import Stage, folds
 from tilec.ir.regions import Undecidable
 from tilec.ir.tiling import strides
@@ -93,7 +93,7 @@ def _fold_groups(ctx: Ctx, c: Stage, fo, plan, reads) -> str | None:
     sc = ctx.scope(c)
     order = [v for v in c.loops if v.trips > 1]
     env = regions.grid(order, f"the tasks of stage '{c.name}'")
-    n = len(next(iter(env.values()))) if env else 1
+    n = peers.combinations(env)
     tno = np.zeros(n, dtype=np.int64)
     for v in order:
         tno = tno * v.trips + env[v.name] // v.step

@@ -9,7 +9,7 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 
-from tilec.ir import regions
+from tilec.ir import peers, regions
 from tilec.ir.graph import InPlace, Pull, Stage
 from tilec.ir.types import ME, Load, Var
 
@@ -135,7 +135,7 @@ def _in_place(ctx: Ctx, c: Stage, rd: Read, sc: dict[str, Var], by_tensor, dep: 
         return
     vs = sorted(set(aff.vars) | ({tv} if tv else set()))
     env = regions.grid([sc[v] for v in vs], what)
-    n = len(next(iter(env.values()))) if env else 1
+    n = peers.combinations(env)
     lo, hi = regions.interval(aff, tv, sc, env, n)
     split = np.flatnonzero((lo - d.const) // d.block != (hi - 1 - d.const) // d.block)
     if len(split):

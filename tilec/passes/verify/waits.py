@@ -93,7 +93,7 @@ def _wait_check(ctx: Ctx, c: Stage, rd: Read, w: Wait, f: Flag) -> str | None:
         outer = sorted(peers.inputs((set(aff.vars) - red) | extra, sc))
         inner = sorted(v for v in set(aff.vars) if v in red)
         env = peers.derive(regions.grid([sc[v] for v in outer + inner], f"the wait on {f.name}"), sc)
-        n = len(next(iter(env.values()))) if env else 1
+        n = peers.combinations(env)
         lo, hi = regions.interval(aff, tv, sc, env, n)
         need_lo, need_hi = _lin_span(d, lo, hi - 1)
         first, last = waited(r, env, n)
@@ -139,7 +139,7 @@ def _hang(ctx: Ctx, c: Stage, w: Wait, f: Flag, plan, sc, red: set[str], info: F
     joint = {v for r in plan.reach for v, _ in r.terms} | {r.tile.name for r in plan.reach if r.tile}
     joint = sorted(peers.inputs(joint | (set() if owner_red else {read.rank}) | set(extra), sc))
     env = peers.derive(regions.grid([sc[v] for v in joint], f"the wait on {f.name}"), sc)
-    n = len(next(iter(env.values()))) if env else 1
+    n = peers.combinations(env)
     box_lo = [np.zeros(n, dtype=np.int64) if owner_red else env[read.rank]]
     box_hi = [np.full(n, ctx.world - 1, dtype=np.int64) if owner_red else env[read.rank]]
     reach = {r.dim.dim: r for r in plan.reach}
