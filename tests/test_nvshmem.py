@@ -349,3 +349,18 @@ def test_an_out_of_range_routing_index_is_an_error_across_nodes():
     assert "index out of range: src[3] = 977 is not a row of dim 0 of 'X' (0..23)" in got[1]["moe"][0], got[1]["moe"][0]
     for rank in range(2):
         _close(got[rank]["moe"][1]["O"], ref[rank], rank)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_kernels_that_call_nvshmem_keep_the_call_on_every_rank(rank, capfd):
+    """Triton compiles an integer argument of 1 as a constant: at world 4 with 2 ranks per node, rank 1's ring peer
+    (rank 0) is on its node, so a kernel specialized for rank 1 would hold no NVSHMEM call, and NVSHMEM's module init
+    fails on it on the GPU ('named symbol not found'). Compiled as rank 1's launch would be, it still calls NVSHMEM:
+    ptxas misses NVSHMEM's device library, which a GPU launch links."""
+    from tilec.codegen.target_check import compile_for_target
+
+    prog = tilec.compile("examples/ring_all_gather.tile", world=4, schedule="bsp", dims={"M": 256, "K": 64},
+                         backend="nvshmem", ranks_per_node=2)
+    with pytest.raises(TilecError, match=r"k1_ring_0_nvshmem .*Unresolved extern function 'nvshmem_int16_g'"):
+        compile_for_target(prog, "cuda:90", rank=rank)
+    capfd.readouterr()  # Triton prints the PTX of a failed ptxas run

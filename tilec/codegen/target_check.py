@@ -61,9 +61,10 @@ def _resources(cubin: bytes) -> tuple[int | None, int | None]:
     return (int(m.group(1)), int(m.group(2)) + int(m.group(3))) if m else (None, None)
 
 
-def compile_for_target(prog, target: str = "cuda:90", nprog: int = 132) -> list[Built]:
+def compile_for_target(prog, target: str = "cuda:90", nprog: int = 132, rank: int | None = None) -> list[Built]:
     """Compiles every kernel of `prog` (a CompiledProgram) for `target`; returns what each needs per program.
-    Raises TilecError naming the kernel when Triton rejects one."""
+    Raises TilecError naming the kernel when Triton rejects one. rank: compile as a launch on that rank would, where
+    Triton makes an integer argument of 1 a constant unless the kernel's do_not_specialize names it."""
     import triton
     from triton.compiler import ASTSource
 
@@ -91,7 +92,10 @@ def compile_for_target(prog, target: str = "cuda:90", nprog: int = 132) -> list[
                 sig[name] = "constexpr"
         # pointers as the runtime sees heap and torch tensors: 16-byte aligned (Triton pipelines loads only then)
         aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(k.arg_names) if sig[n].startswith("*")}
-        src = ASTSource(k, sig, constexprs={"NPROG": nprog, "INTERPRET": False, "PDL": pdl}, attrs=aligned)
+        constexprs = {"NPROG": nprog, "INTERPRET": False, "PDL": pdl}
+        if rank == 1 and not any(p.name == "rank" and p.do_not_specialize for p in k.params):
+            sig["rank"], constexprs["rank"] = "constexpr", 1
+        src = ASTSource(k, sig, constexprs=constexprs, attrs=aligned)
         try:
             ck = triton.compile(src, target=tgt, options={"num_warps": mod.NUM_WARPS, "num_stages": mod.NUM_STAGES})
         except Exception as e:  # Triton's compile errors carry the offending source line
