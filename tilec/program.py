@@ -91,6 +91,7 @@ class CompiledProgram:
     wait_timeout: float | None = None  # seconds; None: wait_timeout_seconds's default
     _state: dict = field(default_factory=dict, repr=False)
     candidates: list | None = None  # schedule='auto': every legal schedule with predicted/measured time
+    backend_note: str | None = None  # schedule='auto': why Iris's kernels run where backend nvshmem was asked for
     options: settings.Options | None = None  # what it was compiled with (None: the defaults, this wait_timeout)
 
     def __post_init__(self):

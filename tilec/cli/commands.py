@@ -95,6 +95,8 @@ def _compile(args, schedule: str | None = None):
                             **_setting_values(args))
         print(f"tilec: auto picked {variant_of(prog)} (schedule {prog.schedule}, copy stages on the"
               f" {'copy engines' if variant_of(prog).endswith('+dma') else 'SMs'})", file=sys.stderr)
+        if prog.backend_note:
+            print(f"tilec: {prog.backend_note}", file=sys.stderr)
         return prog
     return tilec.compile(args.program, world=_world(args), schedule=schedule, dims=_dims(args.dims),
                          granularity=args.granularity, transport=transport or "sm", **_setting_values(args))
@@ -151,9 +153,9 @@ def cmd_show(args) -> int:
     return 0
 
 
-def _ranked(args, world: int, device: str | None = None):
+def _ranked(args, world: int, device: str | None = None, kernels: dict | None = None):
     """The program bound to its dims, and its legal schedules ranked by the model (times measured on `device`,
-    default this process's GPU, beside)."""
+    default this process's GPU, with `kernels`' backend options, beside)."""
     from tilec.frontend.parser import parse_file
     from tilec.frontend.sema import check
     from tilec.perf.auto import candidates
@@ -161,7 +163,7 @@ def _ranked(args, world: int, device: str | None = None):
     ast = parse_file(args.program)
     bound = check(ast, world, _dims(args.dims))
     return bound, candidates(args.program, ast.source, world, _dims(args.dims), dict(bound.dims), args.granularity,
-                             device)
+                             device, kernels=kernels)
 
 
 def _show_schedules(args) -> int:
@@ -238,7 +240,9 @@ def _auto_pick(args, backend: str, world: int, torchrun: bool) -> str:
     from tilec.perf.auto import CPU_KEY
     from tilec.perf.trials import run_trials
 
-    _bound, rows = _ranked(args, world, CPU_KEY if backend == "cpu" else None)  # the times of the backend that runs
+    kernels = {"backend": "nvshmem", "ranks_per_node": args.ranks_per_node} if backend == "nvshmem" or \
+        args.ranks_per_node else None
+    _bound, rows = _ranked(args, world, CPU_KEY if backend == "cpu" else None, kernels)  # the times of what runs
     measured = all(r["measured_us"] is not None for r in rows)
     if not measured and (args.trials or backend != "cpu"):
         if torchrun:  # trials need every rank at once; under torchrun run `tilec tune` first
@@ -253,6 +257,23 @@ def _auto_pick(args, backend: str, world: int, torchrun: bool) -> str:
     return rows[0]["schedule"]
 
 
+def _auto_backend(args, backend: str, world: int) -> str:
+    """`run --schedule auto --backend nvshmem` on one node: Iris (heap and kernels) where it measured faster here
+    (auto.backend_pick says why); args then compile Iris's kernels."""
+    if backend != "nvshmem":
+        return backend
+    from tilec.perf.auto import backend_pick
+
+    bound, _rows = _ranked(args, world)
+    _kernels, why = backend_pick(bound.source, world, dict(bound.dims),
+                                 {"backend": "nvshmem", "ranks_per_node": args.ranks_per_node})
+    if why is None:
+        return backend
+    print(f"tilec run: {why}", file=sys.stderr)
+    args.backend, args.ranks_per_node = "iris", None
+    return "iris"
+
+
 def cmd_run(args) -> int:
     from tilec.errors import ScheduleError
     from tilec.run_vs_reference import heap_bytes_for, run_program, run_program_torchrun
@@ -263,6 +284,7 @@ def cmd_run(args) -> int:
     torchrun = under_torchrun()
     world = _world(args)
     if args.schedule == "auto":
+        backend = _auto_backend(args, backend, world)
         schedules = (_auto_pick(args, backend, world, torchrun),)
     heap = None
     say = print
@@ -330,7 +352,7 @@ def cmd_bench(args) -> int:
         ensure_dir(args.out)
     tune = True if args.tune else False if args.no_tune else None  # None: tune GEMMs, not decode
     rows = run_bench(args.program, _world(args), args.shapes, schedules, args.dtype, args.iters, tune, args.out,
-                     args.backend)
+                     args.backend, args.ranks_per_node)
     missing = [s for s in schedules or () if not any(r["name"] == s for r in rows)]
     if missing:  # named explicitly but never timed (does not apply, or no config ran): the log says why
         raise TilecError(f"--schedules: {', '.join(missing)} did not run on any shape (see the log above)")
@@ -436,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("bench", help="time every schedule beside the external baselines (JSON + plot)")
     p.add_argument("program", help="a .tile file with dims M, N, K (e.g. examples/ag_gemm.tile)")
     p.add_argument("--world", "-w", type=int, default=None, help="ranks (default: WORLD_SIZE under torchrun, or 1)")
-    p.add_argument("--shapes", default="small", help="shape sets, comma separated: paper, square, decode, small"
+    p.add_argument("--shapes", default="small", help="shape sets, comma separated: paper, square, scale, decode, small"
                    " (GEMM programs); decode-paper, decode-quick, decode-small (flash decode)")
     p.add_argument("--schedules", default=None, help="comma separated (default: all); SCHEDULE+dma puts its copy"
                    " stages on the copy engines, e.g. flags+dma,fused-push+dma; auto: the variant --schedule auto"
@@ -447,8 +469,13 @@ def main(argv: list[str] | None = None) -> int:
                    "p10/p90 of their device times are reported (default: 20)")
     p.add_argument("--no-tune", action="store_true", help="use the first tile config instead of tuning")
     p.add_argument("--tune", action="store_true", help="tune tile configs (the default for GEMM programs)")
-    p.add_argument("--backend", choices=("cpu", "iris"), default=None,
-                   help="iris: GPUs through the Iris heap; cpu: the CPU emulation (default: iris where a GPU is)")
+    p.add_argument("--backend", default=None, metavar="BACKEND[,BACKEND]",
+                   help="iris: GPUs through the Iris heap; nvshmem: GPUs through torch symmetric memory (kernels of "
+                   "backend nvshmem); cpu: the CPU emulation (default: iris where a GPU is); several, comma separated"
+                   " (iris,nvshmem): every schedule on each, side by side in one table, plot and JSON")
+    p.add_argument("--ranks-per-node", type=_positive, default=None, metavar="N",
+                   help="compile backend nvshmem's kernels for nodes of N ranks (default: one node; on --backend cpu "
+                   "it runs those kernels on the CPU emulation)")
     p.add_argument("--out", default=None, help="results folder (default: benchmarks/results/<machine>)")
     p.set_defaults(fn=cmd_bench)
     from tilec.cli.taxes import add_parser as add_taxes

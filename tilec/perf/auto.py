@@ -93,7 +93,7 @@ def _path() -> Path:
 
 
 def key(source: str, world: int, dims: dict[str, int], device: str | None = None,
-        options: settings.Options | None = None) -> str:
+        options: settings.Options | None = None, kernels: dict | None = None) -> str:
     """The cache key of a program, shape and world on `device` (default: this process's GPU, else CPU_KEY), built
     with `options` (default: the TILEC_* variables' now, which the bench compiles with): times measured with other
     options (`TILEC_FOLD=0 tilec bench`) land under a key of their own, never under the default program's."""
@@ -101,7 +101,16 @@ def key(source: str, world: int, dims: dict[str, int], device: str | None = None
     shape = ",".join(f"{k}={v}" for k, v in sorted(dims.items()))
     opts = options if options is not None else settings.options()
     built = "" if opts == settings.Options() else f"|{opts.line().removeprefix('settings: ')}"
-    return f"{digest}|w{world}|{shape}|{device or this_device()}{built}"
+    return f"{digest}|w{world}|{shape}|{device or this_device()}{built}{backend_suffix(kernels, world)}"
+
+
+def backend_suffix(kernels: dict | None, world: int) -> str:
+    """The key's part for kernels of backend nvshmem (tilec.perf.measure.kernel_backend's options): "|nvshmem" on one
+    node, "|nvshmem/rpn=R" across nodes of R; "" for Iris's kernels (the keys written before backends were)."""
+    if not kernels or kernels.get("backend", "iris") != "nvshmem":
+        return ""
+    rpn = kernels.get("ranks_per_node") or world
+    return "|nvshmem" + (f"/rpn={rpn}" if rpn < world else "")
 
 
 def _load() -> dict:
@@ -114,14 +123,38 @@ def record_measured(k: str, schedule: str, micros: float) -> None:
         schedule, round(micros, 2)))
 
 
+def backend_pick(source: str, world: int, dims: dict[str, int], kernels: dict | None,
+                 device: str | None = None) -> tuple[dict | None, str | None]:
+    """The kernels `--schedule auto` runs: kernels of backend nvshmem on one node give way to Iris's where `tilec
+    bench` (or `tilec tune`) measured Iris faster for this program, shape and world on `device` (the best of the
+    variants timed on both); then (None, why). Else (kernels, None): across nodes only NVSHMEM reaches the peers, and
+    without both measurements the backend asked for stays."""
+    if not kernels or kernels.get("backend") != "nvshmem" or (kernels.get("ranks_per_node") or world) < world:
+        return kernels, None
+    entries = _load()
+    iris = entries.get(key(source, world, dims, device), {}).get("measured", {})
+    nv = entries.get(key(source, world, dims, device, kernels=kernels), {}).get("measured", {})
+    both = set(iris) & set(nv)
+    if not both:
+        return kernels, None
+    best_iris, best_nv = min(both, key=iris.get), min(both, key=nv.get)
+    if iris[best_iris] >= nv[best_nv]:
+        return kernels, None
+    return None, (f"--schedule auto: backend nvshmem within one node measured {nv[best_nv]:.0f} us ({best_nv}) here,"
+                  f" Iris {iris[best_iris]:.0f} us ({best_iris}): running Iris's kernels on an Iris heap")
+
+
 def candidates(program, source: str, world: int, dims: dict[str, int], bound_dims: dict[str, int],
-               granularity: str = "auto", device: str | None = None, ranks_per_node: int | None = None) -> list[dict]:
+               granularity: str = "auto", device: str | None = None, ranks_per_node: int | None = None,
+               kernels: dict | None = None) -> list[dict]:
     """Every variant that applies (schedule, and schedule+dma where its copy stages can run on the copy engines),
     with its predicted (and, when measured on `device`, measured) time, best first: by measured time once every
     variant has one, else by the model. `program`: a path or a CompiledProgram of the same source (the model
     compiles every variant from it); device: a GPU name or CPU_KEY (default: this process's GPU, else CPU_KEY);
-    ranks_per_node below the world: the model ranks for nodes of that many, IB between them (model.across_nodes)."""
-    k = key(source, world, {d: bound_dims[d] for d in bound_dims}, device)
+    ranks_per_node below the world: the model ranks for nodes of that many, IB between them (model.across_nodes);
+    kernels: the backend options the times were measured with (measure.kernel_backend; None: Iris's kernels)."""
+    ranks_per_node = ranks_per_node or (kernels or {}).get("ranks_per_node")
+    k = key(source, world, {d: bound_dims[d] for d in bound_dims}, device, kernels=kernels)
     entry = _load().get(k, {})
     m = machine(world)
     if ranks_per_node and ranks_per_node < world:
@@ -154,8 +187,12 @@ def compile_auto(program, world: int = 1, dims: dict[str, int] | None = None, *,
 
     base = compile_program(program, world, "bsp", dims, granularity=granularity, source=source,
                            retype=options.get("retype"))
+    asked = {k: options[k] for k in ("backend", "ranks_per_node") if options.get(k) is not None}
+    kernels, why = backend_pick(base.program.source, world, dict(base.program.dims), asked or None)
+    if why:  # Iris measured faster on one node: its kernels
+        options = {k: v for k, v in options.items() if k not in ("backend", "ranks_per_node")}
     ranking = candidates(base, base.program.source, world, dims or {}, dict(base.program.dims), granularity,
-                         ranks_per_node=options.get("ranks_per_node"))
+                         ranks_per_node=options.get("ranks_per_node"), kernels=kernels)
     rows = [r for r in ranking if schedule is None or split_variant(r["schedule"])[0] == schedule]
     kind = transport if transport in ("sm", DMA) else "sm" if transport not in (None, "auto") else None
     if kind is None and 0 < (options.get("ranks_per_node") or world) < world:
@@ -172,6 +209,7 @@ def compile_auto(program, world: int = 1, dims: dict[str, int] | None = None, *,
     prog = compile_program(program, world, pick, dims, granularity=granularity, source=base.program.source,
                            transport=how, **options)
     prog.candidates = ranking
+    prog.backend_note = why
     return prog
 
 

@@ -27,6 +27,7 @@ from tilec.perf.measure import (
     Timing,
     device_key,
     gpu_name,
+    kernel_backend,
     load_tuned,
     progress,
     store_tuned,
@@ -40,6 +41,7 @@ SHAPES = {
     "paper": [(1024, 3584, 8192), (8192, 4608, 36864), (8192, 3584, 14336), (8192, 11008, 4096),
               (8192, 28672, 8192)],
     "square": [(8192, 8192, 8192)],
+    "scale": [(8192, 4608, 36864)],  # the shape of docs/SCALE.md's predictions
     "decode": [(1, 8192, 8192), (16, 8192, 8192), (64, 8192, 8192), (256, 8192, 8192)],
     "small": [(256, 256, 256), (512, 384, 256)],
 }
@@ -142,24 +144,25 @@ def _flops(prog_dims: dict, flops_expr: str | None) -> float:
 
 
 def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, schedules: list[str],
-               dtype: str, iters: int, tune: bool, log) -> list[dict]:
+               dtype: str, iters: int, tune: bool, log, ranks_per_node: int | None = None) -> list[dict]:
     """Runs on every rank; returns rows (rank 0's are the ones reported). Per shape: the floor, the baselines and
     every schedule, all on the same inputs, each timed by measure.time_op (device time of CUDA graph replays where
     the op can be captured, host time of one eager call) and its output checked."""
-    from tilec.perf.auto import compile_variant
+    from tilec.perf.auto import backend_suffix, compile_variant
     from tilec.perf.bench_baselines import first_baseline, gemm_floor, gemm_ops, gemm_pattern, time_ops
 
     rows: list[Row] = []
     cache = load_tuned()
     found: dict = {}  # configs tuned by this run, merged into the cache at the end
     device = device_key(heap)
-    src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
+    kernels = kernel_backend(heap, ranks_per_node)  # backend nvshmem on its heap (or with ranks_per_node)
+    src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12] + backend_suffix(kernels, world)
     all_configs = CPU_CONFIGS if heap.interpret else CONFIGS
     sms = 0 if heap.interpret else torch.cuda.get_device_properties(heap.device).multi_processor_count
     retype = {"f16": dtype} if dtype != "f16" else None
     stem = Path(path).stem
     bar = progress(len(shapes) * (len(schedules) + 1), "bench", log if heap.rank == 0 else None)
-    picks = auto_picks(path, shapes, world, device) if "auto" in schedules else {}
+    picks = auto_picks(path, shapes, world, device, kernels) if "auto" in schedules else {}
     for (m, n, k) in shapes:
         dims = {"M": m, "N": n, "K": k}
         pattern = gemm_pattern(path, world, dims)
@@ -192,7 +195,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
                 bm, bn, bk, nw, ns, gm = cfg
                 try:
                     prog = compile_variant(path, world, s, {**dims, "BM": bm, "BN": bn, "BK": bk}, retype=retype,
-                                           group_m=gm, num_warps=nw, num_stages=ns)  # e.g. flags+dma
+                                           group_m=gm, num_warps=nw, num_stages=ns, **kernels)  # e.g. flags+dma
                 except ScheduleError as e:
                     why = str(e)
                     break
@@ -232,7 +235,8 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
                 from tilec.perf.auto import key as auto_key
                 from tilec.perf.auto import record_measured
 
-                record_measured(auto_key(Path(path).read_text(), world, dims, device), s, r.device_us)
+                record_measured(auto_key(Path(path).read_text(), world, dims, device, kernels=kernels), s,
+                                r.device_us)
             shape_rows.append(r)
             retime.append((r, lambda prog=prog, a=a, b=b: _tilec_timing(prog, heap, iters, {"A": a, "B": b}, 1)[0]))
             bar.step(f"{dims} {s}: {r.device_us:.0f}us device, {r.host_us:.0f}us host, {r.tflops:.0f} TFLOP/s"
@@ -262,7 +266,7 @@ def _wrong(r, dtype: str) -> str:
         r.rel_err > TOLERANCE.get(dtype, 5e-2) else ""
 
 
-def auto_picks(path: str, shapes, world: int, device: str) -> dict[tuple, str]:
+def auto_picks(path: str, shapes, world: int, device: str, kernels: dict | None = None) -> dict[tuple, str]:
     """(M, N, K) -> the variant `--schedule auto` picks (schedule, "+dma" for the copy engines), for every shape
     before any is timed: every rank then reads the same auto cache (rank 0 records times as it goes)."""
     from tilec.perf.auto import candidates
@@ -271,7 +275,7 @@ def auto_picks(path: str, shapes, world: int, device: str) -> dict[tuple, str]:
     out = {}
     for m, n, k in shapes:
         dims = {"M": m, "N": n, "K": k}
-        out[(m, n, k)] = candidates(path, src, world, dims, dims, device=device)[0]["schedule"]
+        out[(m, n, k)] = candidates(path, src, world, dims, dims, device=device, kernels=kernels)[0]["schedule"]
     return out
 
 
@@ -401,13 +405,20 @@ def label_shared_rows(rows: list[dict], world: int, meta: dict) -> None:
 
 
 def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, dtype: str, iters: int,
-              tune: bool | None, out_dir: str | None, backend: str | None) -> list[dict]:
+              tune: bool | None, out_dir: str | None, backend: str | None,
+              ranks_per_node: int | None = None) -> list[dict]:
     """Times every schedule of `path` beside the baselines on the named shape sets (comma separated) and writes
     JSON + a plot. The family (GEMM or decode) and so the valid shape sets follow from the program's dims.
-    tune: time several tile configs (cached); None: the family's default (GEMM: tune, decode: don't)."""
+    tune: time several tile configs (cached); None: the family's default (GEMM: tune, decode: don't).
+    backend: a heap, or several comma separated ("iris,nvshmem": the ranks are started once per backend, every
+    schedule timed on each, the rows side by side); ranks_per_node: compile backend nvshmem's kernels for nodes of
+    that many (on an NVSHMEM heap, or on the CPU emulation's)."""
     from tilec.runtime import default_backend, spawn
 
-    backend = backend or default_backend()
+    backends = backend_list(backend or default_backend(), under_torchrun())
+    backend = backends[0]
+    if ranks_per_node is not None and (ranks_per_node < 1 or world % ranks_per_node):
+        raise TilecError(f"--ranks-per-node {ranks_per_node}: must divide the world ({world})")
     family = program_family(path)
     sets = shape_sets(family)
     shape_list = []
@@ -433,16 +444,22 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
         heap = from_env(backend, heap_bytes)
         world = heap.world
         result = _bench_family(family, heap, path, shape_list, world, schedules, dtype, iters, tune,
-                               log if heap.rank == 0 else lambda *_: None)
+                               log if heap.rank == 0 else lambda *_: None, ranks_per_node)
         if heap.rank != 0:
             return result["rows"] if family == "decode" else result
+        per_backend = {backend: result}
     else:
-        results = spawn(_bench_spawned, world, backend=backend, heap_bytes=heap_bytes, timeout=3600,
-                        args=(path, shape_list, world, schedules, dtype, iters, tune, family))
-        result = results[0]
-    rows, skipped = (result["rows"], result["skipped"]) if family == "decode" else (result, None)
+        per_backend = {}
+        for be in backends:
+            if len(backends) > 1:
+                log(f"tilec bench: backend {be} ({backends.index(be) + 1} of {len(backends)})")
+            results = spawn(_bench_spawned, world, backend=be, heap_bytes=heap_bytes, timeout=3600,
+                            args=(path, shape_list, world, schedules, dtype, iters, tune, family, ranks_per_node))
+            per_backend[be] = results[0]
+    rows = side_by_side({be: r["rows"] if family == "decode" else r for be, r in per_backend.items()}, ranks_per_node)
+    skipped = per_backend[backend]["skipped"] if family == "decode" else None
     meta = {"program": path, "world": world, "gpu": gpu_name(), "dtype": dtype, "shapes": shapes,
-            "torch": torch.__version__, "backend": backend, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "torch": torch.__version__, "backend": ",".join(per_backend), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
             "ranks_share_gpu": bool(torch.cuda.is_available() and world > torch.cuda.device_count()),
             "timing": "device_us: median (p10/p90/min/max beside) over `iters` runs of each row's `timing`: CUDA "
                       "graph replays where the op can be captured (every baseline, tilec schedules without a host "
@@ -485,17 +502,56 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
     return rows
 
 
-def _bench_family(family, heap, path, shape_list, world, schedules, dtype, iters, tune, log):
+def _bench_family(family, heap, path, shape_list, world, schedules, dtype, iters, tune, log, ranks_per_node=None):
     if family == "decode":
         from tilec.perf.bench_decode import bench_rank as decode_bench_rank
 
-        return decode_bench_rank(heap, path, shape_list, world, schedules, dtype, iters, tune, log)
-    return bench_rank(heap, path, shape_list, world, schedules, dtype, iters, tune, log)
+        return decode_bench_rank(heap, path, shape_list, world, schedules, dtype, iters, tune, log, ranks_per_node)
+    return bench_rank(heap, path, shape_list, world, schedules, dtype, iters, tune, log, ranks_per_node)
 
 
-def _bench_spawned(heap, path, shape_list, world, schedules, dtype, iters, tune, family="gemm"):
+def _bench_spawned(heap, path, shape_list, world, schedules, dtype, iters, tune, family="gemm", ranks_per_node=None):
     return _bench_family(family, heap, path, shape_list, world, schedules, dtype, iters, tune,
-                         _log if heap.rank == 0 else (lambda *_: None))
+                         _log if heap.rank == 0 else (lambda *_: None), ranks_per_node)
+
+
+def backend_list(text: str, torchrun: bool) -> list[str]:
+    """`--backend iris,nvshmem` -> ["iris", "nvshmem"]; a TilecError naming the argument for an unknown or repeated
+    backend, or several under torchrun (its processes hold one heap: launch once per backend)."""
+    from tilec.runtime.launcher import BACKENDS
+
+    names = [b.strip() for b in text.split(",")]
+    bad = [b for b in names if b not in BACKENDS]
+    if bad or len(set(names)) != len(names):
+        raise TilecError(f"--backend {text}: choose one or more of {', '.join(BACKENDS)}, comma separated, each once")
+    if torchrun and len(names) > 1:
+        raise TilecError(f"--backend {text}: under torchrun each rank holds one heap; launch once per backend, or run"
+                         " without torchrun (tilec bench then starts the ranks once per backend)")
+    return names
+
+
+def side_by_side(per_backend: dict[str, list[dict]], ranks_per_node: int | None = None) -> list[dict]:
+    """The rows of one run per backend as one table: every tilec row says its heap's backend and its kernels' (iris,
+    or nvshmem with ranks_per_node: None is one node); with several backends the
+    first one's rows keep the baselines (every run times them; one copy is shown) and each tilec row's name says its
+    backend ("fused-push [nvshmem]"), shape by shape in the order of the first run."""
+    several = len(per_backend) > 1
+    out: list[dict] = []
+    for i, (be, rows) in enumerate(per_backend.items()):
+        for r in rows:
+            if r["kind"] != "tilec":
+                if i == 0:
+                    out.append(r)
+                continue
+            nv = be == "nvshmem" or ranks_per_node is not None
+            out.append({**r, "backend": be, "kernels": "nvshmem" if nv else "iris",
+                        "ranks_per_node": ranks_per_node if nv else None,
+                        "name": f"{r['name']} [{be}]" if several else r["name"]})
+    def shape(r):
+        return json.dumps(r["shape"], sort_keys=True)
+
+    order = {s: j for j, s in enumerate(dict.fromkeys(shape(r) for r in out))}
+    return sorted(out, key=lambda r: order[shape(r)])  # stable: within a shape, the runs' orders
 
 
 def _heap_bytes(shapes, world, dtype) -> int:

@@ -34,7 +34,17 @@ import torch
 from tilec import settings
 from tilec.errors import ScheduleError, TilecError
 from tilec.perf.inputs import DECODE_DIMS, kv_layout, kv_room, make_inputs, with_room
-from tilec.perf.measure import GRAPH, device_key, load_tuned, median_time, progress, store_tuned, time_op, time_program
+from tilec.perf.measure import (
+    GRAPH,
+    device_key,
+    kernel_backend,
+    load_tuned,
+    median_time,
+    progress,
+    store_tuned,
+    time_op,
+    time_program,
+)
 from tilec.perf.rows import TimedRow, finish_shape, rel_err, rounds_text, second_round, table_text
 
 COPY_GBPS = 4200.0  # measured H200 device-to-device copy bandwidth (docs/GPU.md)
@@ -324,18 +334,20 @@ def _wrong(r: DecodeRow, tol: float) -> str:
 
 
 def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, schedules: list[str], dtype: str,
-               iters: int, tune: bool, log) -> dict:
+               iters: int, tune: bool, log, ranks_per_node: int | None = None) -> dict:
     """Runs on every rank; returns {"rows": [...], "skipped": [...]} (rank 0's are the ones reported). Every row
     (baselines, references, schedules) on the same Q, K, V, lens, timed by measure.time_op: device time of CUDA
     graph replays where the op can be captured, host time of one eager call; outputs checked."""
     import tilec
+    from tilec.perf.auto import backend_suffix
     from tilec.perf.bench_baselines import decode_ops, first_baseline, time_ops
 
     rows: list[DecodeRow] = []
     skipped: list[dict] = []
     cache, found = load_tuned(), {}  # found: this run's choices, merged into the cache (locked) at the end
     device = device_key(heap)  # the CPU interpreter's choices never land under a GPU's name
-    src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
+    kernels = kernel_backend(heap, ranks_per_node)  # backend nvshmem on its heap (or with ranks_per_node)
+    src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12] + backend_suffix(kernels, world)
     retype = {"f16": dtype} if dtype != "f16" else None
     stem = Path(path).stem
     tol = TOLERANCE.get(dtype, 1e-2)
@@ -351,7 +363,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
 
     def compile_(s, dims, cfg):
         return tilec.compile(path, world=world, schedule=s, retype=retype, num_warps=NUM_WARPS,
-                             num_stages=NUM_STAGES, dims={**dims, **cfg}, wait_timeout=wait_timeout)
+                             num_stages=NUM_STAGES, dims={**dims, **cfg}, wait_timeout=wait_timeout, **kernels)
 
     def time_prog(prog, data, n, final):
         """(Timing, O, bsp's local phase alone in seconds or None, heap bytes); short (no graph, no local phase)

@@ -27,6 +27,14 @@ def device_key(heap) -> str:
     return CPU_KEY if heap.interpret else torch.cuda.get_device_name(heap.device)
 
 
+def kernel_backend(heap, ranks_per_node: int | None = None) -> dict:
+    """The backend options of the kernels a bench or trial compiles for `heap`: backend nvshmem on an NVSHMEM heap,
+    or wherever ranks_per_node is given (the CPU emulation runs those kernels too); none (Iris's kernels) else."""
+    if heap.backend == "nvshmem" or ranks_per_node:
+        return {"backend": "nvshmem", "ranks_per_node": ranks_per_node}
+    return {}
+
+
 # what a row measured with ranks sharing a GPU says (gpu_sharing's answer -> label)
 SHARING_LABEL = {"mps": "one GPU split by MPS, links through HBM",
                  "time-sliced": "ranks time-slice one GPU (no MPS): not side by side"}
