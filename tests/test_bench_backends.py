@@ -53,6 +53,7 @@ def test_rows_of_several_backends_side_by_side():
         (2, "cublas"), (2, "flags [iris]"), (2, "bsp [iris]"), (2, "flags [nvshmem]"), (2, "bsp [nvshmem]")]
     assert all(r["device_us"] == 1.0 for r in out if r["kind"] == "baseline")  # the first run's baselines, once
     assert {r["kernels"] for r in out if r["name"].endswith("[nvshmem]")} == {"nvshmem"}
+    assert bench.not_run(["flags", "bsp", "fused-push"], out) == ["fused-push"]
     one = bench.side_by_side({"iris": rows(1.0)})
     assert [r["name"] for r in one][:3] == ["cublas", "flags", "bsp"] and one[1]["kernels"] == "iris"
 

@@ -353,7 +353,9 @@ def cmd_bench(args) -> int:
     tune = True if args.tune else False if args.no_tune else None  # None: tune GEMMs, not decode
     rows = run_bench(args.program, _world(args), args.shapes, schedules, args.dtype, args.iters, tune, args.out,
                      args.backend, args.ranks_per_node)
-    missing = [s for s in schedules or () if not any(r["name"] == s for r in rows)]
+    from tilec.perf.bench import not_run
+
+    missing = not_run(schedules or (), rows)
     if missing:  # named explicitly but never timed (does not apply, or no config ran): the log says why
         raise TilecError(f"--schedules: {', '.join(missing)} did not run on any shape (see the log above)")
     from tilec.perf.bench import wrong_rows

@@ -530,6 +530,12 @@ def backend_list(text: str, torchrun: bool) -> list[str]:
     return names
 
 
+def not_run(schedules, rows: list[dict]) -> list[str]:
+    """The schedules named that no row timed (a row of several backends' run is "flags [nvshmem]")."""
+    ran = {r["name"].split(" [")[0] for r in rows if r["kind"] == "tilec"}
+    return [s for s in schedules if s not in ran]
+
+
 def side_by_side(per_backend: dict[str, list[dict]], ranks_per_node: int | None = None) -> list[dict]:
     """The rows of one run per backend as one table: every tilec row says its heap's backend and its kernels' (iris,
     or nvshmem with ranks_per_node: None is one node); with several backends the
