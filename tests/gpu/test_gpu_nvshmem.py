@@ -97,6 +97,49 @@ def test_every_example_on_nvshmem(world, per_node):
     assert {k[0] for k in meta} | {"moe"} == {p.stem for p in Path("examples").glob("*.tile")}
 
 
+# the generated-program family (tests/gen_programs.py): per world, seeds of each focus, every schedule that applies
+GENERATED_SEEDS = {"": range(3), "ring": range(2), "push": range(2), "fixed": range(1)}
+
+
+@pytest.mark.parametrize("per_node", ["world", 1])
+@pytest.mark.parametrize("world", [2, 4])
+def test_generated_programs_on_nvshmem(world, per_node):
+    """Generated programs (gathers with `rank` in the index, rings, pushes, fixed ranks, several stages) under every
+    schedule that applies, on one node and with one rank per "node", against the family's torch reference."""
+    from tests.gen_programs import generate
+
+    per_node = world if per_node == "world" else per_node
+    why = _runnable(world)
+    if why:
+        pytest.skip(why)
+    batch, meta = [], {}
+    for focus, seeds in GENERATED_SEEDS.items():
+        for seed in seeds:
+            g = generate(100 + seed, world, focus=focus or True)
+            calls = None
+            for schedule in SCHEDULES:
+                try:
+                    prog = tilec.compile(f"tests/generated/{g.name}.tile", world, schedule, source=g.text,
+                                         backend="nvshmem", ranks_per_node=per_node, wait_timeout=30)
+                except ScheduleError:
+                    continue
+                calls = calls or make_calls(prog, 2, seed=seed)
+                key = (g.name, schedule, per_node)
+                batch.append((key, prog, calls, g.plain))
+                meta[key] = (g, calls)
+    assert len({k[0] for k in meta}) == sum(len(v) for v in GENERATED_SEEDS.values())
+    results = spawn(_workers.run_cases, world, backend="nvshmem", heap_bytes=1 << 26, timeout=600, args=(batch,))
+    bad = []
+    for key, (g, calls) in meta.items():
+        for c, ins in enumerate(calls):
+            for r, want in enumerate(g.expect(ins)):
+                for out, (value, mask) in want.items():
+                    err = rel_err(results[r][key][c][out].float()[mask], value[mask])
+                    if not err <= g.tol:
+                        bad.append((key, r, c, out, err))
+    assert not bad, bad[:6]
+
+
 @pytest.mark.world(2)
 def test_without_mps_is_a_clear_error():
     from tilec.runtime.launch import mps_client
