@@ -51,3 +51,21 @@ def test_run_auto_times_the_candidates_when_asked(tmp_path, monkeypatch, capsys)
     assert ran == [variant_of(compile_auto(AG, 1, {"M": 32, "N": 32, "K": 32}))]  # the measured pick
     assert cli_main(argv) == 0  # measured now: no second round of trials
     assert "timing" not in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_tune_across_nodes_times_nvshmem_kernels_and_keeps_them_apart(tmp_path, monkeypatch, capsys):
+    """`tilec tune --ranks-per-node 1` times backend nvshmem's kernels (off-node gets and puts on the CPU emulation)
+    and records them under their own key: Iris's key stays empty, and auto across nodes reads them."""
+    from tilec.perf.auto import CPU_KEY, key
+
+    monkeypatch.setenv("TILEC_CACHE", str(tmp_path))
+    assert cli_main(["tune", AG, "--world", "2", "-D", "M=64", "-D", "N=64", "-D", "K=32", "--iters", "1",
+                     "--backend", "cpu", "--ranks-per-node", "1"]) == 0
+    picked = capsys.readouterr().out.split("fastest measured: ")[1].split(" ")[0]
+    saved = json.loads((tmp_path / "auto.json").read_text())
+    src = open(AG).read()
+    across = saved[key(src, 2, DIMS, CPU_KEY, kernels={"backend": "nvshmem", "ranks_per_node": 1})]["measured"]
+    assert picked in across and "measured" not in saved.get(key(src, 2, DIMS, CPU_KEY), {})
+    rows = candidates(AG, src, 2, DIMS, DIMS, device=CPU_KEY, kernels={"backend": "nvshmem", "ranks_per_node": 1})
+    assert all(r["measured_us"] is not None for r in rows) and rows[0]["schedule"] == picked

@@ -250,7 +250,7 @@ def _auto_pick(args, backend: str, world: int, torchrun: bool) -> str:
         else:
             print(f"tilec run: timing {len(rows)} schedule(s) briefly to pick one (tilec tune)", flush=True)
             trials = run_trials(args.program, world, _dims(args.dims), backend=backend,
-                                granularity=args.granularity)
+                                granularity=args.granularity, ranks_per_node=args.ranks_per_node)
             best = next((t for t in trials if t.measured_us is not None), None)
             if best is not None:
                 return best.schedule
@@ -376,7 +376,8 @@ def cmd_tune(args) -> int:
     backend = args.backend or default_backend()
     retype = {"f16": args.dtype} if args.dtype != "f16" else None
     world, dims = _world(args), _dims(args.dims)
-    where = "CPU emulation (Triton interpreter: times say nothing about a GPU)" if backend == "cpu" else "GPU (Iris)"
+    where = {"cpu": "CPU emulation (Triton interpreter: times say nothing about a GPU)",
+             "nvshmem": "GPU (NVSHMEM)"}.get(backend, "GPU (Iris)")
     if under_torchrun():  # this process is one rank
         import tilec
         from tilec.runtime import from_env
@@ -387,7 +388,7 @@ def cmd_tune(args) -> int:
         say(f"tilec tune {args.program}: world {world}, {where}, torchrun, {args.iters} timed calls each", flush=True)
         try:
             trials = trial_rank(heap, args.program, dims, args.iters, granularity=args.granularity, retype=retype,
-                                log=say)
+                                log=say, ranks_per_node=args.ranks_per_node)
         finally:
             heap.close()
     else:
@@ -395,7 +396,7 @@ def cmd_tune(args) -> int:
         say(f"tilec tune {args.program}: world {world}, {where}, {args.iters} timed calls each", flush=True)
         trials = run_trials(args.program, world, dims, backend=backend, iters=args.iters,
                             granularity=args.granularity, retype=retype,
-                            heap_bytes=args.heap_mb << 20 if args.heap_mb else None)
+                            heap_bytes=args.heap_mb << 20 if args.heap_mb else None, ranks_per_node=args.ranks_per_node)
     best = next((t for t in trials if t.measured_us is not None), None)
     for t in trials:
         if t.measured_us is None:
@@ -451,8 +452,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("tune", help="time every legal schedule for a few calls; --schedule auto then picks the"
                        " fastest measured one")
     _common(p, schedule=False)
-    p.add_argument("--backend", choices=("cpu", "iris"), default=None,
-                   help="cpu: emulated ranks on the Triton interpreter; iris: GPUs (default when one is present)")
+    p.add_argument("--backend", choices=("cpu", "iris", "nvshmem"), default=None,
+                   help="cpu: emulated ranks on the Triton interpreter; iris: GPUs (default when one is present); "
+                   "nvshmem: GPUs through torch symmetric memory (kernels of backend nvshmem, times kept apart)")
+    p.add_argument("--ranks-per-node", type=_positive, default=None, metavar="N",
+                   help="time backend nvshmem's kernels for nodes of N ranks (default: one node)")
     p.add_argument("--iters", type=_positive, default=5, help="timed calls per schedule (default 5)")
     p.add_argument("--dtype", default="f16", choices=("f16", "bf16", "f32"), help="build the program in this dtype")
     p.add_argument("--heap-mb", type=_positive, default=None, help="symmetric heap size per rank")

@@ -171,6 +171,8 @@ def candidates(program, source: str, world: int, dims: dict[str, int], bound_dim
         entry = update_json(_path(), lambda d: d.setdefault(k, {}).setdefault(field, predicted))[k]
     measured = entry.get("measured", {})
     rows = [{"schedule": s, "predicted_us": p, "measured_us": measured.get(s)} for s, p in entry[field].items()]
+    if ranks_per_node and ranks_per_node < world:  # the copy engines reach peers by pointer, only on a node
+        rows = [r for r in rows if split_variant(r["schedule"])[1] == "sm"]
     full = all(r["measured_us"] is not None for r in rows)
     rows.sort(key=lambda r: r["measured_us"] if full else r["predicted_us"])
     return rows

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tilec.errors import TilecError
+from tilec.errors import ScheduleError, TilecError
 
 
 @dataclass(frozen=True)
@@ -38,24 +38,33 @@ def _max_over_ranks(x: float, world: int) -> float:
 
 
 def trial_rank(heap, path: str, dims: dict[str, int], iters: int = 5, warmup: int = 2, granularity: str = "auto",
-               retype: dict[str, str] | None = None, record: bool = True, log=None) -> list[Trial]:
+               retype: dict[str, str] | None = None, record: bool = True, log=None,
+               ranks_per_node: int | None = None) -> list[Trial]:
     """In every rank: time each legal schedule (model order) for `iters` calls; returns the trials, fastest
-    measured first (the same list on every rank)."""
+    measured first (the same list on every rank). On an NVSHMEM heap (or with ranks_per_node) the kernels are
+    backend nvshmem's and their times are recorded apart from Iris's (measure.kernel_backend)."""
     import tilec
     from tilec.perf.auto import candidates, compile_variant, device_key, key, record_measured
     from tilec.perf.inputs import bench_inputs
-    from tilec.perf.measure import progress, time_program
+    from tilec.perf.measure import kernel_backend, progress, time_program
 
-    base = tilec.compile(path, heap.world, "bsp", dims, granularity=granularity, retype=retype)
+    kernels = kernel_backend(heap, ranks_per_node)
+    base = tilec.compile(path, heap.world, "bsp", dims, granularity=granularity, retype=retype, **kernels)
     source = base.program.source  # the auto cache is keyed by the program text, as `tilec bench` records it
     device = device_key(heap)  # the CPU emulation's times have their own key, never read for a GPU
-    ranked = candidates(base, source, heap.world, dims, dict(base.program.dims), granularity, device)
-    k = key(source, heap.world, dict(base.program.dims), device)
+    ranked = candidates(base, source, heap.world, dims, dict(base.program.dims), granularity, device, kernels=kernels)
+    k = key(source, heap.world, dict(base.program.dims), device, kernels=kernels)
     bar = progress(len(ranked), "tune", log if heap.rank == 0 else None)
     out = []
     for row in ranked:
         s = row["schedule"]
-        prog = compile_variant(path, heap.world, s, dims, granularity=granularity, retype=retype)  # e.g. flags+dma
+        try:  # the same on every rank: a refused variant is skipped by all, before any collective
+            prog = compile_variant(path, heap.world, s, dims, granularity=granularity, retype=retype,
+                                   **kernels)  # e.g. flags+dma
+        except ScheduleError as e:
+            out.append(Trial(s, row["predicted_us"], None, f"ScheduleError: {e}"))
+            bar.step(f"{s:<11} refused ({e})")
+            continue
         mark = heap.mark()
         try:
             us = time_program(prog, heap, bench_inputs(prog, heap, 0), iters, warmup, host_iters=1).device_us
@@ -75,13 +84,15 @@ def trial_rank(heap, path: str, dims: dict[str, int], iters: int = 5, warmup: in
     return sorted(out, key=lambda t: (t.measured_us is None, t.measured_us or 0.0))
 
 
-def _spawned(heap, path, dims, iters, warmup, granularity, retype):
-    return trial_rank(heap, path, dims, iters, warmup, granularity, retype, log=lambda m: print(m, flush=True))
+def _spawned(heap, path, dims, iters, warmup, granularity, retype, ranks_per_node=None):
+    return trial_rank(heap, path, dims, iters, warmup, granularity, retype, log=lambda m: print(m, flush=True),
+                      ranks_per_node=ranks_per_node)
 
 
 def run_trials(path: str, world: int, dims: dict[str, int], *, backend: str = "cpu", iters: int = 5,
                warmup: int = 2, granularity: str = "auto", retype: dict[str, str] | None = None,
-               heap_bytes: int | None = None, timeout: float = 1800.0) -> list[Trial]:
+               heap_bytes: int | None = None, timeout: float = 1800.0,
+               ranks_per_node: int | None = None) -> list[Trial]:
     """Spawns `world` ranks on `backend` and runs trial_rank in each; returns rank 0's trials."""
     import tilec
     from tilec.run_vs_reference import heap_bytes_for
@@ -91,5 +102,5 @@ def run_trials(path: str, world: int, dims: dict[str, int], *, backend: str = "c
         base = tilec.compile(path, world, "bsp", dims, granularity=granularity, retype=retype)
         heap_bytes = 4 * heap_bytes_for(base)
     res = spawn(_spawned, world, backend=backend, heap_bytes=heap_bytes, timeout=timeout,
-                args=(path, dims, iters, warmup, granularity, retype))
+                args=(path, dims, iters, warmup, granularity, retype, ranks_per_node))
     return res[0]
