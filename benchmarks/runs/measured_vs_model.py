@@ -1,8 +1,10 @@
-"""Both backends measured side by side against the cost model: reads the `tilec bench --backend iris,nvshmem` runs
-under MPS (benchmarks/results/h200-1gpu-mps/backends/*.json), predicts every tilec row at the tile config it ran
-with (tilec.perf.taxes on tilec.perf.model.mps_rank of the SMs the run reported, entry barrier left out as the bench
-times calls), and writes the table into docs/SCALE.md between its two `<!-- backends_measured -->` markers (or prints
-it with --print). Nothing is timed: `python benchmarks/runs/backends_vs_model.py` on any machine."""
+"""The cost model's predictions of docs/SCALE.md's shape checked against what was timed here: world 1 on one H200
+(`tilec bench --shapes paper`, benchmarks/results/h200-1gpu/*_paper_bf16.json, Iris) and both backends side by side
+at worlds 2 and 4 under MPS (`tilec bench --backend iris,nvshmem`, benchmarks/results/h200-1gpu-mps/backends/*.json).
+Every tilec row is predicted at the tile config it ran with (tilec.perf.taxes on the H200, or on
+tilec.perf.model.mps_rank of the SMs a rank reported; entry barrier left out, as the bench times calls). Writes the
+tables into docs/SCALE.md between its two `<!-- measured_vs_model -->` markers (or prints them with --print).
+Nothing is timed: `python benchmarks/runs/measured_vs_model.py` on any machine."""
 
 from __future__ import annotations
 
@@ -15,15 +17,35 @@ from tilec.perf.model import H200, mps_rank
 from tilec.perf.taxes import TaxRow, taxes
 
 RUNS = Path("benchmarks/results/h200-1gpu-mps/backends")
-MARK = "<!-- backends_measured -->"
+WORLD1 = [Path(f"benchmarks/results/h200-1gpu/{p}_paper_bf16.json") for p in ("ag_gemm", "gemm_rs", "gemm_ar")]
+SHAPE = {"M": 8192, "N": 4608, "K": 36864}  # docs/SCALE.md's GEMM shape
+MARK = "<!-- measured_vs_model -->"
 SMS = {2: 66, 4: 32}  # what each rank reported under MPS at 100 / W percent (the runs' logs)
 
 
 def predicted(program: str, world: int, shape: dict, config: dict) -> dict[str, float]:
     dims = {**shape, **{k: config[k] for k in ("BM", "BN", "BK")}}
     launch = {"num_warps": config["num_warps"], "group_m": config["group_m"]}
-    got = taxes(program, world, dims, mps_rank(H200, world, SMS[world]), launch=launch, entry_barrier=False)
+    machine = H200 if world == 1 else mps_rank(H200, world, SMS[world])
+    got = taxes(program, world, dims, machine, launch=launch, entry_barrier=False)
     return {r.schedule: r.predicted_us for r in got if isinstance(r, TaxRow)}
+
+
+def world1_table() -> list[str]:
+    out = ["| program | schedule | config | measured (us) | predicted (us) | model error |",
+           "|---|---|---|---|---|---|"]
+    for js in WORLD1:
+        run = json.loads(js.read_text())
+        rows = [r for r in run["rows"] if r["kind"] == "tilec" and r["shape"] == SHAPE]
+        if not rows:
+            continue
+        pred = predicted(run["meta"]["program"], 1, SHAPE, rows[0]["config"])
+        for r in rows:
+            cfg, p = r["config"], pred.get(r["name"])
+            out.append(f"| `{Path(run['meta']['program']).name}` | {r['name']} | {cfg['BM']}x{cfg['BN']}x{cfg['BK']},"
+                       f" {cfg['num_warps']} warps | {r['device_us']:,.0f} | "
+                       + (f"{p:,.0f} | {(p / r['device_us'] - 1) * 100:+.0f}% |" if p else "- | - |"))
+    return out
 
 
 def table() -> list[str]:
@@ -52,7 +74,8 @@ def table() -> list[str]:
 
 
 def main() -> None:
-    text = "\n".join(table())
+    text = "\n".join(["World 1, one H200 (Iris), 8192x4608x36864:", "", *world1_table(), "",
+                      "Worlds 2 and 4 under MPS, both backends:", "", *table()])
     if "--print" in sys.argv:
         print(text)
         return
