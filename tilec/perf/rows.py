@@ -82,7 +82,7 @@ def best_tilec(rows) -> object | None:
 def table_text(rows: list[dict]) -> str:
     """One line per row: device time (median, p10-p90), host time, the ratio to the best baseline (device time
     against device time), the fraction of the floor, memory, the output's error."""
-    head = (f"{'shape':<22}{'name':<30}{'kind':<10}{'device us':>11}{'p10-p90':>17}{'host us':>10}"
+    head = (f"{'shape':<22}{'name':<30}{'kind':<10}{'device us':>11}{'p10-p90':>22}{'host us':>10}"
             f"{'vs best':>9}{'of floor':>9}{'mem MB':>9}{'rel err':>9}")
     out = [head]
     for r in rows:
@@ -92,8 +92,9 @@ def table_text(rows: list[dict]) -> str:
         host = f"{r['host_us']:.1f}" if r.get("host_us") is not None else "-"
         mem = (r.get("peak_mem_bytes") or 0) + (r.get("heap_bytes") or 0)
         err = f"{r['rel_err']:.1e}" if r.get("rel_err") is not None else "-"
+        spread = f"{r['p10_us']:.1f}-{r['p90_us']:.1f}"  # one column however wide the times (CPU: seconds)
         out.append(f"{shp:<22}{r['name'][:29]:<30}{r['kind']:<10}{r['device_us']:>11.1f}"
-                   f"{r['p10_us']:>8.1f}-{r['p90_us']:<8.1f} {host:>9}{ratio:>9}{floor:>9}{mem / 2**20:>9.0f}{err:>9}")
+                   f" {spread:>21}{host:>10}{ratio:>9}{floor:>9}{mem / 2**20:>9.0f}{err:>9}")
     return "\n".join(out)
 
 
