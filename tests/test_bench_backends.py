@@ -70,6 +70,8 @@ def test_bad_backend_lists_name_the_argument(text, torchrun, says):
 def test_bad_ranks_per_node_is_refused_before_any_rank_starts(own_cache):
     with pytest.raises(TilecError, match=r"--ranks-per-node 3: must divide the world \(2\)"):
         bench.run_bench(GEMM, 2, "small", ["flags"], "f16", 1, False, str(own_cache), "cpu", 3)
+    with pytest.raises(TilecError, match=r"--ranks-per-node 1 with --backend iris,nvshmem: an Iris heap"):
+        bench.run_bench(GEMM, 2, "small", ["flags"], "f16", 1, False, str(own_cache), "iris,nvshmem", 1)
 
 
 def _measure(src, times: dict, kernels=None):

@@ -419,6 +419,9 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
     backend = backends[0]
     if ranks_per_node is not None and (ranks_per_node < 1 or world % ranks_per_node):
         raise TilecError(f"--ranks-per-node {ranks_per_node}: must divide the world ({world})")
+    if ranks_per_node is not None and ranks_per_node < world and "iris" in backends:
+        raise TilecError(f"--ranks-per-node {ranks_per_node} with --backend {','.join(backends)}: an Iris heap reaches "
+                         "every peer by pointer, on one node; several nodes need backend nvshmem (or cpu)")
     family = program_family(path)
     sets = shape_sets(family)
     shape_list = []
