@@ -103,17 +103,24 @@ def gemm_inputs(pattern: str, dims: dict, world: int, rank: int, dtype: str, dev
     return a, b
 
 
-GEMM_REF_LIMIT = 1 << 31  # multiply-adds up to which a rank recomputes the whole op in f32 as the reference
+GEMM_REF_LIMIT = 1 << 31  # multiply-adds up to which a rank recomputes the whole op in f32 as the reference (CPU)
 
 
 def gemm_reference(pattern: str, dims: dict, world: int, rank: int, dtype: str, device) -> torch.Tensor | None:
-    """This rank's C computed in f32 from every rank's inputs (independent of any baseline), or None when the
-    problem is too large to recompute."""
+    """This rank's C computed from every rank's inputs (independent of any baseline and of the ranks' links): in f32,
+    or on a GPU above GEMM_REF_LIMIT by torch's matmul in the inputs' dtype (f32 accumulation, each product
+    returned as f32: a paper shape takes milliseconds there), so that rows with no baseline beside them (ranks
+    sharing a GPU under MPS) are still checked; None on the CPU when the problem is too large to recompute."""
     m, n, k = dims["M"], dims["N"], dims["K"]
-    if m * n * k > GEMM_REF_LIMIT:
+    exact = m * n * k <= GEMM_REF_LIMIT
+    if not exact and torch.device(device).type == "cpu":
         return None
     ins = [gemm_inputs(pattern, dims, world, r, dtype, device) for r in range(world)]
+
+    def up(t):
+        return t.float() if exact else t
+
     if pattern == "ag":
-        return torch.cat([a.float() for a, _ in ins]) @ ins[0][1].float()
-    full = sum(a.float() @ b.float() for a, b in ins)
+        return (torch.cat([up(a) for a, _ in ins]) @ up(ins[0][1])).float()
+    full = sum((up(a) @ up(b)).float() for a, b in ins)
     return full[rank * (m // world):(rank + 1) * (m // world)] if pattern == "rs" else full
