@@ -28,7 +28,7 @@ def test_flash_decode_schedules_match_torch(world):
     cases = []
     for i, dims in enumerate(CASES[world]):
         for sched in ("bsp", "flags", "fused-push", "specialized"):
-            for dtype in ("f16", "f32"):
+            for dtype in ("f16", "f32") if i == 0 else ("f16",):  # f32 on each world's first shape
                 retype = {"f16": dtype} if dtype != "f16" else None
                 prog = tilec.compile(EXAMPLE, world=world, schedule=sched, dims=dims, retype=retype)
                 cases.append((prog, dtype, 10 * i + world))
