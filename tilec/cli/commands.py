@@ -153,16 +153,21 @@ def cmd_show(args) -> int:
     return 0
 
 
+def _bound(args, world: int):
+    """The program of args parsed and bound to its dims at `world`."""
+    from tilec.frontend.parser import parse_file
+    from tilec.frontend.sema import check
+
+    return check(parse_file(args.program), world, _dims(args.dims))
+
+
 def _ranked(args, world: int, device: str | None = None, kernels: dict | None = None):
     """The program bound to its dims, and its legal schedules ranked by the model (times measured on `device`,
     default this process's GPU, with `kernels`' backend options, beside)."""
-    from tilec.frontend.parser import parse_file
-    from tilec.frontend.sema import check
     from tilec.perf.auto import candidates
 
-    ast = parse_file(args.program)
-    bound = check(ast, world, _dims(args.dims))
-    return bound, candidates(args.program, ast.source, world, _dims(args.dims), dict(bound.dims), args.granularity,
+    bound = _bound(args, world)
+    return bound, candidates(args.program, bound.source, world, _dims(args.dims), dict(bound.dims), args.granularity,
                              device, kernels=kernels)
 
 
@@ -238,10 +243,10 @@ def _auto_pick(args, backend: str, world: int, torchrun: bool) -> str:
     """`run --schedule auto`: the model's pick, refined by short trials on a GPU (or with --trials) unless every
     legal schedule of this program, shape and world already has a measured time here."""
     from tilec.perf.auto import CPU_KEY
+    from tilec.perf.measure import kernel_backend
     from tilec.perf.trials import run_trials
 
-    kernels = {"backend": "nvshmem", "ranks_per_node": args.ranks_per_node} if backend == "nvshmem" or \
-        args.ranks_per_node else None
+    kernels = kernel_backend(backend, args.ranks_per_node) or None
     _bound, rows = _ranked(args, world, CPU_KEY if backend == "cpu" else None, kernels)  # the times of what runs
     measured = all(r["measured_us"] is not None for r in rows)
     if not measured and (args.trials or backend != "cpu"):
@@ -263,10 +268,10 @@ def _auto_backend(args, backend: str, world: int) -> str:
     if backend != "nvshmem":
         return backend
     from tilec.perf.auto import backend_pick
+    from tilec.perf.measure import kernel_backend
 
-    bound, _rows = _ranked(args, world)
-    _kernels, why = backend_pick(bound.source, world, dict(bound.dims),
-                                 {"backend": "nvshmem", "ranks_per_node": args.ranks_per_node})
+    bound = _bound(args, world)
+    _kernels, why = backend_pick(bound.source, world, dict(bound.dims), kernel_backend(backend, args.ranks_per_node))
     if why is None:
         return backend
     print(f"tilec run: {why}", file=sys.stderr)
@@ -353,13 +358,11 @@ def cmd_bench(args) -> int:
     tune = True if args.tune else False if args.no_tune else None  # None: tune GEMMs, not decode
     rows = run_bench(args.program, _world(args), args.shapes, schedules, args.dtype, args.iters, tune, args.out,
                      args.backend, args.ranks_per_node)
-    from tilec.perf.bench import not_run
+    from tilec.perf.bench import not_run, wrong_rows
 
     missing = not_run(schedules or (), rows)
     if missing:  # named explicitly but never timed (does not apply, or no config ran): the log says why
         raise TilecError(f"--schedules: {', '.join(missing)} did not run on any shape (see the log above)")
-    from tilec.perf.bench import wrong_rows
-
     wrong = wrong_rows(rows, args.dtype)
     for r in wrong:
         print(f"WRONG: {r['name']} on {r['shape']}: relative error {r['rel_err']:.3g} of its outputs",

@@ -197,8 +197,6 @@ def compile_auto(program, world: int = 1, dims: dict[str, int] | None = None, *,
                          ranks_per_node=options.get("ranks_per_node"), kernels=kernels)
     rows = [r for r in ranking if schedule is None or split_variant(r["schedule"])[0] == schedule]
     kind = transport if transport in ("sm", DMA) else "sm" if transport not in (None, "auto") else None
-    if kind is None and 0 < (options.get("ranks_per_node") or world) < world:
-        kind = "sm"  # several nodes: the copy engines reach peers by pointer, only on a node (verify/nodes.py)
     rows = [r for r in rows if kind is None or split_variant(r["schedule"])[1] == kind]
     if not rows:
         from tilec.errors import ScheduleError

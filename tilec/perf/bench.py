@@ -155,7 +155,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
     cache = load_tuned()
     found: dict = {}  # configs tuned by this run, merged into the cache at the end
     device = device_key(heap)
-    kernels = kernel_backend(heap, ranks_per_node)  # backend nvshmem on its heap (or with ranks_per_node)
+    kernels = kernel_backend(heap.backend, ranks_per_node)  # backend nvshmem on its heap (or with ranks_per_node)
     src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12] + backend_suffix(kernels, world)
     all_configs = CPU_CONFIGS if heap.interpret else CONFIGS
     sms = 0 if heap.interpret else torch.cuda.get_device_properties(heap.device).multi_processor_count
@@ -552,10 +552,11 @@ def side_by_side(per_backend: dict[str, list[dict]], ranks_per_node: int | None 
                 if i == 0:
                     out.append(r)
                 continue
-            nv = be == "nvshmem" or ranks_per_node is not None
-            out.append({**r, "backend": be, "kernels": "nvshmem" if nv else "iris",
-                        "ranks_per_node": ranks_per_node if nv else None,
+            kernels = kernel_backend(be, ranks_per_node)
+            out.append({**r, "backend": be, "kernels": kernels.get("backend", "iris"),
+                        "ranks_per_node": kernels.get("ranks_per_node"),
                         "name": f"{r['name']} [{be}]" if several else r["name"]})
+
     def shape(r):
         return json.dumps(r["shape"], sort_keys=True)
 

@@ -346,7 +346,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
     skipped: list[dict] = []
     cache, found = load_tuned(), {}  # found: this run's choices, merged into the cache (locked) at the end
     device = device_key(heap)  # the CPU interpreter's choices never land under a GPU's name
-    kernels = kernel_backend(heap, ranks_per_node)  # backend nvshmem on its heap (or with ranks_per_node)
+    kernels = kernel_backend(heap.backend, ranks_per_node)  # backend nvshmem on its heap (or with ranks_per_node)
     src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12] + backend_suffix(kernels, world)
     retype = {"f16": dtype} if dtype != "f16" else None
     stem = Path(path).stem

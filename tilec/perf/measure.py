@@ -27,10 +27,11 @@ def device_key(heap) -> str:
     return CPU_KEY if heap.interpret else torch.cuda.get_device_name(heap.device)
 
 
-def kernel_backend(heap, ranks_per_node: int | None = None) -> dict:
-    """The backend options of the kernels a bench or trial compiles for `heap`: backend nvshmem on an NVSHMEM heap,
-    or wherever ranks_per_node is given (the CPU emulation runs those kernels too); none (Iris's kernels) else."""
-    if heap.backend == "nvshmem" or ranks_per_node:
+def kernel_backend(heap_backend: str, ranks_per_node: int | None = None) -> dict:
+    """The backend options of the kernels a bench, trial or auto pick compiles for a heap of `heap_backend`: backend
+    nvshmem on an NVSHMEM heap, or wherever ranks_per_node is given (the CPU emulation runs those kernels too); none
+    (Iris's kernels) else."""
+    if heap_backend == "nvshmem" or ranks_per_node:
         return {"backend": "nvshmem", "ranks_per_node": ranks_per_node}
     return {}
 

@@ -48,7 +48,7 @@ def trial_rank(heap, path: str, dims: dict[str, int], iters: int = 5, warmup: in
     from tilec.perf.inputs import bench_inputs
     from tilec.perf.measure import kernel_backend, progress, time_program
 
-    kernels = kernel_backend(heap, ranks_per_node)
+    kernels = kernel_backend(heap.backend, ranks_per_node)
     base = tilec.compile(path, heap.world, "bsp", dims, granularity=granularity, retype=retype, **kernels)
     source = base.program.source  # the auto cache is keyed by the program text, as `tilec bench` records it
     device = device_key(heap)  # the CPU emulation's times have their own key, never read for a GPU
