@@ -6,6 +6,7 @@ start per rank, so tests batch everything that shares a world size into one laun
 
 from __future__ import annotations
 
+import sys
 import time
 
 import torch
@@ -19,7 +20,7 @@ def _alloc_args(heap, prog, plain: tuple[str, ...] = ()):
     args = {}
     for name, (_kind, dtype, shape, _sym) in prog.signature().items():
         if name in plain:
-            args[name] = torch.zeros(shape, dtype=TORCH_DTYPE[dtype])
+            args[name] = torch.zeros(shape, dtype=TORCH_DTYPE[dtype], device=heap.device)
         else:
             args[name] = heap.alloc(shape, TORCH_DTYPE[dtype])
     return args
@@ -42,7 +43,10 @@ def run_cases(heap, cases):
     object (a program keeps its internal buffers and flags per heap).
     """
     out = {}
-    for key, prog, calls, plain in cases:
+    t0 = time.monotonic()
+    for i, (key, prog, calls, plain) in enumerate(cases):
+        if heap.rank == 0:  # where a batch stopped: pytest shows a failed test's captured stderr
+            print(f"run_cases: {i + 1}/{len(cases)} {key} at {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
         mark = heap.mark()
         args = _alloc_args(heap, prog, plain)
         results = []

@@ -2,6 +2,7 @@
 
 import glob
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -73,7 +74,7 @@ def test_rank_crash_becomes_rank_error():
     assert ei.value.exitcode == -9
 
 
-def test_hang_raises_launch_timeout_in_time():
+def test_hang_raises_launch_timeout_in_time(capfd):
     timeout = 5.0
     t0 = time.monotonic()
     with pytest.raises(LaunchTimeout) as ei:
@@ -81,7 +82,9 @@ def test_hang_raises_launch_timeout_in_time():
     elapsed = time.monotonic() - t0
     assert 1 in ei.value.ranks  # rank 0 may be listed too on a badly overloaded machine
     assert "ranks still running: " in str(ei.value)
-    assert timeout <= elapsed < timeout + 6
+    assert timeout <= elapsed < timeout + 7
+    err = capfd.readouterr().err  # the hung rank's stack, written before it was killed: where it hung
+    assert re.search(r'File ".*rank_workers\.py", line \d+ in hang_on', err), err[-2000:]
 
 
 def test_keyboard_interrupt_terminates_ranks(monkeypatch, tmp_path):

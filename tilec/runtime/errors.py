@@ -41,7 +41,8 @@ class LaunchTimeout(TilecRuntimeError):
 
     def __init__(self, ranks: list[int], timeout: float):
         names = ", ".join(str(r) for r in ranks)
-        super().__init__(f"launch timed out after {timeout:g} s; ranks still running: {names} (all ranks terminated)")
+        super().__init__(f"launch timed out after {timeout:g} s; ranks still running: {names} (all ranks terminated; "
+                         "their Python stacks are on stderr above)")
         self.ranks = list(ranks)
         self.timeout = timeout
 

@@ -7,6 +7,7 @@ builds the heap of a process started by torchrun.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import importlib
 import multiprocessing as mp
 import os
@@ -81,6 +82,10 @@ class _RankSpec:
 def _rank_main(spec: _RankSpec, rank: int, conn) -> None:
     """Entry point of a rank process. Reports ("ok", result) or ("err", type, text, traceback)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it terminates the ranks
+    if spec.tmpdir:  # where this rank was when its launcher gave up on it (a file each: dumps would interleave)
+        global _stack_file
+        _stack_file = open(_stack_path(spec.tmpdir, rank), "w")  # noqa: SIM115 (open while the process lives)
+        faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True)
     if spec.env is not None:
         os.environ.clear()
         os.environ.update(spec.env)
@@ -260,6 +265,38 @@ def _exit_text(code: int | None) -> str:
     return f"exited with code {code}"
 
 
+STACK_SIGNAL = signal.SIGUSR1
+_STACK_WAIT_S = 2.0
+_stack_file = None
+
+
+def _stack_path(tmpdir: str, rank: int) -> str:
+    return os.path.join(tmpdir, f"stack{rank}.txt")
+
+
+def _dump_stacks(procs: list, ranks, tmpdir: str) -> None:
+    """Ask the ranks still running to write their Python stacks (every thread), then print them to stderr, one rank
+    after another: a rank stuck in a compile, a host barrier or a CUDA synchronize says which before it is killed."""
+    alive = {r: procs[r] for r in ranks if r < len(procs) and procs[r].is_alive()}
+    for p in alive.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p.pid, STACK_SIGNAL)
+    deadline = time.monotonic() + _STACK_WAIT_S
+    stacks: dict[int, str] = {}
+    for r in alive:
+        while time.monotonic() < deadline:  # written from the rank's signal handler at once: done once it holds still
+            time.sleep(0.1)
+            with contextlib.suppress(OSError), open(_stack_path(tmpdir, r)) as f:
+                text = f.read()
+                if text and text == stacks.get(r):
+                    break
+                stacks[r] = text
+    for r, text in stacks.items():
+        if text.strip():
+            sys.stderr.write(f"tilec: rank {r} (pid {alive[r].pid}) was here when the launcher gave up on it:\n{text}")
+    sys.stderr.flush()
+
+
 def _stop(procs: list, graceful: bool) -> None:
     """Join (graceful) or terminate every rank process; escalate to SIGKILL if needed. A stopped rank is continued
     after its SIGTERM, so that it dies now rather than at the SIGKILL."""
@@ -363,7 +400,11 @@ def spawn(
                     finally:
                         send.close()  # keep only the child's end open, so its death reads as EOF
                     procs.append(p)  # only started processes: join() asserts on the others
-            results = _collect(procs, conns, t0 + timeout, timeout)
+            try:
+                results = _collect(procs, conns, t0 + timeout, timeout)
+            except (LaunchTimeout, SystemExit, KeyboardInterrupt) as e:  # gave up without a rank saying why
+                _dump_stacks(procs, getattr(e, "ranks", range(world)), tmpdir)
+                raise
             graceful = True
             say(f"tilec: {world} ranks done in {time.monotonic() - t0:.1f} s")
             return results
