@@ -6,6 +6,7 @@ Triton's JIT and the device properties are replaced by fakes that record what wa
 generated module and LaunchContext are the real ones."""
 
 import contextlib
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -28,18 +29,33 @@ class FakeCompiled:
 
 
 class FakeKernel:
-    """Stands in for a @triton.jit kernel: .warmup compiles (records NPROG), [grid](...) is the JIT launch path."""
+    """Stands in for a @triton.jit kernel: .warmup compiles (records NPROG), [grid](...) is the JIT launch path.
+    Under Triton's async compile mode it does what JITFunction does: the compile goes to the mode's executor, the
+    finish (module load, post-compile hooks) runs where the future's result() is asked for."""
 
-    def __init__(self, name, regs, shared):
+    def __init__(self, name, regs, shared, fails=False):
         self.__name__, self.regs, self.shared, self.compiles, self.jit_launches = name, regs, shared, [], []
-        self.pdl, self.claim = [], []
+        self.pdl, self.claim, self.built_on, self.finished_on, self.fails = [], [], [], [], fails
 
     def warmup(self, *args, INTERPRET, GRAPH, PDL, CLAIM, grid, num_warps, num_stages, launch_pdl):  # noqa: N803
+        from triton.runtime._async_compile import active_mode
+
         assert PDL == launch_pdl  # a kernel that may start early must wait for its predecessor on the device
         self.pdl.append(PDL)
         self.claim.append(CLAIM)
         self.compiles.append(args[-1])  # NPROG: the last positional argument
-        return FakeCompiled(args[-1], self.regs, self.shared)
+
+        def build():
+            self.built_on.append(threading.current_thread().name)
+            if self.fails:
+                raise RuntimeError(f"{self.__name__} does not compile")
+            return FakeCompiled(args[-1], self.regs, self.shared)
+
+        mode = active_mode.get()
+        if mode is None:
+            return build()
+        return mode.submit((self.__name__, args[-1], PDL, CLAIM), build,
+                           lambda kernel: self.finished_on.append(threading.current_thread().name))
 
     def __getitem__(self, grid):
         return lambda *args, **kw: self.jit_launches.append(grid)
@@ -56,7 +72,7 @@ class FakeHeap:
 
 
 def _setup(monkeypatch, regs, shared, schedule="fused-push", major=None, example="examples/flash_decode.tile",
-           dims=None, world=1):
+           dims=None, world=1, fails=None):
     props = SimpleNamespace(multi_processor_count=132, regs_per_multiprocessor=65536,
                             shared_memory_per_multiprocessor=228 * 1024, max_threads_per_multi_processor=2048)
     if major is not None:
@@ -65,7 +81,7 @@ def _setup(monkeypatch, regs, shared, schedule="fused-push", major=None, example
     dims = dims or dict(B=2, HKV=16, G=8, D=128, S=8192, BS=256)
     prog = tilec.compile(example, world=world, schedule=schedule, dims=dims)
     mod = prog.module
-    fakes = [FakeKernel(k.__name__, regs, shared) for k, *_ in mod.KERNELS]
+    fakes = [FakeKernel(k.__name__, regs, shared, fails=k.__name__ == fails) for k, *_ in mod.KERNELS]
     monkeypatch.setattr(mod, "KERNELS", [(f, *rest) for f, (_k, *rest) in zip(fakes, mod.KERNELS, strict=True)])
     ctx = LaunchContext(FakeHeap(), timeout_ns=10)
     bufs = {n: torch.zeros(1) for n in list(mod.TENSORS) + list(mod.FLAGS) + ["ERR", "EPOCH"]}
@@ -102,6 +118,29 @@ def test_one_program_kernels_are_not_resized(monkeypatch):
     launch.warmup(ctx, mod, bufs)
     for f, (_k, total, persistent, *_r) in zip(fakes, mod.KERNELS, strict=True):
         assert not persistent and f.compiles == [total]  # one program per task, compiled once
+
+
+def test_kernels_of_a_program_compile_side_by_side(monkeypatch):
+    """Each kernel's compile runs in a thread of its own (NVSHMEM's device library makes one take seconds); the
+    finish, which loads the module and runs NVSHMEM's module init, stays on the calling thread."""
+    mod, fakes, ctx, bufs = _setup(monkeypatch, 64, 16 * 1024, schedule="flags", example="examples/ag_gemm.tile",
+                                   dims={"M": 256, "N": 256, "K": 128}, world=2)
+    assert len(fakes) >= 2
+    launch.warmup(ctx, mod, bufs)
+    for f, (_k, total, persistent, *_r) in zip(fakes, mod.KERNELS, strict=True):
+        assert f.built_on and all(t.startswith("tilec-compile") for t in f.built_on), f.built_on
+        assert f.finished_on and set(f.finished_on) == {threading.main_thread().name}
+        nprog = f.compiles[-1]
+        args = launch.kernel_args(ctx, bufs, 1, (f, total, persistent, *_r), nprog)
+        assert ctx.compiled[(f, nprog, launch.aligned(args), False)].nprog == nprog  # each under its own key
+
+
+def test_a_kernel_that_does_not_compile_is_the_error(monkeypatch):
+    mod, fakes, ctx, bufs = _setup(monkeypatch, 64, 16 * 1024, schedule="flags", example="examples/ag_gemm.tile",
+                                   dims={"M": 256, "N": 256, "K": 128}, world=2, fails="k1_gemm")
+    assert "k1_gemm" in [f.__name__ for f in fakes]
+    with pytest.raises(RuntimeError, match="k1_gemm does not compile"):
+        launch.warmup(ctx, mod, bufs)
 
 
 @pytest.mark.parametrize(("example", "schedule", "major", "env", "pdl"), [

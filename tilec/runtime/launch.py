@@ -199,24 +199,47 @@ def warmup(ctx, mod, buffers) -> None:
     if ctx.interpret:
         return
     pdl = ctx.pdl and serial(mod)
+    first = []
     for entry in mod.KERNELS:
         k, total, persistent, _concurrent, _barrier, share, groups, _params = entry
         nprog = ctx.grid(total, persistent, share, groups, k)
-        args = kernel_args(ctx, buffers, 1, entry, nprog, mod)
-        compiled = _compile(ctx, mod, k, args, pdl, claims(ctx, entry, nprog))
+        first.append((entry, nprog, kernel_args(ctx, buffers, 1, entry, nprog, mod)))
+    again = []
+    for (entry, nprog, args), compiled in zip(first, _compile_all(ctx, mod, first, pdl), strict=True):
+        k, total, persistent, _concurrent, _barrier, share, groups, _params = entry
         if persistent or groups:
             ctx.fit(k, compiled, mod.NUM_WARPS)
             more = ctx.grid(total, persistent, share, groups, k)
             if more != nprog:  # more programs fit per SM; NPROG is compiled in (a constant loop step), so again
-                nprog, args = more, kernel_args(ctx, buffers, 1, entry, more, mod)
-                compiled = _compile(ctx, mod, k, args, pdl, claims(ctx, entry, nprog))
+                again.append((entry, more, kernel_args(ctx, buffers, 1, entry, more, mod)))
+                continue
         ctx.compiled[(k, nprog, aligned(args), ctx.graph)] = compiled
+    for (entry, nprog, args), compiled in zip(again, _compile_all(ctx, mod, again, pdl), strict=True):
+        ctx.compiled[(entry[0], nprog, aligned(args), ctx.graph)] = compiled
 
 
-def _compile(ctx, mod, k, args, pdl: bool, claim: bool):
+def _compile_all(ctx, mod, jobs: list, pdl: bool) -> list:
+    """Compile kernels (entry, NPROG, arguments) side by side: Triton's async compile mode runs each compile in a
+    thread (LLVM's passes and ptxas release the GIL; NVSHMEM's library makes them seconds each) and finishes it (the
+    module load, NVSHMEM's module init) in this one."""
+    try:
+        from triton.runtime._async_compile import AsyncCompileMode, active_mode
+    except ImportError:  # a Triton without it: one after another
+        AsyncCompileMode = active_mode = None
+    if len(jobs) < 2 or AsyncCompileMode is None or active_mode.get() is not None:
+        return [_compile(ctx, mod, e[0], args, pdl, claims(ctx, e, n)) for e, n, args in jobs]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(len(jobs), os.cpu_count() or 1), thread_name_prefix="tilec-compile") as pool, \
+            AsyncCompileMode(pool, ignore_errors=True):  # errors are raised below, by the kernel's own result()
+        futures = [_compile(ctx, mod, e[0], args, pdl, claims(ctx, e, n), wait=False) for e, n, args in jobs]
+        return [f.result() if hasattr(f, "result") else f for f in futures]
+
+
+def _compile(ctx, mod, k, args, pdl: bool, claim: bool, wait: bool = True):
     compiled = k.warmup(*args, INTERPRET=ctx.interpret, GRAPH=ctx.graph, PDL=pdl, CLAIM=claim, grid=(1,),
                         num_warps=mod.NUM_WARPS, num_stages=mod.NUM_STAGES, launch_pdl=pdl, **extern_libs(ctx, mod, k))
-    if hasattr(compiled, "result"):  # Triton's asynchronous compile mode hands back a future
+    if wait and hasattr(compiled, "result"):  # Triton's asynchronous compile mode hands back a future
         compiled = compiled.result()
     return compiled
 
