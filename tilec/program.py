@@ -19,6 +19,7 @@ from tilec.ir.gather import INDEX_RANGE, index_range_error
 from tilec.ir.graph import flags, kernels_of
 from tilec.ir.printer import print_graph
 from tilec.runtime import launch
+from tilec.runtime.errors import KernelsStuck
 from tilec.runtime.launch import MAX_PROGRAMS_PER_SM, LaunchContext  # noqa: F401 - where callers import them
 
 
@@ -387,11 +388,19 @@ class CompiledProgram:
         return {n: tensors[n] for n, (kind, *_r) in self.signature().items() if kind == "out"}
 
     def _wait_and_check(self, heap, st) -> None:
-        """Wait for the GPU's queued work, then raise WaitTimeout if a wait in it timed out."""
+        """Wait for the GPU's queued work, then raise WaitTimeout if a wait in it timed out; KernelsStuck if it had
+        not finished long after every wait of its kernels would have timed out (no hang on a kernel stuck elsewhere)."""
         if not heap.interpret:
-            import torch
+            from tilec.runtime.gpu_wait import finish_queued, stuck_after
 
-            torch.cuda.synchronize(heap.device)
+            limit = stuck_after(self.wait_timeout, len(self.module.KERNELS))
+            if not finish_queued(heap.device, limit):
+                raise KernelsStuck(heap.rank, limit, (
+                    f"rank {heap.rank}: the kernels of {self.program.name} ({self.schedule}) had not finished {limit:g}"
+                    f" s after the host began waiting for them, though each flag wait of theirs stops after "
+                    f"wait_timeout={self.wait_timeout:g} s: they are stuck outside tilec's waits (in a library call "
+                    "they make, such as NVSHMEM's puts, gets or quiet), or their work really takes that long (then "
+                    "raise wait_timeout)"))
         self._check_timeout(heap, st)
 
     @property

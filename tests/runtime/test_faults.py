@@ -7,6 +7,7 @@ heap files tilec_<launcher pid>_..., folders tilec-<launcher pid>_...): never /d
 
 import glob
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -241,6 +242,28 @@ def test_launcher_killed_during_run(tmp_path, sig):
         proc.communicate()
         for f in [stale, *kept]:
             f.unlink(missing_ok=True)
+
+
+@pytest.mark.slow
+def test_launcher_cleanup_outlasts_a_second_sigterm(tmp_path):
+    """`timeout CMD` signals its whole process group and a wrapper script forwards the same signal, so a launcher
+    often gets SIGTERM twice: the second must not cut short what the first started. The launcher still prints every
+    rank's stack, kills and reaps the ranks, removes its files and exits 128+15."""
+    proc = _launcher(tmp_path)
+    try:
+        ranks = _pids(tmp_path, 2)
+        os.kill(proc.pid, signal.SIGTERM)
+        time.sleep(0.05)  # inside the cleanup: the stacks are collected over a few tenths of a second
+        os.kill(proc.pid, signal.SIGTERM)
+        _assert_nothing_left(ranks, proc.pid, 10)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+        for r in range(2):
+            assert f"tilec: rank {r} (pid {ranks[r]}) was here when the launcher gave up on it" in err, err[-2000:]
+        assert re.search(r'File ".*fault_workers\.py", line \d+ in barriers', err), err[-2000:]
+    finally:
+        proc.kill()
+        proc.communicate()
 
 
 def test_launcher_stopped_during_run(tmp_path):

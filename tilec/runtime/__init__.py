@@ -6,7 +6,7 @@ need them, so a launcher process stays light and can still set TRITON_INTERPRET 
 
 from .context import active_heap, use_heap
 from .cpu_heap import ShmHeap
-from .errors import HeapError, LaunchTimeout, PeerLost, RankError, TilecRuntimeError
+from .errors import HeapError, KernelsStuck, LaunchTimeout, PeerLost, RankError, TilecRuntimeError
 from .heap import Heap
 from .iris_heap import IrisHeap
 from .launcher import default_backend, from_env, from_process_group, spawn, under_torchrun
@@ -25,6 +25,7 @@ __all__ = [
     "HeapError",
     "RankError",
     "LaunchTimeout",
+    "KernelsStuck",
     "PeerLost",
     "TilecRuntimeError",
 ]

@@ -63,5 +63,18 @@ class PeerLost(TilecRuntimeError):
         return PeerLost, (self.rank, self.peer, str(self))
 
 
+class KernelsStuck(TilecRuntimeError):
+    """A call's kernels had not finished long after every flag wait of theirs would have timed out: they are stuck
+    outside tilec's waits (runtime/gpu_wait.py). `rank` is the rank whose kernels they are, `seconds` the wait."""
+
+    def __init__(self, rank: int, seconds: float, text: str):
+        super().__init__(text)
+        self.rank = rank
+        self.seconds = seconds
+
+    def __reduce__(self):
+        return KernelsStuck, (self.rank, self.seconds, str(self))
+
+
 def _rebuild_rank_error(rank, text, kw):
     return RankError(rank, text, **kw)

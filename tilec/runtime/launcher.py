@@ -232,13 +232,19 @@ def _child_env(backend: str):
 
 @contextmanager
 def _sigterm_as_exit():
-    """Turn SIGTERM and SIGHUP into SystemExit while ranks run, so `finally` cleanup still happens (signals whose
-    handler someone else set are left to it; Ctrl-C is already KeyboardInterrupt)."""
+    """Turn the first SIGTERM or SIGHUP into SystemExit while ranks run, so `finally` cleanup still happens, and
+    ignore later ones until it has (signals whose handler someone else set are left to it; Ctrl-C is already
+    KeyboardInterrupt)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
+        # the cleanup this starts (the ranks' stacks, killing and reaping them, removing files) runs to its end: a
+        # second signal would cut it short, and one often follows (`timeout` signals its whole process group, then
+        # a wrapper script forwards the same signal)
+        for sig in prev:
+            signal.signal(sig, signal.SIG_IGN)
         raise SystemExit(128 + signum)
 
     prev = {}
