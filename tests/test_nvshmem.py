@@ -173,6 +173,32 @@ def test_bad_options_name_the_argument(kw, says):
         tilec.compile("examples/ag_gemm.tile", world=4, schedule="flags", **kw)
 
 
+@pytest.mark.parametrize("schedule", ["flags", "auto"])
+@pytest.mark.parametrize("backend,per_node,kernels", [
+    (None, 2, "nvshmem"),  # nodes alone imply NVSHMEM's kernels
+    ("nvshmem", 2, "nvshmem"),
+    ("iris", 4, "iris"),  # one node of 4: Iris as asked
+    ("iris", 2, None),  # an explicit Iris with several nodes: refused, never turned into NVSHMEM
+    ("iris", 1, None),
+])
+def test_command_line_backend_and_nodes(tmp_path, capsys, schedule, backend, per_node, kernels):
+    from tilec.cli import main
+
+    out = tmp_path / "k.py"
+    argv = ["compile", "examples/ag_gemm.tile", "--world", "4", "-s", schedule, "--ranks-per-node", str(per_node),
+            "-o", str(out), *(["--backend", backend] if backend else [])]
+    code = main(argv)
+    err = capsys.readouterr().err
+    if kernels is None:
+        assert code == 2 and not out.exists()
+        assert f"ranks_per_node={per_node}: backend 'iris' reaches every peer by pointer" in err, err
+    else:
+        assert code == 0, err
+        text = out.read_text()
+        assert ('BACKEND = "nvshmem"' in text) == (kernels == "nvshmem"), text[:1200]
+        assert (f"RANKS_PER_NODE = {per_node}" in text) == (per_node < 4)
+
+
 @pytest.mark.parametrize("schedule", ["flags", "fused-push"])
 @pytest.mark.parametrize("per_node", [1, 2])
 def test_copy_engines_across_nodes_are_a_schedule_refusal(schedule, per_node):

@@ -75,8 +75,16 @@ def _setting_values(args) -> dict:
     return {"fold": switch[getattr(args, "fold", None)], "pdl": switch[getattr(args, "pdl", None)],
             **{k: getattr(args, k, None) for k in ("wait_sleep_ns", "programs_per_sm", "dma_streams", "wait_timeout",
                                                    "claim", "ranks_per_node")},
-            "backend": "nvshmem" if getattr(args, "backend", None) == "nvshmem" or getattr(args, "ranks_per_node", None)
-            else None}
+            "backend": _kernel_backend(getattr(args, "backend", None), getattr(args, "ranks_per_node", None))}
+
+
+def _kernel_backend(backend: str | None, ranks_per_node: int | None) -> str | None:
+    """The kernels' backend of a command's --backend and --ranks-per-node: nvshmem where asked, or where nodes are
+    given and no backend is (a CPU heap runs NVSHMEM's kernels too); an explicit iris stays, so that iris with several
+    nodes is refused naming both (an Iris heap reaches every peer by pointer)."""
+    if backend == "iris":
+        return backend
+    return "nvshmem" if backend == "nvshmem" or ranks_per_node else None
 
 
 def _compile(args, schedule: str | None = None):
