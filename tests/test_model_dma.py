@@ -151,6 +151,21 @@ def test_compile_auto_builds_the_picked_transport():
     assert auto.variant_of(only) == "flags+dma"
 
 
+@pytest.mark.parametrize("program,schedule,transport,says", [
+    # the named schedule does not apply at all: its own reason, as a plain compile gives it
+    ("examples/ring_reduce_scatter.tile", "fused-pull", "auto", "fused-pull does not apply: "),
+    ("examples/ring_reduce_scatter.tile", "fused-push", "dma", "fused-push does not apply: "),
+    # it applies, but not on the copy engines: the transport's reason
+    ("examples/flash_decode.tile", "fused-push", "dma", "transport=dma: no copy stage can run on the copy engines"),
+])
+def test_a_named_schedule_that_auto_cannot_place_says_why(program, schedule, transport, says):
+    from tilec.errors import ScheduleError
+
+    with pytest.raises(ScheduleError) as ei:
+        auto.compile_auto(program, 2, schedule=schedule, transport=transport)
+    assert str(ei.value).startswith(says) and "--schedule auto" not in str(ei.value), str(ei.value)
+
+
 def test_measured_dma_variant_wins_and_old_cache_entries_are_not_misread(tmp_path):
     src = open(AG).read()
     dims = {"M": 256, "N": 192, "K": 128}

@@ -201,7 +201,11 @@ def compile_auto(program, world: int = 1, dims: dict[str, int] | None = None, *,
     if not rows:
         from tilec.errors import ScheduleError
 
-        raise ScheduleError(f"--schedule auto: no {schedule or 'schedule'} applies with transport={transport}"
+        if schedule is not None:  # a named schedule: its own reason (it does not apply, or not on that transport)
+            compile_program(program, world, schedule, dims, granularity=granularity, source=base.program.source,
+                            transport="sm" if transport in (None, "auto") else transport, **options)
+        asked_for = f"--schedule {schedule}" if schedule else "--schedule auto"
+        raise ScheduleError(f"{asked_for}: no {schedule or 'schedule'} applies with transport={transport}"
                             f" (candidates: {', '.join(r['schedule'] for r in ranking) or 'none'})")
     pick, how = split_variant(rows[0]["schedule"])
     if transport not in (None, "auto", "sm", DMA):
