@@ -69,6 +69,39 @@ def test_waits_time_out_on_the_gpu_clock():
     assert "%globaltimer" in built.ptx
 
 
+
+def _branches_on_one_threads_reads(ptx: str) -> list[str]:
+    """The conditional branches a thread decides after reading the GPU timer or a volatile word (the error word)
+    itself, with no `bar.red` (an OR over the program's threads) between the read and the branch."""
+    bad, read_at = [], None
+    for n, line in enumerate(ptx.splitlines()):
+        s = line.strip()
+        if "%globaltimer" in s or s.startswith("ld.volatile"):
+            read_at = read_at if read_at is not None else n
+        elif s.startswith("bar.red") or "bar.red.or.pred" in s:
+            read_at = None
+        elif read_at is not None and s.startswith("@") and " bra" in s:
+            bad.append(f"line {n + 1}: {s} (after a read at line {read_at + 1})")
+            read_at = None
+    return bad
+
+
+@pytest.mark.parametrize("example,schedule", [("ag_gemm", "flags"), ("ag_gemm", "fused-push"),
+                                              ("flash_decode", "fused-push"), ("gemm_ar", "specialized")])
+def test_waits_decide_as_one_program(example, schedule):
+    """A wait's loop ends on the GPU timer, the error word and the counters, which every thread reads itself: each
+    branch on them goes through `bar.red.or.pred`, an OR over the program's threads (tilec.device.cta_any), so no
+    warp leaves the loop at another poll than the others. One that did would pair the program's later barriers
+    (every scalar atomic and every reduction across warps has one) with the wrong ones and could hang the kernel
+    instead of reporting the timeout."""
+    prog = tilec.compile(f"examples/{example}.tile", world=2, schedule=schedule, dims=CASES[example],
+                         retype={"f16": "bf16"})
+    for b in compile_for_target(prog, "cuda:90"):
+        if "%globaltimer" not in b.ptx:
+            continue
+        assert "bar.red.or.pred" in b.ptx, b.kernel
+        assert not _branches_on_one_threads_reads(b.ptx), (b.kernel, _branches_on_one_threads_reads(b.ptx)[:4])
+
 def test_noinline_tasks_split_the_merged_kernels_registers():
     """Inlined, the stages of a merged persistent kernel share one register allocation (the largest, plus what is
     hoisted across them); called, each keeps its own."""

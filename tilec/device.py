@@ -94,6 +94,33 @@ def call_ok(err):
     return tl.load(err, volatile=True) == 0
 
 
+# OR of a predicate over every thread of a program, and a barrier: `bar.red.or.pred` (PTX), on barrier 0 as Triton's
+_ANY_ASM = tl.constexpr("{ .reg .pred p, q; setp.ne.s32 p, $1, 0; bar.red.or.pred q, 0, p; selp.s32 $0, 1, 0, q; }")
+
+
+@triton.jit
+def cta_any(x, INTERPRET: tl.constexpr):
+    # whether x holds in any thread of this program, the same answer in all of them. A wait decides on values each
+    # thread reads itself (the GPU timer, the error word, a peer's signal word by NVSHMEM): warps that disagreed
+    # would leave its loop at different polls, and the program's later barriers (every scalar atomic, every
+    # reduction across warps has one) would pair up wrongly and could hang it, which is what the timeout is for.
+    # Every thread of the program reaches each call (waits are made at task level), so the barrier is met.
+    if INTERPRET:  # one thread
+        out = x
+    else:
+        out = tl.inline_asm_elementwise(_ANY_ASM, "=r,r", [x.to(tl.int32)], dtype=tl.int32, is_pure=False,
+                                        pack=1) != 0
+    return out
+
+
+@triton.jit
+def keep_polling(short, start, timeout_ns, err, INTERPRET: tl.constexpr):
+    # one decision of the whole program after a poll: some thread still saw its counter short, and no thread has
+    # seen the timeout pass or another wait of the call time out
+    stop = (clock(INTERPRET) - start >= timeout_ns) | (call_ok(err) == 0)
+    return cta_any(short, INTERPRET) & (cta_any(stop, INTERPRET) == 0)
+
+
 @triton.jit
 def wait(flag, target, rank, owner, heap_bases, err, timeout_ns, flag_no, counter, SCOPE: tl.constexpr,
          INTERPRET: tl.constexpr):
@@ -101,13 +128,14 @@ def wait(flag, target, rank, owner, heap_bases, err, timeout_ns, flag_no, counte
     # time (%globaltimer on a GPU, the host's clock under the interpreter): then the first timeout is recorded in
     # err and the kernel moves on, so the host reports it instead of hanging. SCOPE: "gpu" for counters only this
     # GPU touches, "sys" where a peer GPU releases or reads them.
+    # every decision below is the program's (cta_any, keep_polling), never one thread's: see cta_any
     seen = iris.atomic_add(flag, 0, rank, owner, heap_bases, sem="acquire", scope=SCOPE)
-    if seen < target:  # only a wait that has to spin reads the clock
+    if cta_any(seen < target, INTERPRET):  # only a wait that has to spin reads the clock
         start = clock(INTERPRET)
-        while (seen < target) & (clock(INTERPRET) - start < timeout_ns) & call_ok(err):
+        while keep_polling(seen < target, start, timeout_ns, err, INTERPRET):
             backoff(INTERPRET)
             seen = iris.atomic_add(flag, 0, rank, owner, heap_bases, sem="acquire", scope=SCOPE)
-        if seen < target:
+        if cta_any(seen < target, INTERPRET):
             timed_out(err, flag_no, counter, owner, seen, target)
 
 
@@ -118,14 +146,14 @@ def wait_all(flags, idx, pending, target, rank, owner, heap_bases, err, timeout_
     # not one round trip per counter; a poll re-reads only the counters still short of target.
     seen = iris.atomic_add(flags + idx, 0, rank, owner, heap_bases, mask=pending, sem="acquire", scope=SCOPE)
     pending = pending & (seen < target)
-    if tl.max(pending.to(tl.int32), axis=0) > 0:  # only a wait that has to spin reads the clock
+    if cta_any(tl.max(pending.to(tl.int32), axis=0) > 0, INTERPRET):  # only a wait that has to spin reads the clock
         start = clock(INTERPRET)
-        while (tl.max(pending.to(tl.int32), axis=0) > 0) & (clock(INTERPRET) - start < timeout_ns) & call_ok(err):
+        while keep_polling(tl.max(pending.to(tl.int32), axis=0) > 0, start, timeout_ns, err, INTERPRET):
             backoff(INTERPRET)
             now = iris.atomic_add(flags + idx, 0, rank, owner, heap_bases, mask=pending, sem="acquire", scope=SCOPE)
             seen = tl.where(pending, now, seen)
             pending = pending & (seen < target)
-        if tl.max(pending.to(tl.int32), axis=0) > 0:  # report the first counter still short
+        if cta_any(tl.max(pending.to(tl.int32), axis=0) > 0, INTERPRET):  # report the first counter still short
             counter = tl.min(tl.where(pending, idx, 2147483647), axis=0)
             short = tl.min(tl.where(pending & (idx == counter), seen, 2147483647), axis=0)
             timed_out(err, flag_no, counter, owner, short, target)

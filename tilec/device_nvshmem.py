@@ -22,7 +22,7 @@ import triton.language as tl
 from triton.language import core
 
 import tilec.device as _device
-from tilec.device import backoff, call_ok, clock, release, timed_out, wait, wait_all
+from tilec.device import backoff, clock, cta_any, keep_polling, release, timed_out, wait, wait_all
 
 # every @triton.jit function of tilec/device.py, the same objects (the printed kernels call them as td.*): imported,
 # not copied, so a helper added there is here too
@@ -233,13 +233,14 @@ def wait_peer(flag, target, rank, owner, heap_bases, err, timeout_ns, flag_no, c
     if on_node(rank, owner, RPN):
         wait(flag, target, rank, owner, heap_bases, err, timeout_ns, flag_no, counter, SCOPE, INTERPRET)
     else:
+        # each thread polls the word itself: every decision is the program's (cta_any, tilec/device.py)
         seen = _peek(flag, rank, owner, heap_bases, WORLD, INTERPRET)
-        if seen < target:
+        if cta_any(seen < target, INTERPRET):
             start = clock(INTERPRET)
-            while (seen < target) & (clock(INTERPRET) - start < timeout_ns) & call_ok(err):
+            while keep_polling(seen < target, start, timeout_ns, err, INTERPRET):
                 backoff(INTERPRET)
                 seen = _peek(flag, rank, owner, heap_bases, WORLD, INTERPRET)
-            if seen < target:
+            if cta_any(seen < target, INTERPRET):
                 timed_out(err, flag_no, counter, owner, seen, target)
         tl.debug_barrier()
 
@@ -253,15 +254,14 @@ def wait_all_peer(flags, idx, pending, target, rank, owner, heap_bases, err, tim
     else:
         seen = _peek_all(flags + idx, pending, rank, owner, heap_bases, err, WORLD, INTERPRET)
         pending = pending & (seen < target)
-        if tl.max(pending.to(tl.int32), axis=0) > 0:
+        if cta_any(tl.max(pending.to(tl.int32), axis=0) > 0, INTERPRET):
             start = clock(INTERPRET)
-            while (tl.max(pending.to(tl.int32), axis=0) > 0) & (clock(INTERPRET) - start < timeout_ns) & \
-                    call_ok(err):
+            while keep_polling(tl.max(pending.to(tl.int32), axis=0) > 0, start, timeout_ns, err, INTERPRET):
                 backoff(INTERPRET)
                 now = _peek_all(flags + idx, pending, rank, owner, heap_bases, err, WORLD, INTERPRET)
                 seen = tl.where(pending, now, seen)
                 pending = pending & (seen < target)
-            if tl.max(pending.to(tl.int32), axis=0) > 0:
+            if cta_any(tl.max(pending.to(tl.int32), axis=0) > 0, INTERPRET):
                 counter = tl.min(tl.where(pending, idx, 2147483647), axis=0)
                 short = tl.min(tl.where(pending & (idx == counter), seen, 2147483647), axis=0)
                 timed_out(err, flag_no, counter, owner, short, target)
