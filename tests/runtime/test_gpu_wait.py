@@ -86,3 +86,22 @@ def test_a_call_whose_kernels_never_finish_raises_kernels_stuck(fake_gpu, monkey
     assert (type(again), str(again), again.rank, again.seconds) == (KernelsStuck, msg, 3, limit)
     _Event.polls = 1  # the same call finishing: no error, and the error record is read as before
     prog._wait_and_check(_GpuHeap(), st)
+
+
+def test_a_heap_barrier_does_not_wait_forever_on_stuck_kernels(fake_gpu):
+    """A barrier first waits for the rank's queued GPU work (calls made with sync=False leave it queued): for at
+    most the barrier's own limit, then KernelsStuck naming the rank."""
+    from types import SimpleNamespace
+
+    from tilec.runtime.heap import Heap
+
+    heap = SimpleNamespace(device="cuda:0", timeout=0.2, rank=1)
+    _Event.polls = None
+    t0 = time.monotonic()
+    with pytest.raises(KernelsStuck, match=r"^rank 1: the GPU work queued before a heap barrier had not finished "
+                                           r"after 0\.2 s \(the barrier's limit\)"):
+        Heap.finish_gpu_work(heap)
+    assert 0.2 <= time.monotonic() - t0 < 2.0
+    _Event.polls = 2
+    Heap.finish_gpu_work(heap)  # finished work: returns
+    assert fake_gpu == ["cuda:0"]

@@ -186,6 +186,19 @@ class Heap(abc.ABC):
             got = [row[1:] for row in got]
         return [row[1] if row[0] else None for row in got]
 
+    def finish_gpu_work(self) -> None:
+        """Wait for this rank's queued GPU work, as a barrier does first, for at most `self.timeout` seconds (the
+        barrier's own limit): KernelsStuck when it has not finished by then. Every flag wait in it stops after its
+        wait_timeout, so such kernels are stuck elsewhere; torch.cuda.synchronize would wait for them forever."""
+        from .errors import KernelsStuck
+        from .gpu_wait import finish_queued
+
+        if not finish_queued(self.device, self.timeout):
+            raise KernelsStuck(self.rank, self.timeout, (
+                f"rank {self.rank}: the GPU work queued before a heap barrier had not finished after "
+                f"{self.timeout:g} s (the barrier's limit), though each flag wait in it stops after its wait_timeout:"
+                " a kernel is stuck outside tilec's waits"))
+
     def close(self) -> None:
         """Release the heap. Tensors allocated from it must not be used afterwards."""
         if self.closed:

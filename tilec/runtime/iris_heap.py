@@ -87,7 +87,7 @@ class IrisHeap(Heap):
 
     def barrier(self, tag: int | None = None) -> list[int | None]:
         self._check_open()
-        torch.cuda.synchronize(self.device)  # this rank's queued work is done (kernels' waits are bounded)
+        self.finish_gpu_work()  # this rank's queued work is done
         return self.host_barrier(tag)  # Iris's own barrier (dist.barrier) would wait forever on a stopped or lost peer
 
     def close(self) -> None:

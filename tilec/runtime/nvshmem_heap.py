@@ -96,7 +96,7 @@ class NvshmemHeap(Heap):
 
     def barrier(self, tag: int | None = None) -> list[int | None]:
         self._check_open()
-        torch.cuda.synchronize(self.device)  # this rank's queued work is done (kernels' waits are bounded)
+        self.finish_gpu_work()  # this rank's queued work is done
         return self.host_barrier(tag)
 
     def close(self) -> None:
