@@ -117,7 +117,7 @@ def _samples_us(fn, heap, iters: int, warmup: int, before=None) -> list[float]:
             start.record()
             fn()
             end.record()
-            end.synchronize()
+            heap.finish_gpu_work()  # the end event, bounded: kernels stuck outside their waits raise KernelsStuck
             out.append(start.elapsed_time(end) * 1e3)
     return out
 
@@ -196,11 +196,11 @@ def time_op(fn, heap, iters: int = 20, warmup: int = 3, replay=None, capture: bo
     for _ in range(warmup):
         heap.barrier()
         fn()
-    torch.cuda.synchronize()
+    heap.finish_gpu_work()
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     fn()
-    torch.cuda.synchronize()
+    heap.finish_gpu_work()
     peak = max(0, torch.cuda.max_memory_allocated() - base)
     graph = None
     if replay is None and capture:
@@ -212,7 +212,7 @@ def time_op(fn, heap, iters: int = 20, warmup: int = 3, replay=None, capture: bo
         heap.barrier()
         t0 = time.perf_counter()
         fn()
-        torch.cuda.synchronize()
+        heap.finish_gpu_work()  # polls back to back for 5 ms, then every 0.1 ms (runtime/gpu_wait.py)
         host.append((time.perf_counter() - t0) * 1e6)
     med, p10, p90, lo, hi = spread(samples)
     del graph
