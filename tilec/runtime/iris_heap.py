@@ -32,7 +32,8 @@ def rank_device(rank: int) -> torch.device:
     """The GPU of `rank`: Iris picks `rank % device_count` itself, so this must match it."""
     n = torch.cuda.device_count()
     if n == 0:
-        raise TilecRuntimeError("the iris backend needs a CUDA or ROCm GPU; none is visible (use backend='cpu')")
+        raise TilecRuntimeError("the iris backend needs a CUDA or ROCm GPU; none is visible (use backend 'cpu', "
+                               "--backend cpu on the command line)")
     return torch.device("cuda", rank % n)
 
 

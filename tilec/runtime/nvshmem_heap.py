@@ -34,8 +34,8 @@ def _check_gpus(world: int) -> torch.device:
 
     n = torch.cuda.device_count()
     if n == 0:
-        raise TilecRuntimeError("backend nvshmem needs a CUDA GPU; none is visible (use backend='cpu', whose "
-                                "emulation runs the same kernels)")
+        raise TilecRuntimeError("backend nvshmem needs a CUDA GPU; none is visible (use backend 'cpu', --backend cpu "
+                                "on the command line: its emulation runs the same kernels)")
     if not nvshmem_available():
         raise TilecRuntimeError("backend nvshmem needs NVSHMEM in torch (torch.distributed._symmetric_memory."
                                 "is_nvshmem_available() is False): install a CUDA build of torch with NVSHMEM, or use "

@@ -28,7 +28,7 @@ def check_placement(opts, world: int, transport: str = "sm"):
                             "many ranks")
     if rpn < world and opts.backend != "nvshmem":
         raise ArgumentError(f"ranks_per_node={rpn}: backend {opts.backend!r} reaches every peer by pointer, on one "
-                            "node; use backend='nvshmem' for ranks on several nodes")
+                            "node; use backend 'nvshmem' (--backend nvshmem) for ranks on several nodes")
     if opts.backend == "nvshmem" and opts.wait_sleep_ns:
         raise ArgumentError(f"wait_sleep_ns={opts.wait_sleep_ns}: backend 'nvshmem' polls without sleeping; "
                             "leave it 0")
