@@ -105,3 +105,20 @@ def test_a_heap_barrier_does_not_wait_forever_on_stuck_kernels(fake_gpu):
     _Event.polls = 2
     Heap.finish_gpu_work(heap)  # finished work: returns
     assert fake_gpu == ["cuda:0"]
+
+
+def test_closing_a_heap_does_not_hang_on_stuck_kernels(fake_gpu, monkeypatch):
+    """Closing waits for the rank's GPU work at most CLOSE_WAIT_S; stuck kernels leave the memory to the process's
+    exit (a rank that reported KernelsStuck still exits)."""
+    from types import SimpleNamespace
+
+    from tilec.runtime import heap as heap_mod
+
+    monkeypatch.setattr(heap_mod, "CLOSE_WAIT_S", 0.2)
+    h = SimpleNamespace(device="cuda:0")
+    _Event.polls = None
+    t0 = time.monotonic()
+    assert heap_mod.Heap.gpu_work_settled(h) is False
+    assert time.monotonic() - t0 < 2.0
+    _Event.polls = 0
+    assert heap_mod.Heap.gpu_work_settled(h) is True

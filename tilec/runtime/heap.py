@@ -50,6 +50,9 @@ def _extent(t: torch.Tensor) -> int:
     return (last + 1) * t.element_size()
 
 
+
+CLOSE_WAIT_S = 10.0  # seconds closing a GPU heap waits for the rank's queued work (gpu_work_settled)
+
 class Heap(abc.ABC):
     """One rank's view of a symmetric heap.
 
@@ -198,6 +201,14 @@ class Heap(abc.ABC):
                 f"rank {self.rank}: the GPU work queued before a heap barrier had not finished after "
                 f"{self.timeout:g} s (the barrier's limit), though each flag wait in it stops after its wait_timeout:"
                 " a kernel is stuck outside tilec's waits"))
+
+    def gpu_work_settled(self) -> bool:
+        """Whether this rank's queued GPU work finished within CLOSE_WAIT_S, as closing a GPU heap waits for it: if
+        not (kernels stuck; the call or barrier that saw it has raised), the heap's memory is left mapped for the
+        process's exit to reclaim rather than pulled from under a running kernel, and the close does not hang."""
+        from .gpu_wait import finish_queued
+
+        return finish_queued(self.device, CLOSE_WAIT_S)
 
     def close(self) -> None:
         """Release the heap. Tensors allocated from it must not be used afterwards."""

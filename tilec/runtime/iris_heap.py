@@ -98,8 +98,11 @@ class IrisHeap(Heap):
         self._bases = None
         shmem, self._shmem = self._shmem, None
         try:
-            torch.cuda.synchronize(self.device)
-            shmem.heap.close()  # unmaps peers, releases chunks; Iris.__del__ would do it at GC time
+            if self.gpu_work_settled():
+                shmem.heap.close()  # unmaps peers, releases chunks; Iris.__del__ would do it at GC time
+            else:
+                log.warning("rank %d: GPU work still running at the Iris heap's close: left to the process's exit",
+                            self.rank)
         except Exception as e:  # teardown must not mask the real outcome
             log.warning("rank %d: Iris heap close failed: %s", self.rank, e)
         if self._destroy_group_on_close:

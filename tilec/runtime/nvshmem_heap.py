@@ -105,10 +105,15 @@ class NvshmemHeap(Heap):
         super().close()
         self._bases = None
         try:
-            torch.cuda.synchronize(self.device)
+            settled = self.gpu_work_settled()
         except Exception as e:  # teardown must not mask the real outcome
             log.warning("rank %d: NVSHMEM heap close: %s", self.rank, e)
-        self._handle = None
+            settled = True
+        if settled:
+            self._handle = None
+        else:  # a kernel still reads it: the process's exit reclaims it
+            log.warning("rank %d: GPU work still running at the NVSHMEM heap's close: left to the process's exit",
+                        self.rank)
         if self._destroy_group_on_close:
             import torch.distributed as dist
 
