@@ -50,8 +50,8 @@ def _extent(t: torch.Tensor) -> int:
     return (last + 1) * t.element_size()
 
 
-
 CLOSE_WAIT_S = 10.0  # seconds closing a GPU heap waits for the rank's queued work (gpu_work_settled)
+
 
 class Heap(abc.ABC):
     """One rank's view of a symmetric heap.
