@@ -5,6 +5,11 @@ one GPU under MPS go through NVSHMEM's own transport). Ranks side by side on one
 (benchmarks/runs/mps_world.sh --spawn W python -m pytest -m gpu tests/gpu/test_gpu_nvshmem.py --world W); without
 it, and without NVSHMEM, a launch must fail with a clear error, not hang."""
 
+import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +17,7 @@ import torch
 
 import tilec
 from tests import _workers
-from tests._util import make_calls, rel_err
+from tests._util import ROOT, make_calls, rel_err
 from tilec.errors import ScheduleError
 from tilec.passes.schedules import SCHEDULES
 from tilec.run_vs_reference import compare_calls
@@ -165,3 +170,35 @@ def test_several_nodes_on_an_iris_heap_is_refused():
     with pytest.raises(Exception, match="which an Iris heap cannot reach"):
         spawn(_workers.run_cases, 2, backend="iris", heap_bytes=1 << 24, timeout=120,
               args=([(("ag", 1), prog, make_calls(prog, 1, 0), ())],))
+
+
+def _torchrun_tilec(world: int, *args: str, out: Path) -> subprocess.CompletedProcess:
+    """`tilec ARGS` under torchrun, W rank processes on this machine (under MPS they inherit its client settings)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world),
+           "-m", "tilec", *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "TILEC_CACHE": str(out / "cache")})
+
+
+@pytest.mark.parametrize("per_node", ["world", 1])
+@pytest.mark.parametrize("world", [2, 4])
+def test_run_and_bench_under_torchrun(world, per_node, tmp_path):
+    """The cluster launch (torchrun, each rank builds its heap over the process group): `tilec run` matches the
+    reference on rank 0 and `tilec bench` writes its rows, on one node and with one rank per "node"."""
+    why = _runnable(world)
+    if why:
+        pytest.skip(why)
+    nodes = [] if per_node == "world" else ["--ranks-per-node", str(per_node)]
+    dims = ["-D", f"M={128 * world}", "-D", "N=256", "-D", "K=128"]
+    res = _torchrun_tilec(world, "run", "examples/ag_gemm.tile", "--backend", "nvshmem", *nodes, *dims,
+                          "--schedule", "fused-push", out=tmp_path)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    assert "GPU (NVSHMEM), torchrun" in res.stdout and re.search(r"fused-push +ok: ", res.stdout), res.stdout
+    res = _torchrun_tilec(world, "bench", "examples/ag_gemm.tile", "--backend", "nvshmem", *nodes, "--shapes",
+                          "small", "--schedules", "bsp,fused-push", "--no-tune", "--iters", "3", "--out",
+                          str(tmp_path / "bench"), out=tmp_path)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    rows = json.loads(next((tmp_path / "bench").glob("*.json")).read_text())["rows"]
+    ours = [r for r in rows if r["kind"] == "tilec"]
+    assert {r["name"] for r in ours} == {"bsp", "fused-push"}, res.stdout
+    assert all(r["backend"] == "nvshmem" and r["device_us"] > 0 and r["rel_err"] < 0.02 for r in ours), ours
