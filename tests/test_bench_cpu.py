@@ -379,3 +379,23 @@ def test_decode_bench_cpu_free_splits(tmp_path, monkeypatch, shapes):
     for r in mine:
         s = r["shape"]["S"]
         assert r["config"]["NS"] == -(-s // 32) + 1 and r["config"]["L"] == 24 and r["rel_err"] < 1e-2
+
+
+def test_bench_compile_options_reach_every_timed_program(tmp_path, monkeypatch):
+    """`tilec bench --fold off --programs-per-sm 1`: the JSON says what the tilec rows were built with, and their
+    times land under that build's key (auto reads them only for programs built so), not the default build's."""
+    from tilec.cli import main as cli_main
+    from tilec.perf.auto import CPU_KEY, key
+    from tilec.settings import options
+
+    monkeypatch.setenv("TILEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setitem(bench.SHAPES, "small", [(64, 64, 64)])
+    assert cli_main(["bench", GEMM, "--world", "1", "--backend", "cpu", "--schedules", "fused-push", "--no-tune",
+                     "--iters", "1", "--fold", "off", "--programs-per-sm", "1", "--out", str(tmp_path)]) == 0
+    js = json.loads((tmp_path / "ag_gemm_small_bf16.json").read_text())
+    assert "fold=off" in js["meta"]["options"] and "programs_per_sm=1" in js["meta"]["options"]
+    saved = json.loads((tmp_path / "cache" / "auto.json").read_text())
+    dims = {"M": 64, "N": 64, "K": 64}
+    src = open(GEMM).read()
+    built = key(src, 1, dims, CPU_KEY, options=options(fold=False, programs_per_sm=1))
+    assert "fused-push" in saved[built]["measured"] and key(src, 1, dims, CPU_KEY) not in saved

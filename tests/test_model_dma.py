@@ -184,16 +184,16 @@ def test_measured_dma_variant_wins_and_old_cache_entries_are_not_misread(tmp_pat
     assert "predicted" in json.loads((tmp_path / "auto.json").read_text())[k]  # the old field is left alone
 
 
-def test_times_measured_with_other_options_have_a_key_of_their_own(monkeypatch):
+def test_times_measured_with_other_options_have_a_key_of_their_own():
     src = open(AG).read()
     dims = {"M": 256, "N": 192, "K": 128}
-    monkeypatch.delenv("TILEC_FOLD", raising=False)
     default = auto.key(src, 2, dims)
     assert default == auto.key(src, 2, dims, options=settings.Options())  # the default key is unchanged
-    monkeypatch.setenv("TILEC_FOLD", "0")  # `TILEC_FOLD=0 tilec bench` compiles without fold-last
-    off = auto.key(src, 2, dims)
+    off = auto.key(src, 2, dims, kernels={"fold": False})  # `tilec bench --fold off` compiles without fold-last
     assert off != default and "fold=off" in off
     assert off == auto.key(src, 2, dims, options=settings.options(fold=False))
+    nv = auto.key(src, 2, dims, kernels={"backend": "nvshmem", "ranks_per_node": 1, "fold": False})
+    assert nv.startswith(off) and nv.endswith("|nvshmem/rpn=1")  # the options and the backend, each once
 
 
 def test_cli_names_the_picked_transport(capsys):

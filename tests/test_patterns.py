@@ -95,12 +95,12 @@ def _task_source(src: str, stage: str) -> str:
     return src[start:src.index("@triton.jit", start)]
 
 
-def test_waits_poll_blocks_and_skip_covered_counters(monkeypatch):
+def test_waits_poll_blocks_and_skip_covered_counters():
     """The merge of flash decode reads all S/BS split partials of its head: one block wait over their counters
     (not one wait per counter), and none for Ls, whose tiles the same counters count (one flag, Os+Ls.split).
     The combine reads the partial of each of the 2 ranks: one block of 2 counters, again none for Lg."""
-    monkeypatch.setenv("TILEC_FOLD", "0")  # with fold-last the merge waits on nothing (the last split runs it)
-    src = tilec.compile("examples/flash_decode.tile", world=2, schedule="fused-push",
+    # fold=False: with fold-last the merge waits on nothing (the last split runs it)
+    src = tilec.compile("examples/flash_decode.tile", world=2, schedule="fused-push", fold=False,
                         dims={"B": 1, "HKV": 2, "G": 4, "D": 64, "S": 512, "BS": 64}).source
     local = _task_source(src, "local")
     assert local.count("td.wait_all(F_Os_Ls_split") == 1 and "tl.arange(0, 8)" in local

@@ -1,6 +1,6 @@
-"""Numeric environment knobs (TILEC_PROGRAMS_PER_SM, TILEC_DMA_STREAMS, TILEC_STOP_GRACE, TILEC_WAIT_SLEEP_NS,
-TILEC_CPU_ADVERSARY): a bad value is named on stderr and the default used. Several are read when their module is
-imported, where `int("abc")` made `import tilec` (and so every `tilec` command) end in a traceback."""
+"""Numeric environment knobs (TILEC_STOP_GRACE, TILEC_CPU_ADVERSARY, TILEC_BENCH_MAX_SPLITS): a bad value is named on
+stderr and the default used. Some are read when their module is imported, where `int("abc")` made `import tilec`
+(and so every `tilec` command) end in a traceback."""
 
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ from tests._util import ROOT
 from tilec import settings
 
 # (name, default, low, high, integer) as tilec/settings.py reads them
-KNOBS = [("TILEC_PROGRAMS_PER_SM", 2, 1, 64, True), ("TILEC_DMA_STREAMS", 4, 1, 64, True),
-         ("TILEC_STOP_GRACE", 3.0, 0.01, 3600, False), ("TILEC_WAIT_SLEEP_NS", 0, 0, 10**6, True),
-         ("TILEC_CPU_ADVERSARY", 0.0, 0, 3600, False)]
+KNOBS = [("TILEC_STOP_GRACE", 3.0, 0.01, 3600, False), ("TILEC_CPU_ADVERSARY", 0.0, 0, 3600, False),
+         ("TILEC_BENCH_MAX_SPLITS", 2048, 0, 2**30, True)]
 BAD = ["abc", "-1", "1e999", "nan", "inf", "0x10", "2.5.1", "99999999999"]
 
 
@@ -52,8 +51,9 @@ def test_unset_and_good_values(monkeypatch):
 def test_tilec_imports_with_bad_knobs(raw):
     """Every module that reads a knob at import, in a fresh interpreter with every knob bad: no traceback."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), **{k[0]: raw for k in KNOBS})
-    code = "import tilec, tilec.device, tilec.runtime.launch, tilec.runtime.dma, tilec.runtime.liveness, tilec.cli"
+    code = ("import tilec, tilec.device, tilec.runtime.launch, tilec.runtime.dma, tilec.runtime.liveness, tilec.cli,"
+            " tilec.perf.bench_decode")
     p = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
-    for name in ("TILEC_PROGRAMS_PER_SM", "TILEC_DMA_STREAMS", "TILEC_STOP_GRACE"):  # the others: at compile, launch
+    for name in ("TILEC_STOP_GRACE", "TILEC_BENCH_MAX_SPLITS"):  # the other: at launch
         assert f"ignoring {name}={raw!r}" in p.stderr, p.stderr

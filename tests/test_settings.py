@@ -1,6 +1,6 @@
-"""TILEC_* environment variables (tilec/settings.py): those that change a compiled program or its launch are
-tilec.compile options whose defaults the variables supply; a program records the values it was compiled with in
-its module's header (so in its cache key) and in `tilec show`'s output; a bad value is named."""
+"""Compile options and TILEC_* environment variables (tilec/settings.py): what changes a compiled program or its
+launch is a tilec.compile option (a CLI flag), never an environment variable; a program records the values it was
+compiled with in its module's header (so in its cache key) and in `tilec show`'s output; a bad value is named."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tilec.runtime.launch import LaunchContext
 
 AG = "examples/ag_gemm.tile"
 DIMS = dict(M=128, N=64, K=64, BM=64, BN=64, BK=32)
-# each compile option, a value other than its default, and its variable's spelling of that value
+# each compile option, a value other than its default, and that value as an environment variable would spell it
 OTHER = {"fold": (False, "0"), "pdl": (False, "off"), "wait_sleep_ns": (200, "200"), "programs_per_sm": (1, "1"),
          "dma_streams": (2, "2"), "wait_timeout": (7.5, "7.5"), "claim": ("on", "1")}
 
@@ -37,9 +37,10 @@ def _compile(**options):
 
 
 def test_every_variable_has_one_entry_and_the_compile_options_are_these():
-    assert set(settings.OPTION_VARS) == set(OTHER)
+    assert set(settings.OPTIONS) == set(OTHER)
     assert all(name.startswith("TILEC_") for name in settings.SETTINGS)
     assert settings.options() == settings.Options()  # the table's defaults are the Options' defaults
+    assert all(getattr(settings.Options(), o.name) == o.default for o in settings.OPTIONS.values())
 
 
 def test_an_option_changes_the_cache_key_and_the_header():
@@ -72,32 +73,37 @@ def test_what_the_options_do():
         assert LaunchContext(heap, 10).pdl and LaunchContext(heap, 10).programs_per_sm == 2
         ctx = LaunchContext(heap, 10, pdl=False, programs_per_sm=1, dma_streams=3)
         assert (ctx.pdl, ctx.programs_per_sm, ctx.dma_streams) == (False, 1, 3)
-        mp.setenv("TILEC_PDL", "0")
-        assert not LaunchContext(heap, 10).pdl and LaunchContext(heap, 10, pdl=True).pdl
+        mp.setenv("TILEC_PDL", "0")  # not a setting: the option's default stays
+        assert LaunchContext(heap, 10).pdl and not LaunchContext(heap, 10, pdl=False).pdl
 
 
-def test_the_variable_only_changes_the_default(monkeypatch):
-    default = {opt: _compile(**{opt: v}).cache_key for opt, (v, _e) in OTHER.items()}
-    plain = _compile().cache_key
-    for opt, (v, env) in OTHER.items():
-        name = settings.OPTION_VARS[opt]
-        monkeypatch.setenv(name, env)
-        prog = _compile()
-        assert getattr(prog.options, opt) == v and prog.cache_key == default[opt]
-        # an explicit option wins over the variable: the default's program again
-        back = _compile(**{opt: settings.SETTINGS[name].default})
-        assert back.cache_key == plain, opt
-        monkeypatch.delenv(name)
+def test_the_environment_sets_no_compile_option(monkeypatch, capsys):
+    """A program is what its call says: variables named like the options change nothing (only the argument does),
+    and each is named once on stderr so that a run meant with it does not pass silently without it."""
+    plain = _compile()
+    for opt, (_v, env) in OTHER.items():
+        monkeypatch.setenv(f"TILEC_{opt.upper()}", env)
+    prog = _compile()
+    assert prog.options == settings.Options() and prog.cache_key == plain.cache_key
+    err = capsys.readouterr().err
+    for opt in OTHER:
+        assert err.count(f"tilec: TILEC_{opt.upper()} is not read: compile options are arguments ({opt}=") == 1, err
+    _compile()
+    assert capsys.readouterr().err == ""  # once a process
+    assert all(getattr(_compile(**{opt: v}).options, opt) == v for opt, (v, _env) in OTHER.items())
+    from tilec.perf.auto import key
+
+    src = Path(AG).read_text()
+    assert key(src, 2, DIMS) == key(src, 2, DIMS, options=settings.Options())  # measured times: the defaults' key
 
 
 def test_a_bad_value_is_named_and_the_default_used(monkeypatch, capsys):
-    for name, raw in (("TILEC_FOLD", "maybe"), ("TILEC_PDL", "2"), ("TILEC_WAIT_SLEEP_NS", "-5"),
-                      ("TILEC_PROGRAMS_PER_SM", "0"), ("TILEC_DMA_STREAMS", "four"), ("TILEC_WAIT_TIMEOUT", "soon"),
-                      ("TILEC_OP_BARRIER", "host"), ("TILEC_BENCH_MAX_SPLITS", "-1"), ("TILEC_STOP_GRACE", "nan")):
+    for name, raw in (("TILEC_BENCH_MAX_SPLITS", "-1"), ("TILEC_STOP_GRACE", "nan"), ("TILEC_CPU_ADVERSARY", "x"),
+                      ("TILEC_MACHINE", " ")):
         monkeypatch.setenv(name, raw)
         assert settings.value(name) == settings.SETTINGS[name].default
-        assert f"tilec: ignoring {name}={raw!r}: expected " in capsys.readouterr().err
-    assert _compile().options == settings.Options()  # every compile option's variable is bad: the defaults
+        err = capsys.readouterr().err
+        assert f"tilec: ignoring {name}={raw!r}: expected " in err or not raw.strip(), err
 
 
 @pytest.mark.parametrize(("opt", "bad"), [("fold", "yes"), ("fold", 1), ("pdl", "off"), ("wait_sleep_ns", -1),
@@ -134,11 +140,19 @@ def test_the_options_reach_the_ptx():
     assert "griddepcontrol" not in built.ptx
 
 
-def test_the_readme_lists_every_variable_with_its_default():
+def test_the_readme_lists_every_variable_and_option_with_its_default():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     rows = dict(re.findall(r"^\| `(TILEC_\w+)` \| (`[^`]*`|—) \|", readme, re.M))
     assert set(rows) == set(settings.SETTINGS)
     for name, s in settings.SETTINGS.items():
-        shown = {True: "`1`", None: "—"}.get(s.default, f"`{s.default:g}`" if isinstance(s.default, int | float)
-                                             else f"`{s.default}`")
+        shown = {None: "—"}.get(s.default, f"`{s.default:g}`" if isinstance(s.default, int | float)
+                                else f"`{s.default}`")
         assert shown == rows[name] or name == "TILEC_CACHE", (name, rows[name])
+    # | `fold` | `--fold on\|off` | `True` | ...
+    option_row = r"^\| `(\w+)` \| `(--[\w-]+)[^|]*(?:\\\|[^|]*)?` \| `([^`]*)` \|"
+    opts = {m[0]: m[1:] for m in re.findall(option_row, readme, re.M)}
+    assert set(opts) == set(settings.OPTIONS)
+    for name, o in settings.OPTIONS.items():
+        flag, default = opts[name]
+        assert flag == "--" + name.replace("_", "-"), name
+        assert default == (f"{o.default:g}" if isinstance(o.default, float) else str(o.default)), name

@@ -134,16 +134,16 @@ def test_bad_launch_options_are_named(opts, word):
         tilec.compile("examples/ag_gemm.tile", **opts)
 
 
-def test_flag_scopes_in_the_ptx(monkeypatch):
+def test_flag_scopes_in_the_ptx():
     """Counters only this GPU touches are released and acquired at GPU scope; those a peer GPU releases into (the
     pushed partials of flash decode) at system scope, the only scope that orders NVLink stores before the count."""
     import re
 
     from tilec.codegen.emit import flag_scopes
 
-    monkeypatch.setenv("TILEC_FOLD", "0")  # every flag released and waited on (fold-last: tests/test_tail.py)
-
-    prog = tilec.compile("examples/flash_decode.tile", world=2, schedule="fused-push", retype={"f16": "bf16"})
+    # fold=False: every flag released and waited on (fold-last: tests/test_tail.py)
+    prog = tilec.compile("examples/flash_decode.tile", world=2, schedule="fused-push", retype={"f16": "bf16"},
+                         fold=False)
     assert flag_scopes(prog.graph) == {"Os+Ls.split": "gpu", "Ol+Ll.local": "gpu",
                                        "Og+Lg.exchange": "sys"}
     (built,) = compile_for_target(prog, "cuda:90")

@@ -69,3 +69,25 @@ def test_tune_across_nodes_times_nvshmem_kernels_and_keeps_them_apart(tmp_path, 
     assert picked in across and "measured" not in saved.get(key(src, 2, DIMS, CPU_KEY), {})
     rows = candidates(AG, src, 2, DIMS, DIMS, device=CPU_KEY, kernels={"backend": "nvshmem", "ranks_per_node": 1})
     assert all(r["measured_us"] is not None for r in rows) and rows[0]["schedule"] == picked
+
+
+def test_tune_with_compile_options_keeps_their_times_apart(tmp_path, monkeypatch, capsys):
+    """`tilec tune --fold off --wait-timeout 9` builds every variant with those options and records their times
+    under a key of their own: the default program's key stays empty, and auto reads them only with those options."""
+    from tilec.perf.auto import CPU_KEY, key
+    from tilec.settings import options
+
+    monkeypatch.setenv("TILEC_CACHE", str(tmp_path))
+    dims = {"M": 32, "N": 32, "K": 32}
+    assert cli_main(["tune", AG, "--world", "1", *(x for d, v in dims.items() for x in ("-D", f"{d}={v}")),
+                     "--iters", "1", "--backend", "cpu", "--fold", "off", "--wait-timeout", "9"]) == 0
+    picked = capsys.readouterr().out.split("fastest measured: ")[1].split(" ")[0]
+    saved = json.loads((tmp_path / "auto.json").read_text())
+    src = open(AG).read()
+    given = {"fold": False, "wait_timeout": 9.0}
+    mine = saved[key(src, 1, dims, CPU_KEY, options=options(**given))]["measured"]
+    assert picked in mine and "measured" not in saved.get(key(src, 1, dims, CPU_KEY), {})
+    rows = candidates(AG, src, 1, dims, dims, device=CPU_KEY, kernels=given)
+    assert all(r["measured_us"] is not None for r in rows) and rows[0]["schedule"] == picked
+    prog = compile_auto(AG, 1, dims, **given)
+    assert variant_of(prog) == picked and not prog.options.fold and prog.wait_timeout == 9.0

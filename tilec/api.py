@@ -66,13 +66,13 @@ def compile(  # noqa: A001 - the public name the docs promise
     dma_streams: side streams the copy engines' chunks go out on (4).
     claim: persistent loops take their tasks from a counter, in task order: auto (under MPS, where a rank's
     programs may not all be resident), on or off.
-    Each of these seven left None takes its TILEC_* environment variable's value, else the default in brackets
-    (tilec/settings.py); the values used are recorded in the module's header (prog.options).
+    Each of these seven left None takes the default in brackets (tilec/settings.py, OPTIONS; no environment variable
+    sets them); the values used are recorded in the module's header (prog.options).
     backend: how kernels reach peers: "iris" (default: Iris's heap, every peer by pointer) or "nvshmem" (torch
     symmetric memory; peers off this rank's node by NVSHMEM puts, gets and signals, docs/SCALE.md).
     ranks_per_node: ranks of one node, which reach each other by pointer (default: the world, one node); it must
-    divide the world and needs backend "nvshmem" where it is smaller. No environment variable sets these two; the
-    header records them where they are not the defaults.
+    divide the world and needs backend "nvshmem" where it is smaller. The header records these two where they are
+    not the defaults.
     attend_block: keys per step of a streamed attend (a power of two >= 16; each step loads that many rows of k
     and v, pipelined num_stages deep).
     transport: who moves the tiles of copy stages: sm (tasks on the SMs), dma (the copy engines, for schedules with

@@ -49,7 +49,6 @@ from tilec.reference import TORCH_DTYPE
 from tilec.runtime import active_heap
 from tilec.runtime.errors import HeapError
 from tilec.runtime.heap import ALIGN, _align
-from tilec.settings import value as setting
 
 # schedules tried in this order when none is named: one persistent kernel first (no host barrier inside a call)
 SCHEDULE_PREFERENCE = ("fused-push", "specialized", "flags", "bsp")
@@ -81,13 +80,14 @@ def empty(shape, dtype: torch.dtype = torch.float32, *, heap=None) -> torch.Tens
 
 def op(program: str | os.PathLike | None = None, *, source: str | None = None, name: str | None = None,
        dims: Mapping[str, int] | None = None, schedule: str | None = None, world: int | None = None,
-       retype: Mapping[str, str] | None = None, barrier: str | None = None, **compile_kw) -> TileOp:
+       retype: Mapping[str, str] | None = None, barrier: str = "auto", **compile_kw) -> TileOp:
     """The PyTorch operator `tilec::<name>` of a .tile program (a path, or `source=` text).
 
     dims: fixed dims and tile sizes; the other dims follow the inputs' shapes. schedule: a named schedule, or the
     first of SCHEDULE_PREFERENCE that applies. world: fixed world size (default: the active heap's, at each call).
-    retype: e.g. {"f16": "bf16"}. barrier: "auto" or "device" (BARRIERS; default: the TILEC_OP_BARRIER
-    environment variable, else "auto"). Other keyword arguments go to tilec.compile (num_warps, wait_timeout, ...).
+    retype: e.g. {"f16": "bf16"}. barrier: the calls' entry barrier, "auto" (a host barrier; a device kernel under
+    CUDA graph capture) or "device" (the kernel always). Other keyword arguments go to tilec.compile (num_warps,
+    wait_timeout, ...).
     The same name asked for again with the same settings returns the same op; with others, an ArgumentError."""
     if source is None:
         if program is None:
@@ -111,7 +111,6 @@ def op(program: str | os.PathLike | None = None, *, source: str | None = None, n
     if world is not None:
         world = _positive_int(world, "world")
     fixed = _check_dims(dims, tree)
-    barrier = setting("TILEC_OP_BARRIER") if barrier is None else barrier
     if barrier not in BARRIERS:
         raise ArgumentError(f"tilec.op: barrier={barrier!r}: expected one of {', '.join(BARRIERS)}")
     settings = (source, tuple(sorted(fixed.items())), schedule, world, tuple(sorted((retype or {}).items())),

@@ -70,12 +70,12 @@ def load_module(source: str, name: str):
     return mod
 
 
-DEFAULT_WAIT_TIMEOUT = settings.SETTINGS["TILEC_WAIT_TIMEOUT"].default  # seconds one flag wait may take
+DEFAULT_WAIT_TIMEOUT = settings.OPTIONS["wait_timeout"].default  # seconds one flag wait may take
 
 
 def wait_timeout_seconds(value: float | None) -> float:
-    """The wait timeout a program uses: `value` (tilec.compile(wait_timeout=...)), else the TILEC_WAIT_TIMEOUT
-    environment variable, else DEFAULT_WAIT_TIMEOUT; a positive, finite number of seconds."""
+    """The wait timeout a program uses: `value` (tilec.compile(wait_timeout=...)), else DEFAULT_WAIT_TIMEOUT; a
+    positive, finite number of seconds."""
     return float(settings.option("wait_timeout", value))
 
 

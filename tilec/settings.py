@@ -1,11 +1,12 @@
-"""Every TILEC_* environment variable tilec reads, read here and nowhere else (README.md, "Settings", lists them).
+"""tilec's compile options and the TILEC_* environment variables it reads (README.md lists both).
 
-Those that change a compiled program or its launch (fold-last, PDL, the wait sleep, programs per SM, DMA streams,
-the wait timeout) are options of `tilec.compile`; their variables only supply the defaults, and the values a
-program was compiled with (`Options`) are written into its module's header, so they are part of its cache key and
-of `tilec show`'s output. The others set things around a compiled program (the cache folder, the launcher's grace,
-a test aid, the bench's cap). A bad value is named on stderr once and the default used: a typo in the environment
-never makes `import tilec` end in a traceback; a bad explicit option is an ArgumentError naming it.
+The options that change a compiled program or its launch (fold-last, PDL, the wait sleep, programs per SM, DMA
+streams, claims, the wait timeout) are arguments of `tilec.compile` and flags of the CLI, never environment
+variables: a program is what its call says. The values a program was compiled with (`Options`) are written into its
+module's header, so they are part of its cache key and of `tilec show`'s output; a bad one is an ArgumentError
+naming it. The environment variables, read here and nowhere else, set things around a compiled program (the cache
+folder, the launcher's grace, a test aid, the bench's cap, the machine file); a bad value is named on stderr once
+and the default used, so a typo in the environment never makes `import tilec` end in a traceback.
 """
 
 from __future__ import annotations
@@ -47,15 +48,6 @@ def _switch(raw) -> bool:
     raise ValueError
 
 
-def _choice(*values: str) -> Callable:
-    def parse(raw):
-        if raw not in values:
-            raise ValueError
-        return raw
-
-    return parse
-
-
 def _auto_switch(raw) -> str:
     if isinstance(raw, str) and raw.strip().lower() == "auto":
         return "auto"
@@ -72,35 +64,43 @@ def _text(raw):
 class Setting:
     name: str  # the environment variable
     default: object
-    parse: Callable  # raw text (or an option's value) -> value; ValueError if it is not one
+    parse: Callable  # raw text -> value; ValueError if it is not one
     expect: str  # what parse accepts, for the message naming a bad value
     sets: str  # what it sets (the README's table)
-    option: str | None = None  # the tilec.compile option whose default it is
 
+
+@dataclass(frozen=True)
+class Option:
+    name: str  # the tilec.compile keyword (the CLI flag: --name with dashes)
+    default: object
+    parse: Callable  # a given value -> value; ValueError if it is not one
+    expect: str  # what parse accepts, for the ArgumentError naming a bad value
+    sets: str  # what it sets (the README's table)
+
+
+OPTIONS = {o.name: o for o in (
+    Option("fold", True, _switch, "True or False",
+           "fused-push and specialized end with the fold-last pass (False: left out, an A/B switch)"),
+    Option("pdl", True, _switch, "True or False",
+           "kernels of a call that run one after another are programmatic dependent launches (sm_90+)"),
+    Option("wait_sleep_ns", 0, *_number(0, 10**6, True),
+           "nanoseconds a spinning flag wait sleeps between polls on a GPU (0: none)"),
+    Option("programs_per_sm", 2, *_number(1, 64, True),
+           "the most programs of a persistent kernel per SM (fewer where its registers or shared memory do not fit)"),
+    Option("dma_streams", 4, *_number(1, 64, True),
+           "side streams the copy engines' chunks of a transport=dma stage go out on"),
+    Option("wait_timeout", 60.0, *_number(0, 1e9, False, low_open=True),
+           "seconds of wall-clock time one flag wait may take before the call raises WaitTimeout"),
+    Option("claim", "auto", _auto_switch, "auto, on or off",
+           "persistent loops claim their tasks from a counter instead of a fixed stride (auto: under MPS, where a"
+           " rank's programs may not all be resident)"),
+)}
 
 SETTINGS = {s.name: s for s in (
-    Setting("TILEC_FOLD", True, _switch, "0 or 1 (off or on)",
-            "fused-push and specialized end with the fold-last pass (0: left out, an A/B switch)", "fold"),
-    Setting("TILEC_PDL", True, _switch, "0 or 1 (off or on)",
-            "kernels of a call that run one after another are programmatic dependent launches (sm_90+)", "pdl"),
-    Setting("TILEC_WAIT_SLEEP_NS", 0, *_number(0, 10**6, True),
-            "nanoseconds a spinning flag wait sleeps between polls on a GPU (0: none)", "wait_sleep_ns"),
-    Setting("TILEC_PROGRAMS_PER_SM", 2, *_number(1, 64, True),
-            "the most programs of a persistent kernel per SM (fewer where its registers or shared memory do not fit)",
-            "programs_per_sm"),
-    Setting("TILEC_DMA_STREAMS", 4, *_number(1, 64, True),
-            "side streams the copy engines' chunks of a transport=dma stage go out on", "dma_streams"),
-    Setting("TILEC_CLAIM", "auto", _auto_switch, "auto, on (1) or off (0)",
-            "persistent loops claim their tasks from a counter instead of a fixed stride (auto: under MPS, where a"
-            " rank's programs may not all be resident)", "claim"),
-    Setting("TILEC_WAIT_TIMEOUT", 60.0, *_number(0, 1e9, False, low_open=True),
-            "seconds of wall-clock time one flag wait may take before the call raises WaitTimeout", "wait_timeout"),
     Setting("TILEC_STOP_GRACE", 3.0, *_number(0.01, 3600, False),
             "seconds a rank may stay dead or stopped before `spawn` (and its peers' barriers) give it up"),
     Setting("TILEC_CPU_ADVERSARY", 0.0, *_number(0, 3600, False),
             "CPU emulation: rank e % W starts every kernel of call e this many seconds late (tests of waits)"),
-    Setting("TILEC_OP_BARRIER", "auto", _choice("auto", "device"), "auto or device",
-            "the entry barrier of `tilec.op` calls: auto (host, a device kernel under capture) or device (always)"),
     Setting("TILEC_MACHINE", None, _text, "a path",
             "the machine file (`tilec calibrate -o FILE`) the cost model and `--schedule auto` rank for (default:"
             " the H200 constants)"),
@@ -148,8 +148,8 @@ def env_number(name: str, default: float, *, low: float, high: float = 1e9, inte
 
 @dataclass(frozen=True)
 class Options:
-    """What a compiled program was built and is launched with, beyond its program, schedule and tile knobs: each
-    a `tilec.compile` option whose default is its TILEC_* variable (SETTINGS)."""
+    """What a compiled program was built and is launched with, beyond its program, schedule and tile knobs: the
+    tilec.compile options of OPTIONS, and where its kernels reach peers."""
 
     fold: bool = True
     pdl: bool = True
@@ -158,7 +158,7 @@ class Options:
     dma_streams: int = 4
     wait_timeout: float = 60.0
     claim: str = "auto"
-    backend: str = "iris"  # the communication backend of the kernels (BACKENDS); no environment variable
+    backend: str = "iris"  # the communication backend of the kernels (BACKENDS)
     ranks_per_node: int = 0  # ranks that reach each other by pointer (0: all of them, one node)
 
     def line(self) -> str:
@@ -173,7 +173,7 @@ class Options:
 
 
 BACKENDS = ("iris", "nvshmem")  # how kernels reach peers: Iris's heap, or NVSHMEM through torch symmetric memory
-_PLACEMENT = ("backend", "ranks_per_node")  # options without a TILEC_* variable
+_PLACEMENT = ("backend", "ranks_per_node")  # Options fields that are not in OPTIONS
 
 
 def placement(backend: str | None, ranks_per_node: int | None) -> dict:
@@ -188,34 +188,50 @@ def placement(backend: str | None, ranks_per_node: int | None) -> dict:
     return {"backend": backend, "ranks_per_node": rpn}
 
 
-OPTION_VARS = {s.option: s.name for s in SETTINGS.values() if s.option}
-
-
 def options(**given) -> Options:
-    """The effective Options: each given value (None: the environment's, else the default), checked; a bad given
-    value raises ArgumentError naming the option."""
-    out = {opt: option(opt, given.pop(opt, None)) for opt in OPTION_VARS}
+    """The effective Options: each given value (None: its default), checked; a bad given value raises ArgumentError
+    naming the option."""
+    _say_unread_variables()
+    out = {opt: option(opt, given.pop(opt, None)) for opt in OPTIONS}
     out |= placement(given.pop("backend", None), given.pop("ranks_per_node", None))
     if given:
         raise TypeError(f"unknown options: {', '.join(given)}")
     return Options(**out)
 
 
+def _say_unread_variables() -> None:
+    """A variable named like a compile option (TILEC_FOLD=0 ...) is not read: say so once, so that a run meant with
+    the option does not pass silently without it."""
+    for opt in OPTIONS:
+        name = f"TILEC_{opt.upper()}"
+        raw = os.environ.get(name)
+        if raw is not None and (name, None) not in _WARNED:
+            _WARNED.add((name, None))
+            flag = "--" + opt.replace("_", "-")
+            sys.stderr.write(f"tilec: {name} is not read: compile options are arguments ({opt}= of tilec.compile,"
+                             f" {flag} on the command line)\n")
+
+
+def given_options(values: dict | None) -> dict:
+    """The OPTIONS entries of a dict of tilec.compile keywords that are set (not None): what a bench, trial or auto
+    pick passes on to every program it compiles, and keys its measured times by."""
+    return {k: v for k, v in (values or {}).items() if k in OPTIONS and v is not None}
+
+
 def option(opt: str, v):
-    """One option's effective value: `v` checked (ArgumentError naming the option), or None: its variable's."""
-    name = OPTION_VARS[opt]
+    """One option's effective value: `v` checked (ArgumentError naming the option), or None: its default."""
+    o = OPTIONS[opt]
     if v is None:
-        return value(name)
-    s = SETTINGS[name]
-    switch = isinstance(s.default, bool)
-    if isinstance(s.default, str):  # a choice: the option takes the same words as the variable
+        return o.default
+    switch = isinstance(o.default, bool)
+    if isinstance(o.default, str):  # a choice: auto, on or off (or a bool)
         try:
-            return s.parse(v)
+            return o.parse(v)
         except ValueError:
-            raise ArgumentError(f"{opt}={v!r}: expected {s.expect}") from None
-    try:  # an option takes a bool or a number as such, not its text (that is the environment's form)
+            raise ArgumentError(f"{opt}={v!r}: expected {o.expect}") from None
+    try:  # an option takes a bool or a number as such, not its text
         if isinstance(v, str) or isinstance(v, bool) != switch:
             raise ValueError
-        return s.parse(v)
+        return o.parse(v)
     except (ValueError, TypeError):
-        raise ArgumentError(f"{opt}={v!r}: expected {'True or False' if switch else s.expect}") from None
+        raise ArgumentError(f"{opt}={v!r}: expected {o.expect}") from None

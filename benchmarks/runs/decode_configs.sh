@@ -4,7 +4,7 @@
 # benchmarks/results/h200-1gpu/decode_configs/. Run from the repository root: sh benchmarks/runs/decode_configs.sh PART
 #   sweep    split size x attend block x warps x stages vs SDPA at the quick shapes (decode_configs/decode_cfg_sweep.py)
 #   cfg      split x heads per tail task x attend block of one program (decode_cfg_probe.py; default: the example)
-#   per-sm   64K keys at 2 and 3 programs per SM (TILEC_PROGRAMS_PER_SM)
+#   per-sm   64K keys at 2 and 3 programs per SM (decode_cfg_probe.py --programs-per-sm)
 #   stream   the split stage alone, by load form (decode_stream_probe.py)
 set -e
 out=${OUT:-benchmarks/results/h200-1gpu/decode_configs}
@@ -15,7 +15,7 @@ case "$1" in
   cfg) python $p/decode_cfg_probe.py "${2:-examples/flash_decode.tile}" > "$out/decode_cfg_probe.log" 2>&1 ;;
   per-sm)
     for n in 2 3; do
-      DECODE_SWEEP=64k TILEC_PROGRAMS_PER_SM=$n python $p/decode_cfg_probe.py examples/flash_decode.tile \
+      DECODE_SWEEP=64k python $p/decode_cfg_probe.py examples/flash_decode.tile --programs-per-sm $n \
         > "$out/decode_per_sm$n.log" 2>&1
     done ;;
   stream) python $p/decode_stream_probe.py > "$out/decode_stream_probe.log" 2>&1 ;;

@@ -26,7 +26,7 @@ case "$1" in
     python $p/placement_probe.py > "$out/placement_probe.log" 2>&1 ;;
   small)
     python $p/small_probe.py > "$out/small_probe.log" 2>&1
-    SMALL_SWEEP=one TILEC_PDL=0 python $p/small_probe.py > "$out/small_probe_nopdl.log" 2>&1 ;;
+    SMALL_SWEEP=one python $p/small_probe.py --pdl off > "$out/small_probe_nopdl.log" 2>&1 ;;
   evict)
     python $p/evict_probe.py > "$out/evict_probe.log" 2>&1 ;;
   timeline)

@@ -2,7 +2,7 @@
 # Flash decode's tail after the stream (the local merge, exchange and combine; fold-last and its shared form), one
 # H200, world 1, bf16, device time of CUDA graph replays. Results: benchmarks/results/h200-1gpu/decode_tail/ (its
 # README says which part made which file). Run from the repository root: sh benchmarks/runs/decode_tail.sh PART
-#   ab [WORLD]   decode-quick, fused-push and specialized: without fold-last (TILEC_FOLD=0), with it, with the tail
+#   ab [WORLD]   decode-quick, fused-push and specialized: without fold-last (--fold off), with it, with the tail
 #                by KV head (decode_tail/flash_decode_bygroup.tile), and the free split count (WORLD 2: two H200s)
 #   bench        decode-quick and decode-paper, fused-push, as the code stands
 #   timelines    where the time goes: timeline builds at 8K and 64K keys, with and without fold-last
@@ -24,7 +24,7 @@ case "$1" in
           torchrun --standalone --nproc-per-node "$world" -m tilec bench "$@"; fi
     }
     args="--shapes decode-quick --schedules fused-push,specialized --iters 20"
-    TILEC_FOLD=0 run examples/flash_decode.tile $args --out "$out/w$world-nofold"
+    run examples/flash_decode.tile $args --fold off --out "$out/w$world-nofold"
     run examples/flash_decode.tile $args --out "$out/w$world-fold"
     run benchmarks/runs/decode_tail/flash_decode_bygroup.tile $args --out "$out/w$world-bygroup"
     run examples/flash_decode_splits.tile $args --out "$out/w$world-splits" ;;
@@ -33,26 +33,26 @@ case "$1" in
     python -m tilec bench examples/flash_decode.tile --world 1 --shapes decode-paper --schedules fused-push \
       --iters 10 --out "$out/paper" > "$out/fd_paper.log" 2>&1 ;;
   timelines)
-    for f in 1 0; do
-      name=$([ $f = 1 ] && echo fold || echo nofold)
-      TILEC_FOLD=$f python -m tilec taxes examples/flash_decode.tile --world 1 $d8k --measure --timeline \
+    for f in on off; do
+      name=$([ $f = on ] && echo fold || echo nofold)
+      python -m tilec taxes examples/flash_decode.tile --world 1 $d8k --measure --timeline --fold $f \
         > "$out/fd8k_${name}_timeline.log" 2>&1
-      TILEC_FOLD=$f python -m tilec taxes examples/flash_decode.tile --world 1 $d64k --measure --timeline \
+      python -m tilec taxes examples/flash_decode.tile --world 1 $d64k --measure --timeline --fold $f \
         > "$out/fd64k_${name}_timeline.log" 2>&1
     done ;;
   bykvhead)
     p=benchmarks/runs/decode_tail/flash_decode_g.tile
     python -m tilec bench $p $quick --out "$out/bykvhead" > "$out/fd_bykvhead.log" 2>&1
-    TILEC_FOLD=0 python -m tilec bench $p $quick --out "$out/bykvhead_nofold" > "$out/fd_bykvhead_nofold.log" 2>&1
+    python -m tilec bench $p $quick --fold off --out "$out/bykvhead_nofold" > "$out/fd_bykvhead_nofold.log" 2>&1
     python -m tilec taxes $p --world 1 $d8k --measure --timeline > "$out/fd_bykvhead_8k_timeline.log" 2>&1 ;;
   merge)
     python benchmarks/runs/decode_tail/merge_probe.py > "$out/merge_probe.log" 2>&1 ;;
   sleep)
-    for f in 1 0; do for ns in 0 200 1000; do
-      TILEC_FOLD=$f TILEC_WAIT_SLEEP_NS=$ns python benchmarks/runs/decode_tail/decode_ab.py "fold=$f sleep=${ns}ns"
+    for f in on off; do for ns in 0 200 1000; do
+      python benchmarks/runs/decode_tail/decode_ab.py "fold=$f sleep=${ns}ns" --fold $f --wait-sleep-ns $ns
     done; done 2>&1 | grep -v Warning > "$out/decode_ab.log"
     for ns in 200 0; do
-      TILEC_WAIT_SLEEP_NS=$ns python -m tilec bench examples/flash_decode_splits.tile $quick --out "$out/sleep$ns" \
+      python -m tilec bench examples/flash_decode_splits.tile $quick --wait-sleep-ns $ns --out "$out/sleep$ns" \
         > "$out/fd_splits_quick_sleep$ns.log" 2>&1
     done ;;
   *) echo "usage: $0 ab [WORLD]|bench|timelines|bykvhead|merge|sleep" >&2; exit 2 ;;

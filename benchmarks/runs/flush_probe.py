@@ -67,5 +67,5 @@ def probe(heap):
 
 
 if __name__ == "__main__":
-    spawn("benchmarks.flush_probe:probe", 1, backend="iris", heap_bytes=1 << 28, timeout=600)
+    spawn("benchmarks.runs.flush_probe:probe", 1, backend="iris", heap_bytes=1 << 28, timeout=600)
     sys.exit(0)

@@ -1,5 +1,5 @@
 """JSON + plot of the AG+GEMM schedules at world 2 under MPS (benchmarks/results/h200-1gpu-mps/ag_gemm_w2_schedules):
-read from the logs of `benchmarks/runs/mps_claims.py` (claims on, TILEC_CLAIM=0) and `mps_timelines.sh` (tilec taxes
+read from the logs of `benchmarks/runs/mps_claims.py` (claims on, `--claim off`) and `mps_timelines.sh` (tilec taxes
 --measure --timeline, before claims existed). Run: python benchmarks/runs/mps_summary.py"""
 
 import json
@@ -33,11 +33,11 @@ def main() -> None:
             "timing": "tilec.perf.taxes.measure_times: median of 20 calls (3 warm-up), entry barrier included, CUDA "
                       "events, the slowest rank", "label": LABEL,
             "claims_us / static_us": "benchmarks/runs/mps_claims.py in one session, persistent loops claiming their "
-                                     "tasks (the default under MPS) vs TILEC_CLAIM=0 (the static stride)",
+                                     "tasks (the default under MPS) vs --claim off (the static stride)",
             "taxes_run_static_us": "tilec taxes --measure in an earlier call of the session (static stride)",
             "commands": ["sh benchmarks/runs/mps_world.sh --spawn 2 python3 benchmarks/runs/mps_claims.py",
-                         "TILEC_CLAIM=0 sh benchmarks/runs/mps_world.sh --spawn 2 python3 "
-                         "benchmarks/runs/mps_claims.py",
+                         "sh benchmarks/runs/mps_world.sh --spawn 2 python3 benchmarks/runs/mps_claims.py "
+                         "--claim off",
                          "sh benchmarks/runs/mps_timelines.sh OUT_DIR"]}
     (DIR / "ag_gemm_w2_mps.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     import matplotlib
@@ -48,7 +48,7 @@ def main() -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     names = [r["schedule"] for r in rows]
     for i, (key, lab) in enumerate((("taxes_run_static_us", "static stride (taxes run)"),
-                                    ("static_us", "static stride (TILEC_CLAIM=0)"), ("claims_us", "claimed tasks"))):
+                                    ("static_us", "static stride (--claim off)"), ("claims_us", "claimed tasks"))):
         xs = [j + 0.27 * (i - 1) for j, r in enumerate(rows) if r[key]]
         ax.bar(xs, [r[key] / 1e3 for r in rows if r[key]], 0.25, label=lab)
     ax.axhline(7.5, color="black", linestyle="--", linewidth=1,

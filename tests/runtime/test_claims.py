@@ -17,9 +17,8 @@ pytestmark = pytest.mark.usefixtures("no_shm_leftovers")
 
 @pytest.mark.parametrize("schedule", ["fused-push", pytest.param("fused-pull", marks=pytest.mark.slow)])
 def test_claimed_tasks_match_torch(monkeypatch, schedule):
-    monkeypatch.setenv("TILEC_CLAIM", "on")  # the default of claim= in each rank process's compile
     monkeypatch.setenv("TILEC_CPU_ADVERSARY", "0.2")
-    prog = compile_example(2, schedule, {"M": 128, "N": 64, "K": 64})
+    prog = compile_example(2, schedule, {"M": 128, "N": 64, "K": 64}, claim="on")
     calls = make_calls(prog, 3, seed=5)
     res = spawn(_workers.run_cases, 2, heap_bytes=1 << 24, timeout=600, args=([("c", prog, calls, ())],))
     for i, per_rank in enumerate(calls):

@@ -72,7 +72,7 @@ class FakeHeap:
 
 
 def _setup(monkeypatch, regs, shared, schedule="fused-push", major=None, example="examples/flash_decode.tile",
-           dims=None, world=1, fails=None):
+           dims=None, world=1, fails=None, pdl=None):
     props = SimpleNamespace(multi_processor_count=132, regs_per_multiprocessor=65536,
                             shared_memory_per_multiprocessor=228 * 1024, max_threads_per_multi_processor=2048)
     if major is not None:
@@ -83,7 +83,7 @@ def _setup(monkeypatch, regs, shared, schedule="fused-push", major=None, example
     mod = prog.module
     fakes = [FakeKernel(k.__name__, regs, shared, fails=k.__name__ == fails) for k, *_ in mod.KERNELS]
     monkeypatch.setattr(mod, "KERNELS", [(f, *rest) for f, (_k, *rest) in zip(fakes, mod.KERNELS, strict=True)])
-    ctx = LaunchContext(FakeHeap(), timeout_ns=10)
+    ctx = LaunchContext(FakeHeap(), timeout_ns=10, pdl=pdl)
     bufs = {n: torch.zeros(1) for n in list(mod.TENSORS) + list(mod.FLAGS) + ["ERR", "EPOCH"]}
     return mod, fakes, ctx, bufs
 
@@ -143,19 +143,18 @@ def test_a_kernel_that_does_not_compile_is_the_error(monkeypatch):
         launch.warmup(ctx, mod, bufs)
 
 
-@pytest.mark.parametrize(("example", "schedule", "major", "env", "pdl"), [
-    ("examples/flash_decode.tile", "bsp", 9, "1", True),  # kernels one after another on sm_90: every one
-    ("examples/flash_decode.tile", "fused-push", 9, "1", True),
-    ("examples/flash_decode.tile", "bsp", 8, "1", False),  # no griddepcontrol before sm_90
-    ("examples/flash_decode.tile", "bsp", 9, "0", False),  # TILEC_PDL=0
-    ("examples/ag_gemm.tile", "flags", 9, "1", False),  # a concurrent pair: never launched early
+@pytest.mark.parametrize(("example", "schedule", "major", "option", "pdl"), [
+    ("examples/flash_decode.tile", "bsp", 9, None, True),  # kernels one after another on sm_90: every one
+    ("examples/flash_decode.tile", "fused-push", 9, None, True),
+    ("examples/flash_decode.tile", "bsp", 8, None, False),  # no griddepcontrol before sm_90
+    ("examples/flash_decode.tile", "bsp", 9, False, False),  # pdl=False
+    ("examples/ag_gemm.tile", "flags", 9, None, False),  # a concurrent pair: never launched early
 ])
-def test_programmatic_dependent_launch(monkeypatch, example, schedule, major, env, pdl):
-    monkeypatch.setenv("TILEC_PDL", env)
+def test_programmatic_dependent_launch(monkeypatch, example, schedule, major, option, pdl):
     dims = dict(M=64, N=64, K=64, BM=32, BN=32, BK=32) if "ag_gemm" in example else None
     # world 2 for flags: at world 1 local-in-place leaves ag_gemm's gemm alone (no concurrent pair)
     mod, fakes, ctx, bufs = _setup(monkeypatch, 64, 16 * 1024, schedule=schedule, major=major, example=example,
-                                   dims=dims, world=2 if schedule == "flags" else 1)
+                                   dims=dims, world=2 if schedule == "flags" else 1, pdl=option)
     launch.warmup(ctx, mod, bufs)
     assert all(f.pdl and set(f.pdl) == {pdl} for f in fakes)
     monkeypatch.setattr(ctx, "stream", lambda i: contextlib.nullcontext())  # no CUDA streams here

@@ -1,4 +1,4 @@
-"""Argument helpers shared by the subcommands (-D NAME=INT, --world)."""
+"""Argument helpers shared by the subcommands (-D NAME=INT, --world, the compile options' flags)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 
+from tilec import settings
 from tilec.errors import TilecError
 
 
@@ -38,6 +39,28 @@ def _world(args) -> int:
     if not env.strip().isdigit() or not 1 <= int(env) <= MAX_WORLD:
         raise ArgumentError(f"WORLD_SIZE={env!r}: must be an integer >= 1 and <= {MAX_WORLD}")
     return int(env)
+
+
+def _option_flags(g) -> None:
+    """The flags of settings.OPTIONS: every command that compiles programs takes them (bench and tune pass them to
+    every program they time, and key its measured times by them)."""
+    g.add_argument("--fold", choices=("on", "off"), help="fused-push and specialized end with fold-last (on)")
+    g.add_argument("--pdl", choices=("on", "off"), help="programmatic dependent launch between kernels (on)")
+    g.add_argument("--wait-sleep-ns", type=int, metavar="NS", help="a spinning wait sleeps between polls (0)")
+    g.add_argument("--programs-per-sm", type=int, metavar="N", help="most programs of a persistent kernel per SM (2)")
+    g.add_argument("--dma-streams", type=int, metavar="N", help="side streams of the copy engines' chunks (4)")
+    g.add_argument("--wait-timeout", type=float, metavar="SECONDS", help="one flag wait's limit (60)")
+    g.add_argument("--claim", choices=("auto", "on", "off"),
+                   help="persistent loops take tasks from a counter (auto: under MPS)")
+
+
+def _option_values(args) -> dict:
+    """The settings.OPTIONS values the command line gave (the others left out: their defaults)."""
+    switch = {"on": True, "off": False, None: None}
+    given = {"fold": switch[getattr(args, "fold", None)], "pdl": switch[getattr(args, "pdl", None)],
+             **{k: getattr(args, k, None) for k in ("wait_sleep_ns", "programs_per_sm", "dma_streams", "wait_timeout",
+                                                    "claim")}}
+    return settings.given_options(given)
 
 
 def transport_arg(text: str) -> str:

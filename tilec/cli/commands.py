@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 
-from tilec.cli.args import _dims, _world, run_command, transport_arg
+from tilec.cli.args import _dims, _option_flags, _option_values, _world, run_command, transport_arg
 from tilec.errors import TilecError
 from tilec.passes.names import DESCRIPTIONS, PASS_NAMES, SCHEDULES, TRANSPORTS
 
@@ -52,29 +52,19 @@ def _common(p: argparse.ArgumentParser, schedule: bool = True) -> None:
 
 
 def _settings(p: argparse.ArgumentParser, backend: bool = True) -> None:
-    """The compile options whose defaults are TILEC_* environment variables (tilec/settings.py, README's table), and
-    the backend's (backend=False: the command's own --backend picks the heap, and nvshmem the kernels' backend)."""
-    g = p.add_argument_group("compile options (default: the TILEC_* variable, else the value in brackets)")
+    """The compile options (tilec.compile's keywords, tilec/settings.py OPTIONS) and the backend's (backend=False: the
+    command's own --backend picks the heap, and nvshmem the kernels' backend)."""
+    g = p.add_argument_group("compile options (default: the value in brackets)")
     if backend:
         g.add_argument("--backend", choices=("iris", "nvshmem"), help="how kernels reach peers (iris; nvshmem: "
                        "torch symmetric memory, peers off the node by puts and gets, docs/SCALE.md)")
     g.add_argument("--ranks-per-node", type=int, metavar="N", help="ranks of one node, reached by pointer (the "
                    "world; fewer: backend nvshmem)")
-    g.add_argument("--fold", choices=("on", "off"), help="fused-push and specialized end with fold-last (on)")
-    g.add_argument("--pdl", choices=("on", "off"), help="programmatic dependent launch between kernels (on)")
-    g.add_argument("--wait-sleep-ns", type=int, metavar="NS", help="a spinning wait sleeps between polls (0)")
-    g.add_argument("--programs-per-sm", type=int, metavar="N", help="most programs of a persistent kernel per SM (2)")
-    g.add_argument("--dma-streams", type=int, metavar="N", help="side streams of the copy engines' chunks (4)")
-    g.add_argument("--wait-timeout", type=float, metavar="SECONDS", help="one flag wait's limit (60)")
-    g.add_argument("--claim", choices=("auto", "on", "off"),
-                   help="persistent loops take tasks from a counter (auto: under MPS)")
+    _option_flags(g)
 
 
 def _setting_values(args) -> dict:
-    switch = {"on": True, "off": False, None: None}
-    return {"fold": switch[getattr(args, "fold", None)], "pdl": switch[getattr(args, "pdl", None)],
-            **{k: getattr(args, k, None) for k in ("wait_sleep_ns", "programs_per_sm", "dma_streams", "wait_timeout",
-                                                   "claim", "ranks_per_node")},
+    return {**_option_values(args), "ranks_per_node": getattr(args, "ranks_per_node", None),
             "backend": _kernel_backend(getattr(args, "backend", None), getattr(args, "ranks_per_node", None))}
 
 
@@ -180,7 +170,7 @@ def _ranked(args, world: int, device: str | None = None, kernels: dict | None = 
 
 
 def _show_schedules(args) -> int:
-    bound, rows = _ranked(args, _world(args))
+    bound, rows = _ranked(args, _world(args), kernels=_option_values(args) or None)
     print(f"schedules for {args.program}, world {_world(args)}, "
           + " ".join(f"{k}={v}" for k, v in bound.dims)
           + " (best first; `tilec tune` and `tilec bench` record measured times)")
@@ -254,7 +244,7 @@ def _auto_pick(args, backend: str, world: int, torchrun: bool) -> str:
     from tilec.perf.measure import kernel_backend
     from tilec.perf.trials import run_trials
 
-    kernels = kernel_backend(backend, args.ranks_per_node) or None
+    kernels = kernel_backend(backend, args.ranks_per_node, _option_values(args)) or None
     _bound, rows = _ranked(args, world, CPU_KEY if backend == "cpu" else None, kernels)  # the times of what runs
     measured = all(r["measured_us"] is not None for r in rows)
     if not measured and (args.trials or backend != "cpu"):
@@ -263,7 +253,8 @@ def _auto_pick(args, backend: str, world: int, torchrun: bool) -> str:
         else:
             print(f"tilec run: timing {len(rows)} schedule(s) briefly to pick one (tilec tune)", flush=True)
             trials = run_trials(args.program, world, _dims(args.dims), backend=backend,
-                                granularity=args.granularity, ranks_per_node=args.ranks_per_node)
+                                granularity=args.granularity, ranks_per_node=args.ranks_per_node,
+                                options=_option_values(args))
             best = next((t for t in trials if t.measured_us is not None), None)
             if best is not None:
                 return best.schedule
@@ -279,7 +270,8 @@ def _auto_backend(args, backend: str, world: int) -> str:
     from tilec.perf.measure import kernel_backend
 
     bound = _bound(args, world)
-    _kernels, why = backend_pick(bound.source, world, dict(bound.dims), kernel_backend(backend, args.ranks_per_node))
+    _kernels, why = backend_pick(bound.source, world, dict(bound.dims),
+                                 kernel_backend(backend, args.ranks_per_node, _option_values(args)))
     if why is None:
         return backend
     print(f"tilec run: {why}", file=sys.stderr)
@@ -365,7 +357,7 @@ def cmd_bench(args) -> int:
         ensure_dir(args.out)
     tune = True if args.tune else False if args.no_tune else None  # None: tune GEMMs, not decode
     rows = run_bench(args.program, _world(args), args.shapes, schedules, args.dtype, args.iters, tune, args.out,
-                     args.backend, args.ranks_per_node)
+                     args.backend, args.ranks_per_node, _option_values(args))
     from tilec.perf.bench import not_run, wrong_rows
 
     missing = not_run(schedules or (), rows)
@@ -393,13 +385,14 @@ def cmd_tune(args) -> int:
         import tilec
         from tilec.runtime import from_env
 
-        base = tilec.compile(args.program, world, "bsp", dims, granularity=args.granularity, retype=retype)
+        base = tilec.compile(args.program, world, "bsp", dims, granularity=args.granularity, retype=retype,
+                             **_option_values(args))
         heap = from_env(backend, args.heap_mb << 20 if args.heap_mb else 4 * heap_bytes_for(base))
         say = print if heap.rank == 0 else (lambda *a, **k: None)
         say(f"tilec tune {args.program}: world {world}, {where}, torchrun, {args.iters} timed calls each", flush=True)
         try:
             trials = trial_rank(heap, args.program, dims, args.iters, granularity=args.granularity, retype=retype,
-                                log=say, ranks_per_node=args.ranks_per_node)
+                                log=say, ranks_per_node=args.ranks_per_node, options=_option_values(args))
         finally:
             heap.close()
     else:
@@ -407,7 +400,8 @@ def cmd_tune(args) -> int:
         say(f"tilec tune {args.program}: world {world}, {where}, {args.iters} timed calls each", flush=True)
         trials = run_trials(args.program, world, dims, backend=backend, iters=args.iters,
                             granularity=args.granularity, retype=retype,
-                            heap_bytes=args.heap_mb << 20 if args.heap_mb else None, ranks_per_node=args.ranks_per_node)
+                            heap_bytes=args.heap_mb << 20 if args.heap_mb else None, ranks_per_node=args.ranks_per_node,
+                            options=_option_values(args))
     best = next((t for t in trials if t.measured_us is not None), None)
     for t in trials:
         if t.measured_us is None:
@@ -469,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ranks-per-node", type=_positive, default=None, metavar="N",
                    help="time backend nvshmem's kernels for nodes of N ranks (default: one node)")
     p.add_argument("--iters", type=_positive, default=5, help="timed calls per schedule (default 5)")
+    _option_flags(p.add_argument_group("compile options of every schedule timed (default: the value in brackets)"))
     p.add_argument("--dtype", default="f16", choices=("f16", "bf16", "f32"), help="build the program in this dtype")
     p.add_argument("--heap-mb", type=_positive, default=None, help="symmetric heap size per rank")
     p.set_defaults(fn=cmd_tune)
@@ -494,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="compile backend nvshmem's kernels for nodes of N ranks (default: one node; on --backend cpu "
                    "it runs those kernels on the CPU emulation)")
     p.add_argument("--out", default=None, help="results folder (default: benchmarks/results/<machine>)")
+    _option_flags(p.add_argument_group("compile options of every schedule timed (default: the value in brackets)"))
     p.set_defaults(fn=cmd_bench)
     from tilec.cli.taxes import add_parser as add_taxes
 

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tilec.cli.args import run_command, transport_arg
+from tilec.cli.args import _option_flags, run_command, transport_arg
 from tilec.errors import TilecError
 
 
@@ -35,6 +35,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--transport", default="sm", type=transport_arg, metavar="MODE",
                    help="who moves the tiles of copy stages: sm, dma, auto (both: SCHEDULE and SCHEDULE+dma rows, as"
                    " --schedule auto weighs them) or STAGE=MODE,... (default sm)")
+    _option_flags(p.add_argument_group("compile options of every schedule (default: the value in brackets)"))
     p.set_defaults(fn=cmd_taxes)
     p = subparsers.add_parser("calibrate", help="measure this GPU's rates into a machine file for `tilec taxes`")
     p.add_argument("-o", "--output", default="machine.json", help="where to write it (default: machine.json)")
@@ -42,7 +43,7 @@ def add_parser(subparsers) -> None:
 
 
 def cmd_taxes(args) -> int:
-    from tilec.cli.args import _dims, _world
+    from tilec.cli.args import _dims, _option_values, _world
     from tilec.perf.auto import default_machine
     from tilec.perf.bench import measured_tiles
     from tilec.perf.measure import gpu_sharing, sharing_note
@@ -60,7 +61,7 @@ def cmd_taxes(args) -> int:
     dims, launch, tiles = _dims(args.dims), {"num_warps": args.num_warps, "num_stages": args.num_stages}, ""
     if measure or (args.timeline and gpu_count() > 0):  # time the tiles a GPU run would use, not the defaults
         dims, launch, tiles = measured_tiles(args.program, world, dims, launch)
-    launch = {k: v for k, v in launch.items() if v is not None}
+    launch = {**{k: v for k, v in launch.items() if v is not None}, **_option_values(args)}
     args.resolved = (dims, launch)
     rows = taxes(args.program, world, dims, machine, granularity=args.granularity, measure=measure,
                  launch={**launch, "transport": "sm" if args.transport == "auto" else args.transport})

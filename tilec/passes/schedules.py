@@ -1,8 +1,8 @@
 """Schedules are pipelines of passes. `lower` (passes/lower.py) always runs first, before the schedule's own passes;
 the verifier runs after every pass, lower included.
 
-fused-push and specialized end with fold-last; fold=False (`tilec.compile(..., fold=False)`, whose default
-TILEC_FOLD=0 sets) leaves it out: an A/B switch for measuring the tail."""
+fused-push and specialized end with fold-last; fold=False (`tilec.compile(..., fold=False)`, `--fold off`)
+leaves it out: an A/B switch for measuring the tail."""
 
 from __future__ import annotations
 

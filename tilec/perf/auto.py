@@ -95,11 +95,11 @@ def _path() -> Path:
 def key(source: str, world: int, dims: dict[str, int], device: str | None = None,
         options: settings.Options | None = None, kernels: dict | None = None) -> str:
     """The cache key of a program, shape and world on `device` (default: this process's GPU, else CPU_KEY), built
-    with `options` (default: the TILEC_* variables' now, which the bench compiles with): times measured with other
-    options (`TILEC_FOLD=0 tilec bench`) land under a key of their own, never under the default program's."""
+    with `options` (default: the compile options in `kernels`, tilec.perf.measure.kernel_backend's): times measured
+    with other options (`tilec bench --fold off`) land under a key of their own, never under the default program's."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]
     shape = ",".join(f"{k}={v}" for k, v in sorted(dims.items()))
-    opts = options if options is not None else settings.options()
+    opts = options if options is not None else settings.options(**settings.given_options(kernels))
     built = "" if opts == settings.Options() else f"|{opts.line().removeprefix('settings: ')}"
     return f"{digest}|w{world}|{shape}|{device or this_device()}{built}{backend_suffix(kernels, world)}"
 
@@ -127,12 +127,13 @@ def backend_pick(source: str, world: int, dims: dict[str, int], kernels: dict | 
                  device: str | None = None) -> tuple[dict | None, str | None]:
     """The kernels `--schedule auto` runs: kernels of backend nvshmem on one node give way to Iris's where `tilec
     bench` (or `tilec tune`) measured Iris faster for this program, shape and world on `device` (the best of the
-    variants timed on both); then (None, why). Else (kernels, None): across nodes only NVSHMEM reaches the peers, and
-    without both measurements the backend asked for stays."""
+    variants timed on both); then (Iris's: the compile options of `kernels` alone, or None; why). Else (kernels,
+    None): across nodes only NVSHMEM reaches the peers, and without both measurements the backend asked for stays."""
     if not kernels or kernels.get("backend") != "nvshmem" or (kernels.get("ranks_per_node") or world) < world:
         return kernels, None
     entries = _load()
-    iris = entries.get(key(source, world, dims, device), {}).get("measured", {})
+    iris_kernels = settings.given_options(kernels) or None  # Iris's kernels built with the same options
+    iris = entries.get(key(source, world, dims, device, kernels=iris_kernels), {}).get("measured", {})
     nv = entries.get(key(source, world, dims, device, kernels=kernels), {}).get("measured", {})
     both = set(iris) & set(nv)
     if not both:
@@ -140,8 +141,8 @@ def backend_pick(source: str, world: int, dims: dict[str, int], kernels: dict | 
     best_iris, best_nv = min(both, key=iris.get), min(both, key=nv.get)
     if iris[best_iris] >= nv[best_nv]:
         return kernels, None
-    return None, (f"--schedule auto: backend nvshmem within one node measured {nv[best_nv]:.0f} us ({best_nv}) here,"
-                  f" Iris {iris[best_iris]:.0f} us ({best_iris}): running Iris's kernels on an Iris heap")
+    return iris_kernels, (f"--schedule auto: backend nvshmem within one node measured {nv[best_nv]:.0f} us ({best_nv})"
+                          f" here, Iris {iris[best_iris]:.0f} us ({best_iris}): running Iris's kernels on an Iris heap")
 
 
 def candidates(program, source: str, world: int, dims: dict[str, int], bound_dims: dict[str, int],
@@ -189,7 +190,7 @@ def compile_auto(program, world: int = 1, dims: dict[str, int] | None = None, *,
 
     base = compile_program(program, world, "bsp", dims, granularity=granularity, source=source,
                            retype=options.get("retype"))
-    asked = {k: options[k] for k in ("backend", "ranks_per_node") if options.get(k) is not None}
+    asked = {k: options[k] for k in ("backend", "ranks_per_node", *settings.OPTIONS) if options.get(k) is not None}
     kernels, why = backend_pick(base.program.source, world, dict(base.program.dims), asked or None)
     if why:  # Iris measured faster on one node: its kernels
         options = {k: v for k, v in options.items() if k not in ("backend", "ranks_per_node")}

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from tilec import settings
 from tilec.errors import ScheduleError, TilecError
 from tilec.passes.schedules import SCHEDULES
 from tilec.perf.inputs import bench_inputs, gemm_inputs, gemm_reference
@@ -144,7 +145,8 @@ def _flops(prog_dims: dict, flops_expr: str | None) -> float:
 
 
 def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, schedules: list[str],
-               dtype: str, iters: int, tune: bool, log, ranks_per_node: int | None = None) -> list[dict]:
+               dtype: str, iters: int, tune: bool, log, ranks_per_node: int | None = None,
+               options: dict | None = None) -> list[dict]:
     """Runs on every rank; returns rows (rank 0's are the ones reported). Per shape: the floor, the baselines and
     every schedule, all on the same inputs, each timed by measure.time_op (device time of CUDA graph replays where
     the op can be captured, host time of one eager call) and its output checked."""
@@ -155,7 +157,8 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
     cache = load_tuned()
     found: dict = {}  # configs tuned by this run, merged into the cache at the end
     device = device_key(heap)
-    kernels = kernel_backend(heap.backend, ranks_per_node)  # backend nvshmem on its heap (or with ranks_per_node)
+    # backend nvshmem on its heap (or with ranks_per_node), and the compile options given
+    kernels = kernel_backend(heap.backend, ranks_per_node, options)
     src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12] + backend_suffix(kernels, world)
     all_configs = CPU_CONFIGS if heap.interpret else CONFIGS
     sms = 0 if heap.interpret else torch.cuda.get_device_properties(heap.device).multi_processor_count
@@ -406,13 +409,14 @@ def label_shared_rows(rows: list[dict], world: int, meta: dict) -> None:
 
 def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, dtype: str, iters: int,
               tune: bool | None, out_dir: str | None, backend: str | None,
-              ranks_per_node: int | None = None) -> list[dict]:
+              ranks_per_node: int | None = None, options: dict | None = None) -> list[dict]:
     """Times every schedule of `path` beside the baselines on the named shape sets (comma separated) and writes
     JSON + a plot. The family (GEMM or decode) and so the valid shape sets follow from the program's dims.
     tune: time several tile configs (cached); None: the family's default (GEMM: tune, decode: don't).
     backend: a heap, or several comma separated ("iris,nvshmem": the ranks are started once per backend, every
     schedule timed on each, the rows side by side); ranks_per_node: compile backend nvshmem's kernels for nodes of
-    that many (on an NVSHMEM heap, or on the CPU emulation's)."""
+    that many (on an NVSHMEM heap, or on the CPU emulation's); options: tilec.compile options of every program
+    timed (settings.OPTIONS, e.g. {"fold": False}), recorded in the JSON's meta and in the measured times' keys."""
     from tilec.runtime import default_backend, spawn
 
     backends = backend_list(backend or default_backend(), under_torchrun())
@@ -447,7 +451,7 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
         heap = from_env(backend, heap_bytes)
         world = heap.world
         result = _bench_family(family, heap, path, shape_list, world, schedules, dtype, iters, tune,
-                               log if heap.rank == 0 else lambda *_: None, ranks_per_node)
+                               log if heap.rank == 0 else lambda *_: None, ranks_per_node, options)
         if heap.rank != 0:
             return result["rows"] if family == "decode" else result
         per_backend = {backend: result}
@@ -457,7 +461,8 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
             if len(backends) > 1:
                 log(f"tilec bench: backend {be} ({backends.index(be) + 1} of {len(backends)})")
             results = spawn(_bench_spawned, world, backend=be, heap_bytes=heap_bytes, timeout=3600,
-                            args=(path, shape_list, world, schedules, dtype, iters, tune, family, ranks_per_node))
+                            args=(path, shape_list, world, schedules, dtype, iters, tune, family, ranks_per_node,
+                                  options))
             per_backend[be] = results[0]
     rows = side_by_side({be: r["rows"] if family == "decode" else r for be, r in per_backend.items()}, ranks_per_node)
     skipped = per_backend[backend]["skipped"] if family == "decode" else None
@@ -477,6 +482,8 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
             "floor": "cuBLAS alone on the whole problem on one GPU" if family == "gemm" else
                      "KV bytes per rank / the copy bandwidth measured in the run (+ one NVLink round trip, world > 1)",
             "iters": iters}
+    if settings.given_options(options):  # what every tilec row was compiled with, beyond the defaults
+        meta["options"] = settings.options(**settings.given_options(options)).line().removeprefix("settings: ")
     if family == "decode":
         from tilec.perf.bench_decode import COPY_GBPS, MAX_SPLITS
 
@@ -505,17 +512,20 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
     return rows
 
 
-def _bench_family(family, heap, path, shape_list, world, schedules, dtype, iters, tune, log, ranks_per_node=None):
+def _bench_family(family, heap, path, shape_list, world, schedules, dtype, iters, tune, log, ranks_per_node=None,
+                  options=None):
     if family == "decode":
         from tilec.perf.bench_decode import bench_rank as decode_bench_rank
 
-        return decode_bench_rank(heap, path, shape_list, world, schedules, dtype, iters, tune, log, ranks_per_node)
-    return bench_rank(heap, path, shape_list, world, schedules, dtype, iters, tune, log, ranks_per_node)
+        return decode_bench_rank(heap, path, shape_list, world, schedules, dtype, iters, tune, log, ranks_per_node,
+                                 options)
+    return bench_rank(heap, path, shape_list, world, schedules, dtype, iters, tune, log, ranks_per_node, options)
 
 
-def _bench_spawned(heap, path, shape_list, world, schedules, dtype, iters, tune, family="gemm", ranks_per_node=None):
+def _bench_spawned(heap, path, shape_list, world, schedules, dtype, iters, tune, family="gemm", ranks_per_node=None,
+                   options=None):
     return _bench_family(family, heap, path, shape_list, world, schedules, dtype, iters, tune,
-                         _log if heap.rank == 0 else (lambda *_: None), ranks_per_node)
+                         _log if heap.rank == 0 else (lambda *_: None), ranks_per_node, options)
 
 
 def backend_list(text: str, torchrun: bool) -> list[str]:

@@ -334,7 +334,7 @@ def _wrong(r: DecodeRow, tol: float) -> str:
 
 
 def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, schedules: list[str], dtype: str,
-               iters: int, tune: bool, log, ranks_per_node: int | None = None) -> dict:
+               iters: int, tune: bool, log, ranks_per_node: int | None = None, options: dict | None = None) -> dict:
     """Runs on every rank; returns {"rows": [...], "skipped": [...]} (rank 0's are the ones reported). Every row
     (baselines, references, schedules) on the same Q, K, V, lens, timed by measure.time_op: device time of CUDA
     graph replays where the op can be captured, host time of one eager call; outputs checked."""
@@ -346,7 +346,8 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
     skipped: list[dict] = []
     cache, found = load_tuned(), {}  # found: this run's choices, merged into the cache (locked) at the end
     device = device_key(heap)  # the CPU interpreter's choices never land under a GPU's name
-    kernels = kernel_backend(heap.backend, ranks_per_node)  # backend nvshmem on its heap (or with ranks_per_node)
+    # backend nvshmem on its heap (or with ranks_per_node), and the compile options given
+    kernels = kernel_backend(heap.backend, ranks_per_node, options)
     src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12] + backend_suffix(kernels, world)
     retype = {"f16": dtype} if dtype != "f16" else None
     stem = Path(path).stem
@@ -363,7 +364,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
 
     def compile_(s, dims, cfg):
         return tilec.compile(path, world=world, schedule=s, retype=retype, num_warps=NUM_WARPS,
-                             num_stages=NUM_STAGES, dims={**dims, **cfg}, wait_timeout=wait_timeout, **kernels)
+                             num_stages=NUM_STAGES, dims={**dims, **cfg}, **{"wait_timeout": wait_timeout, **kernels})
 
     def time_prog(prog, data, n, final):
         """(Timing, O, bsp's local phase alone in seconds or None, heap bytes); short (no graph, no local phase)

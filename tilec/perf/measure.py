@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from tilec import settings
+
 CPU_KEY = "cpu-interpreter"  # measurements of the CPU emulation: kept apart from every GPU's
 
 
@@ -27,13 +29,14 @@ def device_key(heap) -> str:
     return CPU_KEY if heap.interpret else torch.cuda.get_device_name(heap.device)
 
 
-def kernel_backend(heap_backend: str, ranks_per_node: int | None = None) -> dict:
-    """The backend options of the kernels a bench, trial or auto pick compiles for a heap of `heap_backend`: backend
-    nvshmem on an NVSHMEM heap, or wherever ranks_per_node is given (the CPU emulation runs those kernels too); none
-    (Iris's kernels) else."""
+def kernel_backend(heap_backend: str, ranks_per_node: int | None = None, options: dict | None = None) -> dict:
+    """The tilec.compile keywords of the kernels a bench, trial or auto pick compiles for a heap of `heap_backend`:
+    backend nvshmem on an NVSHMEM heap, or wherever ranks_per_node is given (the CPU emulation runs those kernels
+    too), none (Iris's kernels) else; and the compile options given (settings.OPTIONS: fold, pdl, ...)."""
+    given = settings.given_options(options)
     if heap_backend == "nvshmem" or ranks_per_node:
-        return {"backend": "nvshmem", "ranks_per_node": ranks_per_node}
-    return {}
+        return {"backend": "nvshmem", "ranks_per_node": ranks_per_node, **given}
+    return given
 
 
 # what a row measured with ranks sharing a GPU says (gpu_sharing's answer -> label)

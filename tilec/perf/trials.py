@@ -39,16 +39,17 @@ def _max_over_ranks(x: float, world: int) -> float:
 
 def trial_rank(heap, path: str, dims: dict[str, int], iters: int = 5, warmup: int = 2, granularity: str = "auto",
                retype: dict[str, str] | None = None, record: bool = True, log=None,
-               ranks_per_node: int | None = None) -> list[Trial]:
+               ranks_per_node: int | None = None, options: dict | None = None) -> list[Trial]:
     """In every rank: time each legal schedule (model order) for `iters` calls; returns the trials, fastest
     measured first (the same list on every rank). On an NVSHMEM heap (or with ranks_per_node) the kernels are
-    backend nvshmem's and their times are recorded apart from Iris's (measure.kernel_backend)."""
+    backend nvshmem's and their times are recorded apart from Iris's (measure.kernel_backend); options: tilec.compile
+    options of every variant (settings.OPTIONS), whose times are recorded under a key of their own."""
     import tilec
     from tilec.perf.auto import candidates, compile_variant, device_key, key, record_measured
     from tilec.perf.inputs import bench_inputs
     from tilec.perf.measure import kernel_backend, progress, time_program
 
-    kernels = kernel_backend(heap.backend, ranks_per_node)
+    kernels = kernel_backend(heap.backend, ranks_per_node, options)
     base = tilec.compile(path, heap.world, "bsp", dims, granularity=granularity, retype=retype, **kernels)
     source = base.program.source  # the auto cache is keyed by the program text, as `tilec bench` records it
     device = device_key(heap)  # the CPU emulation's times have their own key, never read for a GPU
@@ -84,15 +85,15 @@ def trial_rank(heap, path: str, dims: dict[str, int], iters: int = 5, warmup: in
     return sorted(out, key=lambda t: (t.measured_us is None, t.measured_us or 0.0))
 
 
-def _spawned(heap, path, dims, iters, warmup, granularity, retype, ranks_per_node=None):
+def _spawned(heap, path, dims, iters, warmup, granularity, retype, ranks_per_node=None, options=None):
     return trial_rank(heap, path, dims, iters, warmup, granularity, retype, log=lambda m: print(m, flush=True),
-                      ranks_per_node=ranks_per_node)
+                      ranks_per_node=ranks_per_node, options=options)
 
 
 def run_trials(path: str, world: int, dims: dict[str, int], *, backend: str = "cpu", iters: int = 5,
                warmup: int = 2, granularity: str = "auto", retype: dict[str, str] | None = None,
                heap_bytes: int | None = None, timeout: float = 1800.0,
-               ranks_per_node: int | None = None) -> list[Trial]:
+               ranks_per_node: int | None = None, options: dict | None = None) -> list[Trial]:
     """Spawns `world` ranks on `backend` and runs trial_rank in each; returns rank 0's trials."""
     import tilec
     from tilec.run_vs_reference import heap_bytes_for
@@ -102,5 +103,5 @@ def run_trials(path: str, world: int, dims: dict[str, int], *, backend: str = "c
         base = tilec.compile(path, world, "bsp", dims, granularity=granularity, retype=retype)
         heap_bytes = 4 * heap_bytes_for(base)
     res = spawn(_spawned, world, backend=backend, heap_bytes=heap_bytes, timeout=timeout,
-                args=(path, dims, iters, warmup, granularity, retype, ranks_per_node))
+                args=(path, dims, iters, warmup, granularity, retype, ranks_per_node, options))
     return res[0]

@@ -27,7 +27,7 @@ from tilec.codegen.dma import chunk_streams
 
 from .errors import TilecRuntimeError
 
-MAX_STREAMS = settings.value("TILEC_DMA_STREAMS")  # the default (a program's own: LaunchContext.dma_streams)
+MAX_STREAMS = settings.OPTIONS["dma_streams"].default  # the default (a program's own: LaunchContext.dma_streams)
 
 
 def start(ctx, mod, buffers, epoch: int):

@@ -16,7 +16,7 @@ from tilec import settings
 from . import dma
 
 # the default cap (a program's own is tilec.compile(programs_per_sm=); the cost model sizes grids with this one)
-MAX_PROGRAMS_PER_SM = settings.value("TILEC_PROGRAMS_PER_SM")
+MAX_PROGRAMS_PER_SM = settings.OPTIONS["programs_per_sm"].default
 
 # a KERNELS entry: (kernel, tasks, persistent, concurrent, barrier before, share of the programs, program groups,
 # the buffer names the kernel takes first, in order)
@@ -35,7 +35,7 @@ def mps_client() -> bool:
 class LaunchContext:
     """What the launch path needs from the runtime: rank, barrier, heap bases, grid sizes and streams, and what it
     keeps between calls (compiled kernels, occupancy, the last call's launch plan). pdl, programs_per_sm,
-    dma_streams: the program's options (settings.Options; None: the environment's defaults)."""
+    dma_streams: the program's options (settings.Options; None: the defaults)."""
 
     def __init__(self, heap, timeout_ns: int, pdl: bool | None = None, programs_per_sm: int | None = None,
                  dma_streams: int | None = None, claim: str | None = None):

@@ -1,7 +1,8 @@
 """World-1 probe of the short decode steps (8K-16K keys), where SDPA still leads: the free-split example under
 split counts, attend blocks, warps and pipeline stages, each a CUDA graph replay after a reading L2 flush beside
 torch SDPA (enable_gqa) in the same run; and a one-element add as the floor of a replayed graph.
-Usage: python benchmarks/runs/decode_splits/small_probe.py"""
+Usage: python benchmarks/runs/decode_splits/small_probe.py [--pdl on|off]"""
+import argparse
 import os
 
 import torch
@@ -21,11 +22,11 @@ SWEEP = {
     (1, 16, 8, 128, 16384): [(16, 64, 4, 3), (16, 64, 4, 4), (16, 64, 8, 3)],
 }
 
-if os.environ.get("SMALL_SWEEP") == "one":  # the default config at 8K only (with TILEC_PDL=0, say)
+if os.environ.get("SMALL_SWEEP") == "one":  # the default config at 8K only (with --pdl off, say)
     SWEEP = {(1, 16, 8, 128, 8192): [(16, 64, 4, 3)]}
 
 
-def run(heap):
+def run(heap, pdl):
     out = []
     x = torch.zeros(1, device=heap.device)
     t0 = time_op(lambda: x.add_(1), heap, 20, 3)
@@ -44,7 +45,7 @@ def run(heap):
             cd = {**dims, "NS": ns, "L": length, "BS": 1 << (length - 1).bit_length()}
             try:
                 prog = tilec.compile(SPLITS, world=1, schedule="fused-push", retype={"f16": "bf16"}, dims=cd,
-                                     attend_block=blk, num_warps=warps, num_stages=stages)
+                                     attend_block=blk, num_warps=warps, num_stages=stages, pdl=pdl)
                 room = ns * length
                 args = {"Q": q, "K": with_room(k, "bhsd", room), "V": with_room(v, "bhsd", room), "lens": lens,
                         "O": torch.empty_like(q)}
@@ -65,4 +66,7 @@ def run(heap):
 
 
 if __name__ == "__main__":
-    print("\n".join(spawn(run, 1, backend="iris", heap_bytes=1 << 30, timeout=560)[0]), flush=True)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pdl", choices=("on", "off"), default="on", help="programmatic dependent launch (the option)")
+    pdl = ap.parse_args().pdl == "on"
+    print("\n".join(spawn(run, 1, backend="iris", heap_bytes=1 << 30, timeout=560, args=(pdl,))[0]), flush=True)
