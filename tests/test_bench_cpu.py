@@ -139,6 +139,10 @@ def test_decode_paper_sets_and_split_cap():
         assert bench_decode.candidates(dims((1, 16, 8, 128, 8192)), False, True) == [128, 256, 512, 1024]
         assert bench_decode.candidates(dims((1, 12, 8, 128, 1024 * 1024)), False, False) == [16384]
         assert bench_decode.candidates(dims((32, 16, 8, 128, 16384)), False, False) == [16384]
+        # --programs-per-sm 4: twice the resident programs, so half the keys a split (as with 528 above)
+        four = bench_decode.resident_programs(4)
+        assert four == 528 and bench_decode.split_configs(dims((1, 16, 8, 128, 32768)), False, False, False,
+                                                          four) == [{"BS": 1024}]
     for shape in paper:  # every paper shape gets one within the split cap, and tasks for most resident programs
         d = dims(shape)
         bs = bench_decode.default_bs(d, False, 264)

@@ -100,8 +100,12 @@ def key(source: str, world: int, dims: dict[str, int], device: str | None = None
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]
     shape = ",".join(f"{k}={v}" for k, v in sorted(dims.items()))
     opts = options if options is not None else settings.options(**settings.given_options(kernels))
-    built = "" if opts == settings.Options() else f"|{opts.line().removeprefix('settings: ')}"
-    return f"{digest}|w{world}|{shape}|{device or this_device()}{built}{backend_suffix(kernels, world)}"
+    return f"{digest}|w{world}|{shape}|{device or this_device()}{options_suffix(opts)}{backend_suffix(kernels, world)}"
+
+
+def options_suffix(opts: settings.Options) -> str:
+    """A key's part for programs built with other options than the defaults ("" for the defaults' programs)."""
+    return "" if opts == settings.Options() else f"|{opts.line().removeprefix('settings: ')}"
 
 
 def backend_suffix(kernels: dict | None, world: int) -> str:

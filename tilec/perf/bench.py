@@ -150,7 +150,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
     """Runs on every rank; returns rows (rank 0's are the ones reported). Per shape: the floor, the baselines and
     every schedule, all on the same inputs, each timed by measure.time_op (device time of CUDA graph replays where
     the op can be captured, host time of one eager call) and its output checked."""
-    from tilec.perf.auto import backend_suffix, compile_variant
+    from tilec.perf.auto import backend_suffix, compile_variant, options_suffix
     from tilec.perf.bench_baselines import first_baseline, gemm_floor, gemm_ops, gemm_pattern, time_ops
 
     rows: list[Row] = []
@@ -159,7 +159,8 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
     device = device_key(heap)
     # backend nvshmem on its heap (or with ranks_per_node), and the compile options given
     kernels = kernel_backend(heap.backend, ranks_per_node, options)
-    src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12] + backend_suffix(kernels, world)
+    built = options_suffix(settings.options(**settings.given_options(kernels)))  # tuned configs kept apart per build
+    src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12] + built + backend_suffix(kernels, world)
     all_configs = CPU_CONFIGS if heap.interpret else CONFIGS
     sms = 0 if heap.interpret else torch.cuda.get_device_properties(heap.device).multi_processor_count
     retype = {"f16": dtype} if dtype != "f16" else None
@@ -441,7 +442,8 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
     if family == "decode":
         from tilec.perf.bench_decode import prepare
 
-        heap_bytes = prepare(path, shape_list, world, dtype, backend == "cpu")
+        heap_bytes = prepare(path, shape_list, world, dtype, backend == "cpu",
+                             settings.given_options(options).get("programs_per_sm"))
     else:
         heap_bytes = _heap_bytes(shape_list, world, dtype)
     log = _log

@@ -152,13 +152,13 @@ def attn_flops(dims: dict) -> float:
     return 4.0 * dims["B"] * dims["HKV"] * dims["G"] * dims["S"] * dims["D"]
 
 
-def resident_programs() -> int:
+def resident_programs(per_sm: int | None = None) -> int:
     """Programs of a persistent decode kernel resident at once: this GPU's SMs (an H200's 132 without one) times
-    the per-SM cap (TILEC_PROGRAMS_PER_SM, 2), which the example's kernels fit."""
+    the per-SM cap (the programs_per_sm option, 2 by default), which the example's kernels fit."""
     from tilec.program import MAX_PROGRAMS_PER_SM
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 132
-    return sms * MAX_PROGRAMS_PER_SM
+    return sms * (per_sm or MAX_PROGRAMS_PER_SM)
 
 
 def default_bs(dims: dict, interpret: bool, slots: int | None = None) -> int:
@@ -189,10 +189,10 @@ def default_bs(dims: dict, interpret: bool, slots: int | None = None) -> int:
     return best[1] if best else bs // 2
 
 
-def candidates(dims: dict, interpret: bool, tune: bool) -> list[int]:
+def candidates(dims: dict, interpret: bool, tune: bool, slots: int | None = None) -> list[int]:
     if interpret:
         return [CPU_BS]
-    bs = default_bs(dims, interpret)
+    bs = default_bs(dims, interpret, slots)
     if not tune:
         return [bs]
     return [c for c in (bs // 4, bs // 2, bs, bs * 2) if MIN_BS <= c <= dims["S"]]
@@ -240,12 +240,13 @@ def ranked_splits(dims: dict, interpret: bool, slots: int | None = None, sms: in
     return [split_of(ns, length) for _c, ns, length in costed] or [split_of(1, s)]
 
 
-def split_configs(dims: dict, interpret: bool, tune: bool, free: bool) -> list[dict]:
+def split_configs(dims: dict, interpret: bool, tune: bool, free: bool, slots: int | None = None) -> list[dict]:
     """The split configs a schedule is timed with: the default, and with --tune its neighbours (BS / 4 .. BS * 2 of
-    a power-of-two program; the three cheapest split counts by ranked_splits of a free-split one)."""
+    a power-of-two program; the three cheapest split counts by ranked_splits of a free-split one); slots: resident
+    programs (default resident_programs())."""
     if not free:
-        return [{"BS": bs} for bs in candidates(dims, interpret, tune)]
-    return ranked_splits(dims, interpret)[:3 if tune else 1]
+        return [{"BS": bs} for bs in candidates(dims, interpret, tune, slots)]
+    return ranked_splits(dims, interpret, slots)[:3 if tune else 1]
 
 
 def split_text(cfg: dict) -> str:
@@ -339,7 +340,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
     (baselines, references, schedules) on the same Q, K, V, lens, timed by measure.time_op: device time of CUDA
     graph replays where the op can be captured, host time of one eager call; outputs checked."""
     import tilec
-    from tilec.perf.auto import backend_suffix
+    from tilec.perf.auto import backend_suffix, options_suffix
     from tilec.perf.bench_baselines import decode_ops, first_baseline, time_ops
 
     rows: list[DecodeRow] = []
@@ -348,11 +349,13 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
     device = device_key(heap)  # the CPU interpreter's choices never land under a GPU's name
     # backend nvshmem on its heap (or with ranks_per_node), and the compile options given
     kernels = kernel_backend(heap.backend, ranks_per_node, options)
-    src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12] + backend_suffix(kernels, world)
+    built = options_suffix(settings.options(**settings.given_options(kernels)))  # tuned configs kept apart per build
+    src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12] + built + backend_suffix(kernels, world)
     retype = {"f16": dtype} if dtype != "f16" else None
     stem = Path(path).stem
     tol = TOLERANCE.get(dtype, 1e-2)
     wait_timeout = 60.0 if heap.interpret else WAIT_TIMEOUT_S
+    slots = None if heap.interpret else resident_programs(kernels.get("programs_per_sm"))  # the splits fill these
     per_sm: dict[str, int] = {}  # schedule -> programs per SM of its persistent kernels (LaunchContext.fit)
     bar = progress(len(shapes) * (len(schedules) + 1), "bench", log if heap.rank == 0 else None)
     rtt = link_rtt_us(heap, world, iters)
@@ -403,7 +406,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
         shape_rows: list[DecodeRow] = []
 
         mark = heap.mark()
-        cfg0 = split_configs(dims, heap.interpret, False, free)[0]
+        cfg0 = split_configs(dims, heap.interpret, False, free, slots)[0]
         layout = kv_layout(_declared_shape(path, world, dims, "K", cfg0), {**dims, "S": kv_room({**dims, **cfg0})})
         q, k, v, lens = make_inputs(dims, world, heap.rank, dtype, heap.device, layout=layout)
         data = {"Q": q, "K": k, "V": v, "lens": lens}
@@ -433,7 +436,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
             entry = cache.get(key, {})
             cached = entry.get("split") or ({"BS": entry["BS"]} if "BS" in entry and not free else None)
             cands = [cached] if cached and not _too_many_splits(dims["S"], cached) else split_configs(
-                dims, heap.interpret, tune, free)
+                dims, heap.interpret, tune, free, slots)
             too_many = [r for r in map(lambda c: _too_many_splits(dims["S"], c), cands) if r]
             cands = [c for c in cands if not _too_many_splits(dims["S"], c)]
             if not cands:
@@ -522,10 +525,11 @@ def link_rtt_us(heap, world: int, iters: int) -> float | None:
     return time_op(lambda: dist.all_gather_into_tensor(y, x, group=grp), heap, max(20, iters), 3).device_us
 
 
-def prepare(path: str, shapes: list[tuple[int, ...]], world: int, dtype: str, interpret: bool) -> int:
+def prepare(path: str, shapes: list[tuple[int, ...]], world: int, dtype: str, interpret: bool,
+            per_sm: int | None = None) -> int:
     """Checks the program against the decode contract (before any rank starts) and returns the heap each rank
     needs: the largest program's internal buffers and symmetric tensors over the shapes and the tile sizes that
-    may run (inputs live in ordinary device memory)."""
+    may run (inputs live in ordinary device memory); per_sm: the programs_per_sm option the splits are sized for."""
     from tilec.api import _retype
     from tilec.frontend.parser import parse_file
     from tilec.frontend.sema import check
@@ -538,11 +542,12 @@ def prepare(path: str, shapes: list[tuple[int, ...]], world: int, dtype: str, in
     worst = 0
     for shape in shapes:
         dims = shape_dims(shape)
-        cfgs = split_configs(dims, interpret, True, free_splits(ast))
+        slots = None if interpret else resident_programs(per_sm)
+        cfgs = split_configs(dims, interpret, True, free_splits(ast), slots)
         cfgs = [c for c in cfgs if not _too_many_splits(dims["S"], c)]
         # the most splits: the most partials to hold
         bound = check(ast, world, {**dims, **(max(cfgs, key=lambda c: split_count(dims["S"], c)) if cfgs
-                                              else split_configs(dims, interpret, False, free_splits(ast))[0])})
+                                              else split_configs(dims, interpret, False, free_splits(ast), slots)[0])})
         check_signature(bound, path)
         if cfgs:
             worst = max(worst, sum(math.prod(t.shape) * esz[t.dtype] for t in bound.tensors
