@@ -51,3 +51,21 @@ def test_tune_under_torchrun_records_every_schedule(tmp_path, per_node):
     n = int(re.search(r"\[1/(\d+)\]", res.stdout).group(1))
     assert n == (5 if per_node else 7) and ("flags+dma" in res.stdout) == (not per_node), res.stdout
     assert res.stdout.count("measured ") == n and "fastest measured:" in res.stdout, res.stdout
+
+
+@pytest.mark.slow
+def test_bench_under_torchrun_across_nodes_with_options(tmp_path):
+    """`torchrun ... tilec bench --ranks-per-node 1 --fold off`: each rank builds its heap over the process group,
+    times backend nvshmem's kernels (off-node puts and gets on the CPU emulation) built without fold-last, and rank 0
+    writes rows that match the reference and say what they were built with."""
+    import json
+
+    res = _torchrun("bench", "examples/ag_gemm.tile", "--backend", "cpu", "--ranks-per-node", "1", "--shapes", "small",
+                    "--schedules", "bsp,fused-push", "--no-tune", "--iters", "1", "--fold", "off", "--out",
+                    str(tmp_path / "out"), env={"TILEC_CACHE": str(tmp_path / "cache")})
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    js = json.loads((tmp_path / "out" / "ag_gemm_small_bf16.json").read_text())
+    assert "fold=off" in js["meta"]["options"]
+    ours = [r for r in js["rows"] if r["kind"] == "tilec"]
+    assert {r["name"] for r in ours} == {"bsp", "fused-push"} and len(ours) == 2 * len({str(r["shape"]) for r in ours})
+    assert all(r["kernels"] == "nvshmem" and r["ranks_per_node"] == 1 and r["rel_err"] < 0.02 for r in ours), ours
