@@ -100,7 +100,7 @@ def example_gemm_ar(ins, r):
 NOT_APPLICABLE = {
     ("chain", "fused-pull"): ["fused-pull does not apply", "'gather'", "'Y'"],
     ("push_scale", "fused-pull"): ["fused-pull does not apply", "'Ag' is not a buffer written only locally by stage "
-                                   "'push'"],
+                                   "'push' (tests/programs/push_scale.tile:10:9)"],
     ("elementwise", "fused-pull"): ["fused-pull does not apply", "no stage is a pure tile copy"],
     ("elementwise", "fused-push"): ["fused-push does not apply", "no stage is a pure tile copy"],
     ("elementwise", "specialized"): ["specialized does not apply", "data-movement stage"],
@@ -116,10 +116,10 @@ NOT_APPLICABLE = {
     ("rewrite", "fused-push"): ["fused-push does not apply", "no stage is a pure tile copy"],
     ("rewrite", "specialized"): ["'C' is written by stages 'first' and 'again'"],
     ("ag_gemm_local", "fused-push"): ["fused-push does not apply", "'Ag' is not symmetric, so peers cannot store into "
-                                      "it"],
+                                      "it (stage 'gather', tests/programs/ag_gemm_local.tile:11:9)"],
     ("examples/gemm_rs", "fused-pull"): ["fused-pull does not apply", "no stage is a pure tile copy"],
-    ("examples/gemm_ar", "fused-pull"): ["fused-pull does not apply", "stage 'gather' copies 'Cs', which the program "
-                                         "computes"],
+    ("examples/gemm_ar", "fused-pull"): ["fused-pull does not apply", "stage 'gather' (examples/gemm_ar.tile:20:9) "
+                                         "copies 'Cs', which the program computes"],
 }
 
 

@@ -116,7 +116,8 @@ def test_reversed_push_is_a_push_under_fused_pull_too():
     """fused-pull refuses the hand-written push for what it is (a push), not for its order."""
     from tilec.errors import ScheduleError
 
-    with pytest.raises(ScheduleError, match="'Ag' is not a buffer written only locally by stage 'push'"):
+    located = r"'Ag' is not a buffer written only locally by stage 'push' \(\S+\.tile:\d+:\d+\)"
+    with pytest.raises(ScheduleError, match=located):
         compile_program("push_reversed", 2, "fused-pull")
 
 

@@ -74,11 +74,11 @@ class FuseComm(Pass):
             computed = [x.value.access.tensor for x in cp.body
                         if payload_of(g, tid(x.value.access.tensor)).kind != "in"]
             if computed:
-                why.append(f"stage '{cp.name}' copies '{computed[0]}', which the program computes; pulling it"
-                           " straight from the peers would need flags on it (use fused-push or flags)")
+                why.append(f"stage '{cp.name}' ({cp.loc}) copies '{computed[0]}', which the program computes; pulling"
+                           " it straight from the peers would need flags on it (use fused-push or flags)")
                 continue
             if len(cp.body) > 1:
-                why.append(f"stage '{cp.name}' copies several tensors (fused-pull fuses one-tensor copies)")
+                why.append(f"stage '{cp.name}' ({cp.loc}) copies several tensors (fused-pull fuses one-tensor copies)")
                 continue
             cnt = counted_loop(cp.loops)
             if cnt is not None:  # a pull reads the source for every row, the copy only rows under the count
@@ -96,7 +96,7 @@ class FuseComm(Pass):
             tb = payload_of(g, tid(buf.tensor))
             writers = [s for s in stages(g) if any(x.access.tensor == buf.tensor for x in s.body)]
             if tb.kind != "buf" or len(writers) != 1 or buf.remote:
-                why.append(f"'{buf.tensor}' is not a buffer written only locally by stage '{cp.name}'")
+                why.append(f"'{buf.tensor}' is not a buffer written only locally by stage '{cp.name}' ({cp.loc})")
                 continue
             loops = {v.name: v for v in cp.loops} | {ME: Var(ME, "me", prog.world, 1, cp.loc)}
             invert(buf, loops, set(), prog.world, f"fused-pull of stage '{cp.name}'")
@@ -112,7 +112,7 @@ class FuseComm(Pass):
                            f" '{via[0]}' ({buf}): a"
                            " pull reads a copy's source by the loop variables that index its tiles (flags and"
                            " fused-push run it)" if via else
-                           f"stage '{cp.name}' writes the same tile from several tasks")
+                           f"stage '{cp.name}' ({cp.loc}) writes the same tile from several tasks")
                 continue
 
             def to_pull(e, buf=buf, src=src, cp=cp):
@@ -147,7 +147,8 @@ class FuseComm(Pass):
             rv = cp.body[0].value.access.rank
             ok = all(st.value.access.rank == rv and not st.access.remote for st in cp.body) and rv in loops
             if not ok:
-                why.append(f"stage '{cp.name}' does not pull from a peer chosen by a rank loop into local tiles")
+                why.append(f"stage '{cp.name}' ({cp.loc}) does not pull from a peer chosen by a rank loop into local"
+                           " tiles")
                 continue
             cnt = counted_loop(cp.loops)
             if cnt is not None:  # the count is the receiving rank's input: a push runs the stage on the sender
@@ -156,14 +157,15 @@ class FuseComm(Pass):
                 continue
             bad = [st.access.tensor for st in cp.body if not payload_of(g, tid(st.access.tensor)).symmetric]
             if bad:
-                why.append(f"'{bad[0]}' is not symmetric, so peers cannot store into it")
+                why.append(f"'{bad[0]}' is not symmetric, so peers cannot store into it (stage '{cp.name}', {cp.loc})")
                 continue
             # a reader with no barrier after the copy relied on the copy being this rank's own earlier task; a push
             # comes from a peer at any time
             racy = _same_phase_readers(g, cp)
             if racy:
-                why.append(f"stage '{racy[0].name}' reads '{racy[1]}' in the phase of stage '{cp.name}' (no barrier"
-                           " between them), so tiles pushed by peers could arrive after it reads them")
+                why.append(f"stage '{racy[0].name}' ({racy[0].loc}) reads '{racy[1]}' in the phase of stage"
+                           f" '{cp.name}' (no barrier between them), so tiles pushed by peers could arrive after it"
+                           " reads them")
                 continue
             turned = peers.transpose(cp.loops, rv, program_of(g).world, ME)  # a peer expression: its inverse
             if turned is None:
