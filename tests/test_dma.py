@@ -152,8 +152,8 @@ def test_per_stage_transport():
     assert [(s.name, s.transport) for s in stages(both.graph)] == [("place", "dma"), ("collect", "sm")]
     assert state_of(compile_program("place_gather_sym", 2, "flags", transport="collect=sm").graph).kernels == \
         state_of(compile_program("place_gather_sym", 2, "flags").graph).kernels
-    with pytest.raises(ScheduleError, match=r"stage 'collect' cannot run on the copy engines: it reads 'S', which a"
-                                            r" stage writes in the same call"):
+    with pytest.raises(ScheduleError, match=r"stage 'collect' \(\S+\.tile:\d+:\d+\) cannot run on the copy engines:"
+                                            r" it reads 'S', which a stage writes in the same call"):
         compile_program("place_gather_sym", 2, "flags", transport="collect=dma")
     with pytest.raises(ScheduleError, match=r"no stage named 'nope' here \(stages: gather, gemm"):
         compile_example(2, "flags", transport="nope=dma")

@@ -132,7 +132,8 @@ class FoldLast(Pass):
                        tuple(others))
         sig = release_signature(arrival, p, world)
         if any(release_signature(arrival.member(t), p, world) != sig for t in read[1:]):
-            raise ScheduleError(f"fold of stage '{c.name}': its reads are not counted by one counter per group")
+            raise ScheduleError(f"fold of stage '{c.name}' ({c.loc}): its reads are not counted by one counter per"
+                                " group")
         return arrival
 
     @staticmethod

@@ -172,8 +172,9 @@ class ReplaceBarriers(Pass):
         if not peers.inputs(counter, loops) <= known:  # a peer the algebra cannot solve: count its tasks instead
             count = peers.tasks_per_value(counter, loops)
             if count is None:
-                raise ScheduleError(f"replace-barriers: the counters of {write} in stage '{p.name}' are bumped by"
-                                    " different numbers of tasks (its peer names some ranks more often than others)")
+                raise ScheduleError(f"replace-barriers: the counters of {write} in stage '{p.name}' ({p.loc}) are"
+                                    " bumped by different numbers of tasks (its peer names some ranks more often than"
+                                    " others)")
         return Flag(name, write.tensor, p.name, write, tuple(key), flag_size(dims), count, self.granularity, p.loc)
 
 
@@ -199,8 +200,9 @@ def _covering_store(p, c, read, prog):
             if regions.uncovered([have], want) is None:
                 return x, f"{t}.{p.name}" + (f".{i}" if i else "")
     except regions.Undecidable as e:
-        raise ScheduleError(f"replace-barriers: cannot prove which store of stage '{p.name}' holds what stage"
-                            f" '{c.name}' reads of {read} ({e}); rewrite as one store per tensor") from None
-    raise ScheduleError(f"replace-barriers: stage '{c.name}' reads {read}, which reaches the elements of several"
-                        f" stores of stage '{p.name}' into '{t}'; one flag is solved from one store: rewrite the read"
-                        " as one per store")
+        raise ScheduleError(f"replace-barriers: cannot prove which store of stage '{p.name}' ({p.loc}) holds"
+                            f" what stage '{c.name}' ({read.loc}) reads of {read} ({e}); rewrite as one store per"
+                            " tensor") from None
+    raise ScheduleError(f"replace-barriers: stage '{c.name}' ({read.loc}) reads {read}, which reaches the elements of"
+                        f" several stores of stage '{p.name}' into '{t}'; one flag is solved from one store: rewrite"
+                        " the read as one per store")

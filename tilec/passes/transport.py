@@ -138,7 +138,7 @@ class Transport(Pass):
             if reason is None:
                 picked.append(s.name)
             elif s.name in per:  # asked for by name: it must go
-                raise ScheduleError(f"transport={self.mode}: stage '{s.name}' cannot run on the copy engines:"
+                raise ScheduleError(f"transport={self.mode}: stage '{s.name}' ({s.loc}) cannot run on the copy engines:"
                                     f" {reason}")
             elif all(isinstance(st.value, Load) for st in s.body):
                 why.append(f"stage '{s.name}': {reason}")
@@ -170,14 +170,15 @@ def one_sender(g: nx.DiGraph, f: Flag) -> Flag:
     split = []
     for write, key in members:
         if ME not in {v for a in write.index for v in a.vars}:
-            raise ScheduleError(f"transport=dma: stage '{p.name}' pushes {write} from every rank into one counter of"
-                                f" flag {f.name}, and its index does not say which rank sent a tile; a copy engine"
-                                " sets a counter, it cannot count senders (use transport=sm for this stage)")
+            raise ScheduleError(f"transport=dma: stage '{p.name}' ({p.loc}) pushes {write} from every rank into one"
+                                f" counter of flag {f.name}, and its index does not say which rank sent a tile; a copy"
+                                " engine sets a counter, it cannot count senders (use transport=sm for this stage)")
         split.append((write, key if ME in key else (*key, ME)))
     dims = invert(split[0][0], loops, set(split[0][1]), world, f"transport=dma for stage '{p.name}'")
     out = replace(f, key=split[0][1], size=flag_size(dims), also=tuple(split[1:]))
     sigs = {release_signature(out.member(w.tensor), p, world) for w, _k in split}
     if len(sigs) > 1:
-        raise ScheduleError(f"transport=dma: stage '{p.name}' shares flag {f.name} between its stores, and with a"
-                            " counter per sending rank they would count different tiles (use transport=sm for it)")
+        raise ScheduleError(f"transport=dma: stage '{p.name}' ({p.loc}) shares flag {f.name} between its stores, and"
+                            " with a counter per sending rank they would count different tiles (use transport=sm for"
+                            " it)")
     return out
