@@ -127,7 +127,11 @@ def test_the_cli_flags_and_show_header(capsys, tmp_path):
     assert first == ("# settings: fold=on pdl=off wait_sleep_ns=0 programs_per_sm=2 dma_streams=2 wait_timeout=60"
                      " claim=auto")
     assert main(["compile", *argv, "--programs-per-sm", "0"]) == 2
-    assert "programs_per_sm=0: expected an integer from 1 to 64" in capsys.readouterr().err
+    assert "--programs-per-sm 0: expected an integer from 1 to 64" in capsys.readouterr().err
+    for cmd in ("bench", "tune"):  # refused before any rank starts, in the flag's words
+        assert main([cmd, AG, "--backend", "cpu", "--wait-timeout", "-1"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("--wait-timeout -1: expected a number above 0") and "rank" not in err, err
 
 
 def test_the_options_reach_the_ptx():

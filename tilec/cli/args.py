@@ -55,12 +55,22 @@ def _option_flags(g) -> None:
 
 
 def _option_values(args) -> dict:
-    """The settings.OPTIONS values the command line gave (the others left out: their defaults)."""
+    """The settings.OPTIONS values the command line gave (the others left out: their defaults), checked here: a bad
+    one is refused naming its flag's option before any rank starts."""
     switch = {"on": True, "off": False, None: None}
     given = {"fold": switch[getattr(args, "fold", None)], "pdl": switch[getattr(args, "pdl", None)],
              **{k: getattr(args, k, None) for k in ("wait_sleep_ns", "programs_per_sm", "dma_streams", "wait_timeout",
                                                     "claim")}}
-    return settings.given_options(given)
+    given = settings.given_options(given)
+    from tilec.errors import ArgumentError
+
+    for opt, v in given.items():
+        try:
+            settings.option(opt, v)
+        except ArgumentError:  # said in the command line's words
+            shown = v if isinstance(v, str) else f"{v:g}"
+            raise ArgumentError(f"--{opt.replace('_', '-')} {shown}: expected {settings.OPTIONS[opt].expect}") from None
+    return given
 
 
 def transport_arg(text: str) -> str:

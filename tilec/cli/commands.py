@@ -346,6 +346,7 @@ def cmd_bench(args) -> int:
     from tilec.perf.bench import run_bench
 
     schedules = args.schedules.split(",") if args.schedules else None
+    options = _option_values(args)
     for s in schedules or ():
         base, plus, transport = s.partition("+")  # SCHEDULE+TRANSPORT, e.g. flags+dma
         if s != "auto" and (base not in SCHEDULES or (plus and transport not in TRANSPORTS)):
@@ -357,7 +358,7 @@ def cmd_bench(args) -> int:
         ensure_dir(args.out)
     tune = True if args.tune else False if args.no_tune else None  # None: tune GEMMs, not decode
     rows = run_bench(args.program, _world(args), args.shapes, schedules, args.dtype, args.iters, tune, args.out,
-                     args.backend, args.ranks_per_node, _option_values(args))
+                     args.backend, args.ranks_per_node, options)
     from tilec.perf.bench import not_run, wrong_rows
 
     missing = not_run(schedules or (), rows)
@@ -378,7 +379,7 @@ def cmd_tune(args) -> int:
 
     backend = args.backend or default_backend()
     retype = {"f16": args.dtype} if args.dtype != "f16" else None
-    world, dims = _world(args), _dims(args.dims)
+    world, dims, options = _world(args), _dims(args.dims), _option_values(args)
     where = {"cpu": "CPU emulation (Triton interpreter: times say nothing about a GPU)",
              "nvshmem": "GPU (NVSHMEM)"}.get(backend, "GPU (Iris)")
     if under_torchrun():  # this process is one rank
@@ -386,13 +387,13 @@ def cmd_tune(args) -> int:
         from tilec.runtime import from_env
 
         base = tilec.compile(args.program, world, "bsp", dims, granularity=args.granularity, retype=retype,
-                             **_option_values(args))
+                             **options)
         heap = from_env(backend, args.heap_mb << 20 if args.heap_mb else 4 * heap_bytes_for(base))
         say = print if heap.rank == 0 else (lambda *a, **k: None)
         say(f"tilec tune {args.program}: world {world}, {where}, torchrun, {args.iters} timed calls each", flush=True)
         try:
             trials = trial_rank(heap, args.program, dims, args.iters, granularity=args.granularity, retype=retype,
-                                log=say, ranks_per_node=args.ranks_per_node, options=_option_values(args))
+                                log=say, ranks_per_node=args.ranks_per_node, options=options)
         finally:
             heap.close()
     else:
@@ -401,7 +402,7 @@ def cmd_tune(args) -> int:
         trials = run_trials(args.program, world, dims, backend=backend, iters=args.iters,
                             granularity=args.granularity, retype=retype,
                             heap_bytes=args.heap_mb << 20 if args.heap_mb else None, ranks_per_node=args.ranks_per_node,
-                            options=_option_values(args))
+                            options=options)
     best = next((t for t in trials if t.measured_us is not None), None)
     for t in trials:
         if t.measured_us is None:
