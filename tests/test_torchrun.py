@@ -69,3 +69,17 @@ def test_bench_under_torchrun_across_nodes_with_options(tmp_path):
     ours = [r for r in js["rows"] if r["kind"] == "tilec"]
     assert {r["name"] for r in ours} == {"bsp", "fused-push"} and len(ours) == 2 * len({str(r["shape"]) for r in ours})
     assert all(r["kernels"] == "nvshmem" and r["ranks_per_node"] == 1 and r["rel_err"] < 0.02 for r in ours), ours
+
+
+def test_nvshmem_without_a_gpu_under_torchrun_says_so():
+    """A rank that builds backend nvshmem's heap under torchrun where no GPU is: NVSHMEM's own message, one line per
+    rank, exit 2 (not Iris's, whose device pick used to run first)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    res = _torchrun("run", "examples/ag_gemm.tile", "--backend", "nvshmem", "-s", "bsp", timeout=300)
+    assert res.returncode != 0
+    said = [ln for ln in res.stderr.splitlines() if "needs a CUDA GPU" in ln]
+    assert len(said) == 2 and all(ln.startswith("backend nvshmem needs a CUDA GPU") for ln in said), res.stderr[-2000:]
+    assert "iris" not in " ".join(said)

@@ -556,7 +556,8 @@ def from_env(backend: str | None = "iris", heap_bytes: int = 1 << 26, *, timeout
 
         torch.cuda.set_device(rank_device(int(os.environ["RANK"])))
 
-    return _in_group(iris_heap, timeout, activate, pick_device)
+    # NVSHMEM's heap picks its GPU itself, after the group exists (and says so when there is none or MPS is missing)
+    return _in_group(iris_heap, timeout, activate, None if backend == "nvshmem" else pick_device)
 
 
 def _in_group(make_heap, timeout: float, activate: bool, before_group=None):
@@ -602,9 +603,9 @@ def from_process_group(group=None, *, backend: str | None = None, heap_bytes: in
     """This process's heap over an existing torch.distributed process group (default: the default group), whatever
     launched the processes (torchrun, a job scheduler, a serving engine): rank and world come from the group, and
     its ranks set the heap up together. Every op of the process then shares this heap (activate=True makes it the
-    active heap). backend: "iris" (GPU, needs the group to be the whole default group: Iris sets itself up over it)
-    or "cpu" (the /dev/shm emulation: every rank on one host, barriers over `group`, gloo); default: iris where a
-    GPU is. The group is the caller's: closing the heap leaves it alone."""
+    active heap). backend: "iris" or "nvshmem" (GPU, needs the group to be the whole default group: each sets itself
+    up over it) or "cpu" (the /dev/shm emulation: every rank on one host, barriers over `group`, gloo); default: iris
+    where a GPU is. The group is the caller's: closing the heap leaves it alone."""
     import torch.distributed as dist
 
     backend = _resolve_backend(backend)
@@ -622,19 +623,19 @@ def from_process_group(group=None, *, backend: str | None = None, heap_bytes: in
         heap = _group_shm_heap(group, heap_bytes, timeout)
     else:
         if dist.get_world_size(group) != dist.get_world_size():
-            raise TilecRuntimeError("the iris backend sets its heap up over the default process group: pass the "
-                                    f"whole group (this one has {dist.get_world_size(group)} of "
+            raise TilecRuntimeError(f"the {backend} backend sets its heap up over the default process group: pass the"
+                                    f" whole group (this one has {dist.get_world_size(group)} of "
                                     f"{dist.get_world_size()} ranks)")
-        import torch
-
-        from .iris_heap import IrisHeap, rank_device
-
-        torch.cuda.set_device(rank_device(dist.get_rank()))
-        if backend == "nvshmem":
+        if backend == "nvshmem":  # it picks its GPU itself (and says so when there is none or MPS is missing)
             from .nvshmem_heap import NvshmemHeap
 
             heap = NvshmemHeap(heap_bytes, timeout=timeout)
         else:
+            import torch
+
+            from .iris_heap import IrisHeap, rank_device
+
+            torch.cuda.set_device(rank_device(dist.get_rank()))
             heap = IrisHeap(heap_bytes, timeout=timeout)
     if activate:
         _install(heap)
