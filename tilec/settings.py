@@ -110,7 +110,7 @@ SETTINGS = {s.name: s for s in (
             "`tilec bench`'s cap on a decode row's split count (0: no cap)"),
 )}
 
-_WARNED: set[tuple[str, str]] = set()
+_WARNED: set[tuple[str, str | None]] = set()  # (variable, bad value), or (variable, None): said once
 
 
 def value(name: str):
