@@ -81,7 +81,9 @@ def test_tune_with_compile_options_keeps_their_times_apart(tmp_path, monkeypatch
     dims = {"M": 32, "N": 32, "K": 32}
     assert cli_main(["tune", AG, "--world", "1", *(x for d, v in dims.items() for x in ("-D", f"{d}={v}")),
                      "--iters", "1", "--backend", "cpu", "--fold", "off", "--wait-timeout", "9"]) == 0
-    picked = capsys.readouterr().out.split("fastest measured: ")[1].split(" ")[0]
+    out = capsys.readouterr().out
+    assert "timed calls each; built with --fold off --wait-timeout 9\n" in out  # the header says so
+    picked = out.split("fastest measured: ")[1].split(" ")[0]
     saved = json.loads((tmp_path / "auto.json").read_text())
     src = open(AG).read()
     given = {"fold": False, "wait_timeout": 9.0}

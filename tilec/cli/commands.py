@@ -68,6 +68,15 @@ def _setting_values(args) -> dict:
             "backend": _kernel_backend(getattr(args, "backend", None), getattr(args, "ranks_per_node", None))}
 
 
+def _built_with(options: dict) -> str:
+    """The header's note of the compile options given (every program the command builds has them), as flags."""
+    def word(v):
+        return ("on" if v else "off") if isinstance(v, bool) else v if isinstance(v, str) else f"{v:g}"
+
+    flags = " ".join(f"--{k.replace('_', '-')} {word(v)}" for k, v in options.items())
+    return f"; built with {flags}" if flags else ""
+
+
 def _kernel_backend(backend: str | None, ranks_per_node: int | None) -> str | None:
     """The kernels' backend of a command's --backend and --ranks-per-node: nvshmem where asked, or where nodes are
     given and no backend is (a CPU heap runs NVSHMEM's kernels too); an explicit iris stays, so that iris with several
@@ -309,7 +318,8 @@ def cmd_run(args) -> int:
             say = lambda *a, **k: None  # noqa: E731 - rank 0 reports
     where = {"cpu": "CPU emulation (Triton interpreter)", "nvshmem": "GPU (NVSHMEM)"}.get(backend, "GPU (Iris)")
     mode = ", torchrun" if torchrun else ""
-    say(f"tilec run {args.program}: world {world}, {where}{mode}, {args.repeat} call(s) per schedule", flush=True)
+    say(f"tilec run {args.program}: world {world}, {where}{mode}, {args.repeat} call(s) per schedule"
+        + _built_with(_option_values(args)), flush=True)
     failed = 0
     for s in schedules:
         t0 = time.time()
@@ -390,7 +400,8 @@ def cmd_tune(args) -> int:
                              **options)
         heap = from_env(backend, args.heap_mb << 20 if args.heap_mb else 4 * heap_bytes_for(base))
         say = print if heap.rank == 0 else (lambda *a, **k: None)
-        say(f"tilec tune {args.program}: world {world}, {where}, torchrun, {args.iters} timed calls each", flush=True)
+        say(f"tilec tune {args.program}: world {world}, {where}, torchrun, {args.iters} timed calls each"
+            + _built_with(options), flush=True)
         try:
             trials = trial_rank(heap, args.program, dims, args.iters, granularity=args.granularity, retype=retype,
                                 log=say, ranks_per_node=args.ranks_per_node, options=options)
@@ -398,7 +409,8 @@ def cmd_tune(args) -> int:
             heap.close()
     else:
         say = print
-        say(f"tilec tune {args.program}: world {world}, {where}, {args.iters} timed calls each", flush=True)
+        say(f"tilec tune {args.program}: world {world}, {where}, {args.iters} timed calls each" + _built_with(options),
+            flush=True)
         trials = run_trials(args.program, world, dims, backend=backend, iters=args.iters,
                             granularity=args.granularity, retype=retype,
                             heap_bytes=args.heap_mb << 20 if args.heap_mb else None, ranks_per_node=args.ranks_per_node,
