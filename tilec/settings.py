@@ -164,12 +164,15 @@ class Options:
     def line(self) -> str:
         """The module header's record of them (one line); backend and ranks_per_node only where not the defaults,
         so programs built without them keep their text."""
-        def text(v):
-            if isinstance(v, str):
-                return v
-            return ("on" if v else "off") if isinstance(v, bool) else f"{v:g}"
         shown = [f for f in fields(self) if f.name not in _PLACEMENT or getattr(self, f.name) != f.default]
-        return "settings: " + " ".join(f"{f.name}={text(getattr(self, f.name))}" for f in shown)
+        return "settings: " + " ".join(f"{f.name}={option_text(getattr(self, f.name))}" for f in shown)
+
+
+def option_text(v) -> str:
+    """An option's value as the header and the command line spell it: on/off, 1.5, auto."""
+    if isinstance(v, str):
+        return v
+    return ("on" if v else "off") if isinstance(v, bool) else f"{v:g}"
 
 
 BACKENDS = ("iris", "nvshmem")  # how kernels reach peers: Iris's heap, or NVSHMEM through torch symmetric memory
@@ -197,6 +200,12 @@ def options(**given) -> Options:
     if given:
         raise TypeError(f"unknown options: {', '.join(given)}")
     return Options(**out)
+
+
+def built_with(values: dict | None) -> Options:
+    """The Options of programs built with the OPTIONS entries of a dict of tilec.compile keywords (given_options),
+    the others at their defaults: what a bench, trial or auto pick keys its measured times and tuned configs by."""
+    return options(**given_options(values))
 
 
 def _say_unread_variables() -> None:

@@ -7,7 +7,7 @@ import contextlib
 import os
 
 from tilec import settings
-from tilec.errors import TilecError
+from tilec.errors import ArgumentError, TilecError
 
 
 def _dims(items: list[str]) -> dict[str, int]:
@@ -28,7 +28,6 @@ def _dims(items: list[str]) -> dict[str, int]:
 
 
 def _world(args) -> int:
-    from tilec.errors import ArgumentError
     from tilec.frontend.limits import MAX_WORLD
 
     if args.world is not None:
@@ -62,14 +61,12 @@ def _option_values(args) -> dict:
              **{k: getattr(args, k, None) for k in ("wait_sleep_ns", "programs_per_sm", "dma_streams", "wait_timeout",
                                                     "claim")}}
     given = settings.given_options(given)
-    from tilec.errors import ArgumentError
-
     for opt, v in given.items():
         try:
             settings.option(opt, v)
         except ArgumentError:  # said in the command line's words
-            shown = v if isinstance(v, str) else f"{v:g}"
-            raise ArgumentError(f"--{opt.replace('_', '-')} {shown}: expected {settings.OPTIONS[opt].expect}") from None
+            raise ArgumentError(f"--{opt.replace('_', '-')} {settings.option_text(v)}: expected"
+                                f" {settings.OPTIONS[opt].expect}") from None
     return given
 
 

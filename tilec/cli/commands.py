@@ -70,10 +70,9 @@ def _setting_values(args) -> dict:
 
 def _built_with(options: dict) -> str:
     """The header's note of the compile options given (every program the command builds has them), as flags."""
-    def word(v):
-        return ("on" if v else "off") if isinstance(v, bool) else v if isinstance(v, str) else f"{v:g}"
+    from tilec.settings import option_text
 
-    flags = " ".join(f"--{k.replace('_', '-')} {word(v)}" for k, v in options.items())
+    flags = " ".join(f"--{k.replace('_', '-')} {option_text(v)}" for k, v in options.items())
     return f"; built with {flags}" if flags else ""
 
 

@@ -99,7 +99,7 @@ def key(source: str, world: int, dims: dict[str, int], device: str | None = None
     with other options (`tilec bench --fold off`) land under a key of their own, never under the default program's."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]
     shape = ",".join(f"{k}={v}" for k, v in sorted(dims.items()))
-    opts = options if options is not None else settings.options(**settings.given_options(kernels))
+    opts = options if options is not None else settings.built_with(kernels)
     return f"{digest}|w{world}|{shape}|{device or this_device()}{options_suffix(opts)}{backend_suffix(kernels, world)}"
 
 

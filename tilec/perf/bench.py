@@ -159,7 +159,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, int, int]], world: int, 
     device = device_key(heap)
     # backend nvshmem on its heap (or with ranks_per_node), and the compile options given
     kernels = kernel_backend(heap.backend, ranks_per_node, options)
-    built = options_suffix(settings.options(**settings.given_options(kernels)))  # tuned configs kept apart per build
+    built = options_suffix(settings.built_with(kernels))  # tuned configs kept apart per build
     src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12] + built + backend_suffix(kernels, world)
     all_configs = CPU_CONFIGS if heap.interpret else CONFIGS
     sms = 0 if heap.interpret else torch.cuda.get_device_properties(heap.device).multi_processor_count
@@ -485,7 +485,7 @@ def run_bench(path: str, world: int, shapes: str, schedules: list[str] | None, d
                      "KV bytes per rank / the copy bandwidth measured in the run (+ one NVLink round trip, world > 1)",
             "iters": iters}
     if settings.given_options(options):  # what every tilec row was compiled with, beyond the defaults
-        meta["options"] = settings.options(**settings.given_options(options)).line().removeprefix("settings: ")
+        meta["options"] = settings.built_with(options).line().removeprefix("settings: ")
     if family == "decode":
         from tilec.perf.bench_decode import COPY_GBPS, MAX_SPLITS
 

@@ -349,7 +349,7 @@ def bench_rank(heap, path: str, shapes: list[tuple[int, ...]], world: int, sched
     device = device_key(heap)  # the CPU interpreter's choices never land under a GPU's name
     # backend nvshmem on its heap (or with ranks_per_node), and the compile options given
     kernels = kernel_backend(heap.backend, ranks_per_node, options)
-    built = options_suffix(settings.options(**settings.given_options(kernels)))  # tuned configs kept apart per build
+    built = options_suffix(settings.built_with(kernels))  # tuned configs kept apart per build
     src_hash = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12] + built + backend_suffix(kernels, world)
     retype = {"f16": dtype} if dtype != "f16" else None
     stem = Path(path).stem
