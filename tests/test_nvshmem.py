@@ -267,6 +267,10 @@ def test_node_bases_table():
 
 
 def test_capture_across_nodes_is_refused():
+    """capture() refuses a program compiled for several nodes, and the bench (measure.capturable) times its eager
+    calls instead of asking for a graph (it had failed the schedule with capture's refusal)."""
+    from tilec.perf.measure import capturable
+
     prog = _compile("ag_gemm", 2, "fused-push", 1)
 
     class FakeHeap:  # capture refuses before it touches a heap that is not on the CPU
@@ -275,6 +279,10 @@ def test_capture_across_nodes_is_refused():
     prog.__dict__["_state"] = {}
     with pytest.raises(ArgumentError, match="compiled for several nodes"):
         prog.capture(FakeHeap())
+    assert not capturable(prog, FakeHeap())
+    one_node = _compile("ag_gemm", 2, "fused-push", 2)
+    one_node.__dict__["_state"] = {}
+    assert capturable(one_node, FakeHeap())
     assert dataclasses.replace(prog.options, ranks_per_node=0).line() != prog.options.line()
 
 

@@ -413,6 +413,24 @@ class CompiledProgram:
         """Whether a call stops for a host barrier between its kernels (bsp), which a CUDA graph cannot hold."""
         return any(barrier_before for _k, _n, _p, _c, barrier_before, *_r in self.module.KERNELS)
 
+    def capture_refusal(self, heap=None) -> str | None:
+        """Why capture() cannot record a call of this program on this heap, or None where it can."""
+        heap = _heap(heap)
+        mod = self.module
+        if self._state.get(id(heap), {}).get("device_epoch"):
+            return ("its calls keep their epoch on the device (device_epoch=True, as tilec ops do): capture them "
+                    "with torch.cuda.graph instead of capture()")
+        if self.has_host_barrier:
+            return (f"schedule {self.schedule} has a host barrier inside a call, which a CUDA graph cannot hold; "
+                    "capture a schedule without one (fused-push, specialized, flags)")
+        if heap.interpret:
+            return "capture records a CUDA graph, which needs a GPU; on the CPU emulation call the program"
+        if getattr(mod, "RANKS_PER_NODE", mod.WORLD) < mod.WORLD:
+            return (f"compiled for several nodes (ranks_per_node={mod.RANKS_PER_NODE}), whose calls start with a "
+                    "host barrier a CUDA graph cannot hold (the device barrier reaches peers by pointer); call the "
+                    "program instead")
+        return None
+
     def capture(self, heap=None, **tensors) -> CapturedCall:
         """One call recorded as a CUDA graph on these tensors: `replay()` runs it again without the Python launch
         path, on whatever the tensors hold then, writing the outputs into them. The graph bumps the flags' epoch
@@ -422,20 +440,10 @@ class CompiledProgram:
         import torch
 
         heap = _heap(heap)
-        name, mod = self.program.name, self.module
-        if self._state.get(id(heap), {}).get("device_epoch"):
-            raise ArgumentError(f"{name}: its calls keep their epoch on the device (device_epoch=True, as tilec ops "
-                                "do): capture them with torch.cuda.graph instead of capture()")
-        if self.has_host_barrier:
-            raise ArgumentError(f"{name}: schedule {self.schedule} has a host barrier inside a call, which a CUDA "
-                                "graph cannot hold; capture a schedule without one (fused-push, specialized, flags)")
-        if heap.interpret:
-            raise ArgumentError(f"{name}: capture records a CUDA graph, which needs a GPU; on the CPU emulation "
-                                "call the program")
-        if getattr(mod, "RANKS_PER_NODE", mod.WORLD) < mod.WORLD:
-            raise ArgumentError(f"{name}: compiled for several nodes (ranks_per_node={mod.RANKS_PER_NODE}), whose "
-                                "calls start with a host barrier a CUDA graph cannot hold (the device barrier "
-                                "reaches peers by pointer); call the program instead")
+        mod = self.module
+        why = self.capture_refusal(heap)
+        if why:
+            raise ArgumentError(f"{self.program.name}: {why}")
         self(heap, **tensors)  # checks the arguments, compiles, and is an ordinary call that must succeed
         st = self._buffers(heap)
         ctx, bufs = st["ctx"], {**st["bufs"], **tensors}

@@ -254,8 +254,8 @@ class progress:  # noqa: N801 - used like tqdm
 
 
 def capturable(prog, heap) -> bool:
-    """Whether CompiledProgram.capture takes this program here: a GPU, and no host barrier inside a call."""
-    return not heap.interpret and not prog.has_host_barrier
+    """Whether CompiledProgram.capture takes this program here: a GPU, no host barrier inside a call, one node."""
+    return prog.capture_refusal(heap) is None
 
 
 def time_program(prog, heap, args: dict, iters: int, warmup: int = 2, host_iters: int = 5) -> Timing:
