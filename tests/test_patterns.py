@@ -122,6 +122,20 @@ def test_specialized_applies_to_every_example():
         assert sum(moving) == pytest.approx(250, abs=len(moving)), (example, k.stages, k.groups)
 
 
+def test_a_small_stage_beside_large_ones_keeps_a_share_and_the_model_predicts_it():
+    """The MoE's combine (one task) beside a dispatch and GEMMs of thousands: its group's per-mille share rounded to
+    0, which the cost model divided by (the scale table at 64 ranks). Every group keeps 1 per mille at least."""
+    from tilec.perf.model import H200, predict
+    from tilec.perf.taxes import static
+
+    dims = {"T": 64, "H": 1024, "F": 64, "EL": 2, "C": 256, "K": 2, "BT": 64, "BC": 16, "BH": 16, "BF": 64, "BK": 32}
+    prog = tilec.compile("examples/moe.tile", world=2, schedule="specialized", dims=dims)
+    (k,) = [k for k in state_of(prog.graph).kernels if k.groups]
+    share = dict(zip(k.stages, k.groups, strict=True))
+    assert share["combine"] >= 1 and all(g >= 1 for g in k.groups), k.groups
+    assert predict(static(prog), H200).predicted_us > 0
+
+
 def test_specialized_says_why_without_a_compute_stage():
     with pytest.raises(ScheduleError, match="no kernel has both a data-movement stage"):
         tilec.compile("tests/programs/elementwise.tile", world=2, schedule="specialized")

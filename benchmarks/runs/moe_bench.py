@@ -14,6 +14,7 @@ tilec.moe.reference on each rank's first 8 tokens.
     python benchmarks/runs/moe_bench.py /tmp/moe_cpu.json --backend cpu --tokens 32 --hidden 64 --ffn 64 --experts 2 \
         [--world 2]
     python benchmarks/runs/moe_bench.py OUT.json --replot      # OUT.png again from OUT.json
+    ... --timeline    # also each tilec schedule's stages: wall, work and flag-wait time (a timeline build, rank 0)
 
 --experts is the number of experts per rank, --tokens per rank. OUT.png beside OUT.json: the rows as bars, each
 labelled with its time over the faster torch row. The CPU form (the Triton interpreter; the heap's shared buffers and
@@ -220,6 +221,12 @@ def rank(heap, args):
                          "seconds": _time(lambda p=fast, b=bufs: p(heap, device_epoch=True, device_barrier=True,
                                                                      **b), dev),
                          "max_err_first_8_tokens": err8(out)})
+        if args.timeline:  # where a call's time goes, per stage, from a timeline build of the same schedule
+            tl = tilec.compile("examples/moe.tile", world=world, schedule=sched, dims=dims,
+                               num_warps=args.num_warps or 4, timeline=True)
+            for _ in range(2):  # the second call's records: compiled and warm
+                tl(heap, **bufs)
+            rows[-1 if world == 1 or sched != "bsp" else -2]["timeline"] = _stage_times(tl, heap)
         heap.barrier()
         heap.release(mark)
     got = _exchange_buffers(heap, [(t_n, h), (world * el * cap + el * GROUP_ROWS, h)], print)
@@ -239,6 +246,20 @@ def rank(heap, args):
                       "world": world},
             "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu (Triton interpreter: times say nothing)",
             "rows": rows}
+
+
+def _stage_times(prog, heap) -> dict:
+    """This rank's last call of a timeline build: its span, the time between kernels (launches, host barriers), and
+    per stage its tasks, wall time (first task's start to last task's end), summed work and flag waits, in us."""
+    from tilec.perf.timeline import timeline
+
+    tl = timeline(prog, heap)
+    stages = {}
+    for k in tl.kernels:
+        for name, n, work, wait, first, last in k.per_stage:
+            stages[name] = {"tasks": n, "wall_us": (last - first) / 1e3, "work_us": work / 1e3, "wait_us": wait / 1e3,
+                            "programs": k.programs}
+    return {"span_us": tl.total_ns / 1e3, "between_kernels_us": tl.between_ns / 1e3, "stages": stages}
 
 
 def _time(fn, dev: str) -> float:
@@ -291,6 +312,8 @@ def main(argv=None) -> int:
     p.add_argument("--tile", action="append", default=[], help="a tile size, e.g. --tile BC=64")
     p.add_argument("--num-warps", type=int, default=None)
     p.add_argument("--replot", action="store_true", help="only write OUT.png from OUT.json")
+    p.add_argument("--timeline", action="store_true",
+                   help="also time each tilec schedule's stages (a timeline build of it, rank 0's call)")
     args = p.parse_args(argv)
     png = args.out.rsplit(".", 1)[0] + ".png"
     if args.replot:
@@ -317,6 +340,14 @@ def main(argv=None) -> int:
     for r in res["rows"]:
         err = r["max_err_first_8_tokens"]
         print(f"  {r['impl']:44} {r['seconds'] * 1e6:12.1f} us   max error (first 8 tokens) {err:.3g}")
+        tl = r.get("timeline")
+        if tl:
+            print(f"    rank 0's timeline build: span {tl['span_us']:.0f} us, between kernels "
+                  f"{tl['between_kernels_us']:.0f} us")
+            for name, st in tl["stages"].items():
+                print(f"      {name:10} {st['tasks']:6} tasks on {st['programs']:4} programs: "
+                      f"wall {st['wall_us']:8.1f} us, work {st['work_us']:10.1f} us, "
+                      f"flag waits {st['wait_us']:10.1f} us (summed)")
     return 0
 
 

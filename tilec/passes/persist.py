@@ -85,5 +85,6 @@ class Persist(Pass):
         ncomm = len(set(names) & comm)
         work = {n: trips(stage(g, n).loops) for n in names if n not in comm}
         total = sum(work.values())
-        return tuple(round(1000 * self.comm_share / ncomm) if n in comm else
-                     round(1000 * (1 - self.comm_share) * work[n] / total) for n in names)
+        # at least 1 per mille: a stage of few tasks beside large ones still has a share (and one program at least)
+        return tuple(max(1, round(1000 * self.comm_share / ncomm)) if n in comm else
+                     max(1, round(1000 * (1 - self.comm_share) * work[n] / total)) for n in names)
