@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 
 from tilec.errors import TilecError
 from tilec.ir.dtypes import TL_DTYPE
 from tilec.ir.graph import flags, folds, program_of, tensor
-from tilec.ir.types import ME
+from tilec.ir.types import ME, Access, Affine, Load, Store, Var
 
 from . import gathers, tile_ops
 from . import kir as K
@@ -68,6 +69,50 @@ def piece_expr(p, loops, world: int):
     return sub(fdiv(x, p.by), lift // p.by) if lift else fdiv(x, p.by)
 
 
+COPY_TILE_ELEMENTS = 16384  # the most elements of a copy tile one program moves at once (64 per thread at 8 warps)
+
+
+def wide_copy(st) -> tuple[tuple[Store, ...], Var, tuple[tuple, ...]] | None:
+    """A stage that only copies, `Y[.., :] = X[.., :]`, whose tile has more than COPY_TILE_ELEMENTS elements because of
+    a `:` slice (a whole row of H): the copy chunked along the slice's columns, so a program holds one chunk at a
+    time rather than spilling the tile (a 128 x 2048 f16 tile spilled 11840 bytes per thread on sm_90 and copied at
+    a tenth of the bandwidth). Returns (the store with the chunk's shape, the slice's chunk var, (old access, new
+    access) of the load), or None. The task and its flags stay whole: only the emitted copy loops."""
+    if len(st.body) != 1:
+        return None
+    s = st.body[0]
+    v, a = s.value, s.access
+    if type(v) is not Load or type(a) is not Access or s.part is not None or v.shape != a.shape:
+        return None  # a scatter's rows are claimed once per task: not chunked
+    n = math.prod(a.shape)
+    if n <= COPY_TILE_ELEMENTS:
+        return None
+    slices = {x.name: x for x in st.loops if x.name.startswith("_a") and x.trips == 1 and x.derived is None}
+    dst = [t for t in a.tile if t]
+    src = [t for t in v.access.tile if t]
+    cols = [t for t in dst if t in slices]
+    if not cols or len(src) != len(dst):
+        return None
+    whole = slices[cols[-1]]
+    mine = src[dst.index(whole.name)]
+    if mine != whole.name and (mine not in slices or slices[mine].extent != whole.extent):
+        return None
+    step = 1 << max(4, (COPY_TILE_ELEMENTS * whole.step // n).bit_length() - 1)
+    if step >= whole.step:
+        return None
+    chunk = replace(whole, step=step)
+
+    def narrowed(acc: Access, var: str) -> Access:
+        ren = lambda t: whole.name if t == var else t  # noqa: E731 - the load's own `:` becomes the store's
+        index = tuple(Affine(tuple((ren(x), c) for x, c in ix.terms), ix.const) for ix in acc.index)
+        return replace(acc, index=index, tile=tuple(ren(t) if t else t for t in acc.tile),
+                       shape=tuple(step if t == var else m for t, m in zip(acc.tile, acc.shape, strict=True)))
+
+    load = narrowed(v.access, mine)
+    value = replace(v, access=load, shape=load.shape)
+    return (replace(s, access=narrowed(a, whole.name), value=value),), chunk, ((v.access, load),)
+
+
 def _broadcasts(src: tuple, dst: tuple) -> bool:
     """Whether a value of shape src broadcasts to the tile dst: a scalar, or (numpy's rule) a shape of at most dst's
     rank whose dims, aligned at the last, are each equal to dst's or 1; one of lower rank that is the same tile up to
@@ -86,12 +131,26 @@ class Tasks:
         were done and when it finished (a debug build for `tilec taxes --timeline`)."""
         st = self.st
         head: list = [At("    ", K.Comment(stage_comment(program_of(self.g), st)[2:]))]
-        head += self.decode(task_var, group_m)
+        wide = wide_copy(st)
+        head += self.decode(task_var, group_m, skip_bind=wide[1].name if wide else None)
         body: list[At] = []
-        for s in st.body:
-            val = self.expr(s.value, body, "    ")
+        stores = st.body
+        if wide:  # a copy of a tile too large for a program's registers: its columns in chunks, one after another
+            (stores, chunk, renamed) = wide
+            for old, new in renamed:  # the waits planned for the whole tile (hoisted, or per row) still apply
+                if old in self.waits:
+                    self.waits[new] = self.waits.pop(old)
+            whole = self.scope[chunk.name]
+            self.scope[chunk.name] = chunk
+            tile = " x ".join(map(str, st.body[0].access.shape))
+            body.append(At("    ", K.For(chunk.name, E(0), E(chunk.extent), E(chunk.step), (),
+                                         f"a {tile} tile, {chunk.step} columns at a time")))
+            self.bind_tile(chunk, body, "        ", hint=True)
+        indent = "        " if wide else "    "
+        for s in stores:
+            val = self.expr(s.value, body, indent)
             a = s.access
-            off, mask = gathers.store_offsets(self, a, body, "    ")  # a scatter's rows, checked and claimed
+            off, mask = gathers.store_offsets(self, a, body, indent)  # a scatter's rows, checked and claimed
             ptr = self.param(a.tensor)
             dt = TL_DTYPE[tensor(self.g, a.tensor).dtype]
             shape = tup(*a.shape)
@@ -112,10 +171,12 @@ class Tasks:
                 v = val
             if a.remote:  # one peer per task: offset the local addresses once (iris.store translates every element's
                 # address: a 128x64 copy tile took 16.4 us, 1.6 us with the offset, on the H200)
-                delta = self.peer_offset(E(a.rank), tensor(self.g, a.tensor).dtype, {a.rank}, body, "    ")
-                body.append(At("    ", K.Do(call("store", add(ptr, delta, off), to(v, dt), mask=mask))))
+                delta = self.peer_offset(E(a.rank), tensor(self.g, a.tensor).dtype, {a.rank}, body, indent)
+                body.append(At(indent, K.Do(call("store", add(ptr, delta, off), to(v, dt), mask=mask))))
             else:
-                body.append(At("    ", K.Do(call("store", add(ptr, off), to(v, dt), mask=mask))))
+                body.append(At(indent, K.Do(call("store", add(ptr, off), to(v, dt), mask=mask))))
+        if wide:
+            self.scope[chunk.name] = whole
         body = gathers.skip_empty(self, body)  # counted loops (ir/gather.py): a task past its count does nothing
         folded = {fo.flag: fo for fo in folds(self.g)}
         arrivals: list[At] = []  # fold-last: the consumer tasks this one may run, after its own record ends
@@ -139,7 +200,7 @@ class Tasks:
                      *arrivals]
         return lines
 
-    def decode(self, task_var: str, group_m: int) -> list[At]:
+    def decode(self, task_var: str, group_m: int, skip_bind: str | None = None) -> list[At]:
         """The task's loop variables from its task number, and its tiles' index vectors. A stage that skips its
         rank loop's own value (Stage.skip_equal: local-in-place) counts W - 1 values of that variable: r' >= rank
         stands for r' + 1."""
@@ -183,6 +244,8 @@ class Tasks:
             b.add(assign(v.name, piece_expr(v.derived, self.st.loops, self.world)))
         out = [At("    ", x) for x in b.done()]
         for v in tiles:
+            if v.name == skip_bind:  # a wide copy's columns: bound chunk by chunk in its loop
+                continue
             if v.step > 1 or v.name.startswith("_"):  # unit-step loops index like scalars (`:` slices do not)
                 self.bind_tile(v, out, "    ", hint=v.step > 1)
         return out
