@@ -127,8 +127,9 @@ class _Emitter(Copies, Compute, Flags, Tasks):
             return gathers.count_mask(self, v, r)
         return cmp(r or v.name + "_r", "<", v.extent) if v.extent % v.step else None
 
-    def bind_tile(self, v: Var, out: list, indent: str, hint: bool = False) -> None:
-        r = add(v.name, call("tl.arange", 0, v.step))
+    def bind_tile(self, v: Var, out: list, indent: str, hint: bool = False, start: str | None = None) -> None:
+        """`v_r`, the index vector of tile var v's tile, from `start` (v's own value where None)."""
+        r = add(start or v.name, call("tl.arange", 0, v.step))
         if hint:  # tile starts are multiples of the step: lets Triton vectorize and pipeline the loads
             r = call("tl.max_contiguous", call("tl.multiple_of", r, v.step), v.step)
         out.append(At(indent, assign(f"{v.name}_r", r)))

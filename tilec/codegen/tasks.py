@@ -143,9 +143,10 @@ class Tasks:
             whole = self.scope[chunk.name]
             self.scope[chunk.name] = chunk
             tile = " x ".join(map(str, st.body[0].access.shape))
-            body.append(At("    ", K.For(chunk.name, E(0), E(chunk.extent), E(chunk.step), (),
+            col = f"{chunk.name}_c"  # the slice's own variable stays 0: flag counters may name it
+            body.append(At("    ", K.For(col, E(0), E(chunk.extent), E(chunk.step), (),
                                          f"a {tile} tile, {chunk.step} columns at a time")))
-            self.bind_tile(chunk, body, "        ", hint=True)
+            self.bind_tile(chunk, body, "        ", hint=True, start=col)
         indent = "        " if wide else "    "
         for s in stores:
             val = self.expr(s.value, body, indent)
