@@ -1,8 +1,9 @@
 """Copies of tiles too wide for a program's registers (`Y[.., :] = X@r[.., :]` over a long row): codegen moves them
 in column chunks (codegen/tasks.wide_copy), one loop inside the task, the task and its flags whole. Affine copies
 (an all-gather of rows) and gathers of data-dependent rows (MoE's dispatch), a row width that is a power of two and
-one that is not, against torch at worlds 1-3 under every schedule and transport that applies, one rank per "node"
-on backend nvshmem too; the chunked kernel compiles for sm_90 without spilling."""
+one that is not (and a gather along the `:`, left whole), against torch at worlds 1-3 under every schedule and
+transport that applies, one rank per "node" on backend nvshmem too; the chunked kernel compiles for sm_90 without
+spilling."""
 
 from __future__ import annotations
 
@@ -54,7 +55,23 @@ ROWS = """program wide_rows(world W)
 """
 
 
+# columns chosen by an index: the `:` is the gathered dim, whose positions are not a range to chunk (left whole)
+COLS = """program wide_cols(world W)
+  dims  M = 32, N = {N}
+  tiles BM = 16
+
+  in  X   : f32[M, N]
+  in  idx : i32[N]
+  out Y   : f32[M, N]
+
+  stage pick over m in M by BM:
+    Y[m, :] = X[m, idx[:]]
+"""
+
+
 def _want(name: str, ins: list[dict[str, torch.Tensor]], r: int) -> dict[str, torch.Tensor]:
+    if name == "wide_cols":
+        return {"Y": ins[r]["X"][:, ins[r]["idx"].long()]}
     if name == "wide_ag":
         return {"C": torch.cat([d["A"] for d in ins]) * 2}
     s = ins[0]["idx"].numel() // len(ins)
@@ -71,6 +88,8 @@ def test_wide_copies_are_chunked(n):
         assert "for _a" in copy and "columns at a time" in copy, copy
     narrow = tilec.compile("wide.tile", world=2, schedule="bsp", source=GATHER.format(N=512))  # 16 x 512: whole
     assert "columns at a time" not in narrow.source
+    cols = tilec.compile("wide.tile", world=2, schedule="bsp", source=COLS.format(N=n))
+    assert "columns at a time" not in cols.source
 
 
 @pytest.mark.parametrize("world, per_node, n", [(1, None, 1500), (2, None, 2048), (3, None, 1500), (2, 1, 1500)])
@@ -78,7 +97,7 @@ def test_wide_copies_match_torch_under_every_schedule(world, per_node, n):
     """per_node: backend nvshmem with that many ranks per node (the copies' peers off the node); n: the row width."""
     nodes = {"backend": "nvshmem", "ranks_per_node": per_node} if per_node else {}
     batch, meta = [], {}
-    for text in (GATHER, ROWS):
+    for text in (GATHER, ROWS, COLS):
         for schedule in SCHEDULES:
             for transport in ("sm", "dma"):
                 try:

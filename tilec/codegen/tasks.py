@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from tilec.errors import TilecError
 from tilec.ir.dtypes import TL_DTYPE
+from tilec.ir.gather import Gathered
 from tilec.ir.graph import flags, folds, program_of, tensor
 from tilec.ir.types import ME, Access, Affine, Load, Store, Var
 
@@ -97,6 +98,8 @@ def wide_copy(st) -> tuple[tuple[Store, ...], Var, tuple[tuple, ...]] | None:
     mine = src[dst.index(whole.name)]
     if mine != whole.name and (mine not in slices or slices[mine].extent != whole.extent):
         return None
+    if isinstance(v.access, Gathered) and v.access.row(v.access.tile.index(mine)) is not None:
+        return None  # the source's rows of that dim come from an index: not a range to chunk
     step = 1 << max(4, (COPY_TILE_ELEMENTS * whole.step // n).bit_length() - 1)
     if step >= whole.step:
         return None
