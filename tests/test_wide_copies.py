@@ -69,7 +69,31 @@ COLS = """program wide_cols(world W)
 """
 
 
+# the wide copy reads what the stage before wrote, tile by tile (column tiles of BN): under flags its task waits on
+# every column tile's counter of the row block, which a wait planned on one chunk would cut short
+CHAIN = """program wide_chain(world W)
+  dims  M = 32, N = {N}
+  tiles BM = 16, BN = 64
+
+  in  A : f32[M, N] symmetric
+  buf P : f32[M, N] symmetric
+  buf G : f32[W*M, N]
+  out C : f32[W*M, N]
+
+  stage make over m in M by BM, n in N by BN:
+    P[m, n] = A[m, n] * 3
+  barrier
+  stage gather over r in ranks, m in M by BM:
+    G[r*M + m, :] = P@r[m, :]
+  barrier
+  stage use over q in W*M by BM, n in N by BN:
+    C[q, n] = G[q, n] + 1
+"""
+
+
 def _want(name: str, ins: list[dict[str, torch.Tensor]], r: int) -> dict[str, torch.Tensor]:
+    if name == "wide_chain":
+        return {"C": torch.cat([d["A"] for d in ins]) * 3 + 1}
     if name == "wide_cols":
         return {"Y": ins[r]["X"][:, ins[r]["idx"].long()]}
     if name == "wide_ag":
@@ -92,12 +116,40 @@ def test_wide_copies_are_chunked(n):
     assert "columns at a time" not in cols.source
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_chunking_changes_no_wait(world, monkeypatch):
+    """Every flag wait of a chunked copy is the whole tile's: the same wait lines as the program with its copies
+    left whole, under every schedule (a wait planned while the chunk was in scope covered the first chunk's columns
+    only, and the MoE's return under `specialized` read rows not yet written)."""
+    import tilec.codegen.tasks as tasks
+
+    def waits(src: str) -> list[str]:
+        return sorted(line.strip() for line in src.splitlines() if "wait" in line and "td." in line)
+
+    seen = 0
+    for schedule in SCHEDULES:
+        for n in (2048, 1500):
+            text = CHAIN.format(N=n)
+            try:
+                chunked = tilec.compile("wide.tile", world=world, schedule=schedule, source=text).source
+            except ScheduleError:
+                continue
+            with monkeypatch.context() as m:
+                m.setattr(tasks, "COPY_TILE_ELEMENTS", 1 << 40)
+                whole = tilec.compile("wide.tile", world=world, schedule=schedule,
+                                      source=text + "# copies left whole\n").source
+            assert "columns at a time" in chunked and "columns at a time" not in whole
+            assert waits(chunked) == waits(whole), (schedule, n)
+            seen += bool(waits(whole))
+    assert seen >= 4  # flags, fused-push, specialized wait (at both widths)
+
+
 @pytest.mark.parametrize("world, per_node, n", [(1, None, 1500), (2, None, 2048), (3, None, 1500), (2, 1, 1500)])
 def test_wide_copies_match_torch_under_every_schedule(world, per_node, n):
     """per_node: backend nvshmem with that many ranks per node (the copies' peers off the node); n: the row width."""
     nodes = {"backend": "nvshmem", "ranks_per_node": per_node} if per_node else {}
     batch, meta = [], {}
-    for text in (GATHER, ROWS, COLS):
+    for text in (GATHER, ROWS, COLS, CHAIN):
         for schedule in SCHEDULES:
             for transport in ("sm", "dma"):
                 try:

@@ -11,6 +11,8 @@ from tilec.cli.args import _dims, _option_flags, _option_values, _world, run_com
 from tilec.errors import TilecError
 from tilec.passes.names import DESCRIPTIONS, PASS_NAMES, SCHEDULES, TRANSPORTS
 
+HEAVY_SPILL = 4096  # bytes per thread a kernel spills before `check --target` says why (a tile too large)
+
 EXIT_CODES = """exit status (every subcommand):
   0  everything asked for succeeded (schedules that do not apply to the program are listed by
      `check`, `run -s all`, `taxes` and `bench` without --schedules, and are not failures)
@@ -236,6 +238,10 @@ def cmd_check(args) -> int:
                 failed += 1
                 continue
             print(f"  {'':<11} compiled for {args.target}: " + ", ".join(b.describe() for b in built), flush=True)
+            heavy = [b.kernel for b in built if (b.spilled or 0) >= HEAVY_SPILL]
+            if heavy:  # a few hundred bytes is a GEMM at the register limit; kilobytes is a tile too large
+                print(f"  {'':<11} {', '.join(heavy)}: a task's tiles are more than a program's registers hold; "
+                      "smaller tiles (-D), or a long `:` tiled by a loop, keep them in registers", flush=True)
     verdict = ", ".join([f"{failed} schedule(s) failed"] * bool(failed) + [f"{rejected} rejected"] * bool(rejected))
     print(f"{args.program}: {verdict or 'ok'}, {ok} of {len(SCHEDULES)} schedules verified for world {_world(args)}")
     if rejected or failed:

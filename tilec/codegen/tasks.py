@@ -10,7 +10,7 @@ from tilec.errors import TilecError
 from tilec.ir.dtypes import TL_DTYPE
 from tilec.ir.gather import Gathered
 from tilec.ir.graph import flags, folds, program_of, tensor
-from tilec.ir.types import ME, Access, Affine, Load, Store, Var
+from tilec.ir.types import ME, Access, Affine, Load, Store, Var, squeeze
 
 from . import gathers, tile_ops
 from . import kir as K
@@ -83,7 +83,7 @@ def wide_copy(st) -> tuple[tuple[Store, ...], Var, tuple[tuple, ...]] | None:
         return None
     s = st.body[0]
     v, a = s.value, s.access
-    if type(v) is not Load or type(a) is not Access or s.part is not None or v.shape != a.shape:
+    if type(v) is not Load or type(a) is not Access or s.part is not None or squeeze(v.shape) != squeeze(a.shape):
         return None  # a scatter's rows are claimed once per task: not chunked
     n = math.prod(a.shape)
     if n <= COPY_TILE_ELEMENTS:
@@ -140,9 +140,9 @@ class Tasks:
         stores = st.body
         if wide:  # a copy of a tile too large for a program's registers: its columns in chunks, one after another
             (stores, chunk, renamed) = wide
-            for old, new in renamed:  # the waits planned for the whole tile (hoisted, or per row) still apply
-                if old in self.waits:
-                    self.waits[new] = self.waits.pop(old)
+            for old, _new in renamed:  # waited for before the chunks, planned on the whole tile (the scope's
+                for w in self.waits.pop(old, []):  # slice is still whole here: every column's producers)
+                    self.wait(w, body, "    ")
             whole = self.scope[chunk.name]
             self.scope[chunk.name] = chunk
             tile = " x ".join(map(str, st.body[0].access.shape))
