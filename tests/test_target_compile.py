@@ -191,3 +191,30 @@ def test_programmatic_dependent_launch_in_the_ptx(example, schedule, target, pdl
         first_access = re.search(r"\b(?:ld|st|atom)\.global", body).start()
         assert body.index("griddepcontrol.launch_dependents") < body.index("griddepcontrol.wait") < first_access, \
             b.kernel
+
+
+def test_check_says_why_a_kernel_spills_kilobytes(tmp_path, capsys):
+    """An element-wise stage over a long `:` (a 64 x 4096 f32 tile per task, not a copy: codegen keeps it whole)
+    spills kilobytes per thread on sm_90: `tilec check --target` names the kernel and says the tile is too large;
+    the same stage over 64 x 128 tiles says nothing of the kind."""
+    from tilec.cli import main
+
+    text = """program wide(world W)
+  dims  M = 128, N = 4096
+  tiles BM = 64
+
+  in  X : f32[M, N]
+  out Y : f32[M, N]
+
+  stage scale over m in M by BM{loop}:
+    Y[m, {col}] = exp(X[m, {col}]) * 2
+"""
+    for loop, col, heavy in ((", n in N by 128", "n", False), ("", ":", True)):
+        path = tmp_path / f"wide_{heavy}.tile"
+        path.write_text(text.format(loop=loop, col=col))
+        assert main(["check", str(path), "--target", "cuda:90"]) == 0
+        out = capsys.readouterr().out
+        if "registers" not in out:
+            pytest.skip("no cuobjdump beside Triton: spills unknown")
+        said = "a task's tiles are more than a program's registers hold" in out
+        assert said == heavy, out
