@@ -116,6 +116,16 @@ def test_wide_copies_are_chunked(n):
     assert "columns at a time" not in cols.source
 
 
+@pytest.mark.parametrize("schedule", ["flags", "fused-push"])
+def test_emitted_chunked_copy(schedule, golden):
+    """The chunked copy as a reader sees it: the chain's gather under flags (it waits on every column tile's
+    counter first, then copies 1024 columns at a time) and the all-gather under fused-push (a push into the peer's
+    rows, the last chunk masked, the flag released after the chunks)."""
+    text, name = (CHAIN, "chain") if schedule == "flags" else (GATHER, "gather")
+    prog = tilec.compile(f"wide_{name}.tile", world=2, schedule=schedule, source=text.format(N=1500))
+    golden(f"wide_copies/{name}_w2_{schedule}.source.py", prog.source)
+
+
 @pytest.mark.parametrize("world", [2, 3])
 def test_chunking_changes_no_wait(world, monkeypatch):
     """Every flag wait of a chunked copy is the whole tile's: the same wait lines as the program with its copies
