@@ -92,6 +92,15 @@ def _stdout_to_devnull() -> None:
         os.close(fd)
 
 
+def _say(text: str) -> None:
+    """An error on stderr in one write: ranks under torchrun share the stream, and a line written in pieces (the text,
+    then its newline) ran into another rank's."""
+    import sys
+
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
 def run_command(args) -> int:
     """Run a parsed subcommand: a TilecError or a rank's runtime error is one line on stderr and its exit code."""
     import errno
@@ -108,18 +117,18 @@ def run_command(args) -> int:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG):
             raise
         _stdout_to_devnull()
-        print(f"error: cannot write the output: {e.strerror}", file=sys.stderr)
+        _say(f"error: cannot write the output: {e.strerror}")
         return 2
     except TilecError as e:
-        print(e.render(), file=sys.stderr)
+        _say(e.render())
         return e.exit_code
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        _say("interrupted")
         return 130
     except Exception as e:  # runtime errors from ranks: one line, no traceback
         from tilec.runtime import TilecRuntimeError
 
         if isinstance(e, TilecRuntimeError):
-            print(f"error: {e}", file=sys.stderr)
+            _say(f"error: {e}")
             return 2
         raise
