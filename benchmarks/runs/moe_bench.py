@@ -211,8 +211,9 @@ def rank(heap, args):
         for n, v in ins.items():
             bufs[n].copy_(v)
         out = prog(heap, **bufs)["O"]
-        rows.append({"impl": f"tilec {sched}", "seconds": _time(lambda p=prog, b=bufs: p(heap, **b), dev),
-                     "max_err_first_8_tokens": err8(out)})
+        row = {"impl": f"tilec {sched}", "seconds": _time(lambda p=prog, b=bufs: p(heap, **b), dev),
+               "max_err_first_8_tokens": err8(out)}
+        rows.append(row)
         if world > 1 and sched == "bsp":  # its barriers as device kernels (host barriers cost most under MPS)
             fast = tilec.compile("examples/moe.tile", world=world, schedule=sched, dims=dims,
                                  num_warps=args.num_warps or 4)  # a program of its own: the epoch lives on the device
@@ -226,7 +227,7 @@ def rank(heap, args):
                                num_warps=args.num_warps or 4, timeline=True)
             for _ in range(2):  # the second call's records: compiled and warm
                 tl(heap, **bufs)
-            rows[-1 if world == 1 or sched != "bsp" else -2]["timeline"] = _stage_times(tl, heap)
+            row["timeline"] = _stage_times(tl, heap)
         heap.barrier()
         heap.release(mark)
     got = _exchange_buffers(heap, [(t_n, h), (world * el * cap + el * GROUP_ROWS, h)], print)

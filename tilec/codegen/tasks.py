@@ -10,7 +10,7 @@ from tilec.errors import TilecError
 from tilec.ir.dtypes import TL_DTYPE
 from tilec.ir.gather import Gathered
 from tilec.ir.graph import flags, folds, program_of, tensor
-from tilec.ir.types import ME, Access, Affine, Load, Store, Var, squeeze
+from tilec.ir.types import ME, Access, Load, Store, Var, squeeze
 
 from . import gathers, tile_ops
 from . import kir as K
@@ -73,12 +73,12 @@ def piece_expr(p, loops, world: int):
 COPY_TILE_ELEMENTS = 16384  # the most elements of a copy tile one program moves at once (64 per thread at 8 warps)
 
 
-def wide_copy(st) -> tuple[tuple[Store, ...], Var, tuple[tuple, ...]] | None:
+def wide_copy(st) -> tuple[Store, Var] | None:
     """A stage that only copies, `Y[.., :] = X[.., :]`, whose tile has more than COPY_TILE_ELEMENTS elements because of
     a `:` slice (a whole row of H): the copy chunked along the slice's columns, so a program holds one chunk at a
     time rather than spilling the tile (a 128 x 2048 f16 tile spilled 11840 bytes per thread on sm_90 and copied at
-    a tenth of the bandwidth). Returns (the store with the chunk's shape, the slice's chunk var, (old access, new
-    access) of the load), or None. The task and its flags stay whole: only the emitted copy loops."""
+    a tenth of the bandwidth). Returns (the store with the chunk's shape, the slice's chunk var), or None. The task
+    and its flags stay whole: only the emitted copy loops."""
     if len(st.body) != 1:
         return None
     s = st.body[0]
@@ -105,15 +105,13 @@ def wide_copy(st) -> tuple[tuple[Store, ...], Var, tuple[tuple, ...]] | None:
         return None
     chunk = replace(whole, step=step)
 
-    def narrowed(acc: Access, var: str) -> Access:
-        ren = lambda t: whole.name if t == var else t  # noqa: E731 - the load's own `:` becomes the store's
-        index = tuple(Affine(tuple((ren(x), c) for x, c in ix.terms), ix.const) for ix in acc.index)
-        return replace(acc, index=index, tile=tuple(ren(t) if t else t for t in acc.tile),
+    def narrowed(acc: Access, var: str) -> Access:  # the load's own `:` becomes the store's
+        return replace(acc, index=tuple(ix.rename({var: whole.name}) for ix in acc.index),
+                       tile=tuple(whole.name if t == var else t for t in acc.tile),
                        shape=tuple(step if t == var else m for t, m in zip(acc.tile, acc.shape, strict=True)))
 
     load = narrowed(v.access, mine)
-    value = replace(v, access=load, shape=load.shape)
-    return (replace(s, access=narrowed(a, whole.name), value=value),), chunk, ((v.access, load),)
+    return replace(s, access=narrowed(a, whole.name), value=replace(v, access=load, shape=load.shape)), chunk
 
 
 def _broadcasts(src: tuple, dst: tuple) -> bool:
@@ -139,10 +137,12 @@ class Tasks:
         body: list[At] = []
         stores = st.body
         if wide:  # a copy of a tile too large for a program's registers: its columns in chunks, one after another
-            (stores, chunk, renamed) = wide
-            for old, _new in renamed:  # waited for before the chunks, planned on the whole tile (the scope's
-                for w in self.waits.pop(old, []):  # slice is still whole here: every column's producers)
-                    self.wait(w, body, "    ")
+            store, chunk = wide
+            stores = (store,)
+            # waited for before the chunks, planned on the whole tile (the scope's slice is still whole here: every
+            # column's producers)
+            for w in self.waits.pop(st.body[0].value.access, []):
+                self.wait(w, body, "    ")
             whole = self.scope[chunk.name]
             self.scope[chunk.name] = chunk
             tile = " x ".join(map(str, st.body[0].access.shape))
